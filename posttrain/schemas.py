@@ -1,0 +1,128 @@
+"""Pandera models of every table that crosses a stage boundary (parquet via pyarrow between Flyte tasks).
+
+Sequence-valued fields (token ids, logprobs) are stored as JSON text columns: flytekitplugins-pandera renders a
+preview of each table into a Flyte Deck with great_tables, which cannot render list cells; JSON text keeps the
+tables renderable, readable in MLflow artifacts, and exact (``encode_floats`` keeps float64 round-trips exact).
+
+Example:
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"env_id": ["demo/add_1"], "check": ["solvability"], "passed": [True], "detail": [""]})
+    >>> AdmissionReport.validate(df).shape
+    (1, 4)
+    >>> decode_ints(encode_ints([1, 2, 3]))
+    [1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandera.pandas as pa
+from pandera.typing import Series
+
+
+def encode_ints(values) -> str:
+    return json.dumps([int(v) for v in values])
+
+
+def decode_ints(text: str) -> list[int]:
+    return [int(v) for v in json.loads(text)]
+
+
+def encode_floats(values) -> str:
+    return json.dumps([float(v) for v in values])
+
+
+def decode_floats(text: str) -> list[float]:
+    return [float(v) for v in json.loads(text)]
+
+
+def _is_json_list(series) -> bool:
+    return series.map(lambda s: isinstance(json.loads(s), list)).all()
+
+
+class AdmissionReport(pa.DataFrameModel):
+    """One row per (env, check): the admission verdict and why."""
+
+    env_id: Series[str]
+    check: Series[str]
+    passed: Series[bool]
+    detail: Series[str]
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class Envs(pa.DataFrameModel):
+    """Admitted envs; ``spec_json`` is the full ``EnvSpec`` (``EnvSpec.from_json``)."""
+
+    env_id: Series[str] = pa.Field(unique=True)
+    split: Series[str] = pa.Field(isin=["train", "eval"])
+    domain: Series[str]
+    difficulty: Series[int] = pa.Field(ge=0)
+    spec_json: Series[str]
+
+    class Config:
+        coerce = True
+
+
+class Trajectories(pa.DataFrameModel):
+    """One row per sampled completion; ``group_id`` groups the n samples of one env prompt."""
+
+    env_id: Series[str]
+    group_id: Series[str]
+    sample_idx: Series[int] = pa.Field(ge=0)
+    policy_version: Series[int] = pa.Field(ge=0)
+    prompt: Series[str]
+    completion: Series[str]
+    prompt_token_ids: Series[str]
+    completion_token_ids: Series[str]
+    behavior_logprobs: Series[str]
+    steps: Series[int] = pa.Field(ge=1)
+    tool_calls: Series[int] = pa.Field(ge=0)
+    finish_reason: Series[str]
+    tokens: Series[int] = pa.Field(ge=0)
+
+    @pa.dataframe_check
+    def sequences_are_json_lists(cls, df) -> bool:
+        return all(_is_json_list(df[c]) for c in ("prompt_token_ids", "completion_token_ids", "behavior_logprobs"))
+
+    @pa.dataframe_check
+    def one_logprob_per_completion_token(cls, df):
+        return df.apply(
+            lambda r: len(json.loads(r["completion_token_ids"])) == len(json.loads(r["behavior_logprobs"])), axis=1
+        )
+
+    class Config:
+        coerce = True
+
+
+class Scored(Trajectories):
+    """Trajectories plus the sandbox verdict. ``infra_error`` rows are excluded from the update, never reward 0."""
+
+    reward: Series[float] = pa.Field(ge=0.0, le=1.0)
+    compiled: Series[bool]
+    tests_passed: Series[int] = pa.Field(ge=0)
+    tests_total: Series[int] = pa.Field(ge=0)
+    exit_code: Series[int]  # -1 when the program was killed or never ran
+    timed_out: Series[bool]
+    infra_error: Series[str]  # empty string: no infra error
+    sandbox_ms: Series[float] = pa.Field(ge=0.0)
+
+
+class EvalResults(pa.DataFrameModel):
+    """One row per eval env and policy version (greedy pass@1 at skeleton depth)."""
+
+    env_id: Series[str]
+    domain: Series[str]
+    difficulty: Series[int]
+    policy_version: Series[int] = pa.Field(ge=0)
+    steps: Series[int] = pa.Field(ge=1)
+    passed: Series[bool]
+    reward: Series[float] = pa.Field(ge=0.0, le=1.0)
+    infra_error: Series[str]
+    assertions: Series[str]  # JSON object: assertion name -> passed
+
+    class Config:
+        coerce = True
