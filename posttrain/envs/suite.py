@@ -1,0 +1,213 @@
+"""Load a suite (a folder of env spec YAML files), validating every field and never stopping at a bad file.
+
+Each problem becomes a ``Rejection`` naming the file and the field; good files still load. A single file can be
+loaded strictly with ``load_spec``, which raises ``SpecError`` instead.
+
+Example:
+    >>> from posttrain.config import DEMO_SUITE
+    >>> suite = load_suite(DEMO_SUITE)
+    >>> len(suite.envs) >= 60, suite.rejections
+    (True, [])
+    >>> suite.envs[0].id.startswith("demo/"), len(suite_digest(DEMO_SUITE))
+    (True, 64)
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from posttrain.envs.spec import KINDS, RUNTIMES, SPLITS, EnvSpec, Limits
+from posttrain.envs.verifiers import VERIFIERS, get_verifier
+
+MAX_TIMEOUT_S = 300.0
+MAX_MEMORY_MB = 8192
+MAX_DIFFICULTY = 10
+DOCUMENT = "<document>"  # the field named when the file as a whole is the problem
+
+# Spec fields a YAML file may set (``source`` is filled in by the loader), with their required Python types.
+_HINTS = {name: hint for name, hint in typing.get_type_hints(EnvSpec).items() if name != "source"}
+REQUIRED = tuple(f.name for f in fields(EnvSpec) if f.default is MISSING and f.default_factory is MISSING)
+_CHOICES = {"runtime": RUNTIMES, "kind": KINDS, "split": SPLITS}
+_TYPE_NAMES = {str: "string", int: "integer", float: "number", dict: "mapping", Limits: "mapping",
+               dict[str, str]: "mapping of strings to strings", list[str]: "list of strings"}
+
+
+@dataclass
+class Rejection:
+    """One problem with one spec file: which file, which field, why, and a stable ``code`` for tooling."""
+
+    file: str
+    field: str
+    reason: str
+    code: str  # unreadable | malformed_yaml | missing_field | unknown_field | wrong_type | unknown_value
+    #          | out_of_range | invalid_verifier | duplicate_id
+    env_id: str = ""  # the spec's id when the file got far enough to have one
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.reason}"
+
+
+class SpecError(ValueError):
+    """A spec file is invalid; ``file``/``field``/``reason`` describe the first problem, ``rejections`` all."""
+
+    def __init__(self, rejections: list[Rejection]):
+        first = rejections[0]
+        self.file, self.field, self.reason, self.rejections = first.file, first.field, first.reason, rejections
+        more = f" (and {len(rejections) - 1} more problems)" if len(rejections) > 1 else ""
+        super().__init__(f"{first}{more}")
+
+
+@dataclass
+class Suite:
+    path: str
+    envs: list[EnvSpec] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+
+    def split(self, name: str) -> list[EnvSpec]:
+        """The envs of one split (``train`` or ``eval``)."""
+        return [env for env in self.envs if env.split == name]
+
+
+def _has_type(value, hint) -> bool:
+    """Whether a YAML value fits a spec field's annotation (bools are never numbers)."""
+    if hint is Limits:
+        hint = dict
+    origin = typing.get_origin(hint) or hint
+    if origin in (typing.Union, types.UnionType):
+        return any(_has_type(value, arm) for arm in typing.get_args(hint))
+    if isinstance(value, bool):
+        return origin is bool
+    if origin is float:
+        return isinstance(value, (int, float))
+    if not isinstance(value, origin):
+        return False
+    args = typing.get_args(hint)
+    if origin is list and args:
+        return all(isinstance(item, args[0]) for item in value)
+    if origin is dict and args:
+        return all(isinstance(k, args[0]) and isinstance(v, args[1]) for k, v in value.items())
+    return True
+
+
+def _check_limits(limits: dict) -> list[tuple[str, str, str]]:
+    """(field, reason, code) problems of a ``limits`` mapping."""
+    problems = []
+    bounds = {"timeout_s": ("number", MAX_TIMEOUT_S), "memory_mb": ("integer", MAX_MEMORY_MB)}
+    for name in sorted(set(limits) - set(bounds), key=str):
+        problems.append((f"limits.{name}", f"unknown limit (known: {', '.join(bounds)})", "unknown_field"))
+    for name, (kind, most) in bounds.items():
+        value = limits.get(name, 1)
+        if isinstance(value, bool) or not isinstance(value, (int, float) if kind == "number" else int):
+            problems.append((f"limits.{name}", f"must be a positive {kind}, got {value!r}", "wrong_type"))
+        elif not 0 < value <= most:
+            problems.append((f"limits.{name}", f"must be in (0, {most:g}], got {value!r}", "out_of_range"))
+    return problems
+
+
+def _check_fields(data: dict) -> list[tuple[str, str, str]]:
+    """(field, reason, code) problems of a parsed spec mapping, before the verifier's own checks."""
+    problems = []
+    for key in sorted(set(data) - set(_HINTS), key=str):
+        near = difflib.get_close_matches(str(key), list(_HINTS), n=1)
+        problems.append((str(key), "unknown field" + (f" (did you mean {near[0]!r}?)" if near else ""),
+                         "unknown_field"))
+    for name in REQUIRED:
+        if name not in data:
+            problems.append((name, "required field is missing", "missing_field"))
+    for name, hint in _HINTS.items():
+        if name in data and not _has_type(data[name], hint):
+            problems.append((name, f"must be a {_TYPE_NAMES.get(hint, hint)}, got {type(data[name]).__name__}",
+                             "wrong_type"))
+    if problems:
+        return problems
+    if not data["id"].strip() or any(c.isspace() for c in data["id"]):
+        problems.append(("id", f"must be non-empty without whitespace, got {data['id']!r}", "out_of_range"))
+    if not data["prompt"].strip():
+        problems.append(("prompt", "must not be empty", "out_of_range"))
+    for name, choices in _CHOICES.items():
+        if name in data and data[name] not in choices:
+            problems.append((name, f"unknown {name} {data[name]!r} (known: {', '.join(choices)})", "unknown_value"))
+    kind = data["verifier"].get("kind")
+    if kind not in VERIFIERS:
+        problems.append(("verifier.kind", f"unknown verifier kind {kind!r} (known: {', '.join(VERIFIERS)})",
+                         "unknown_value"))
+    if not 0 <= data.get("difficulty", 1) <= MAX_DIFFICULTY:
+        problems.append(("difficulty", f"must be in [0, {MAX_DIFFICULTY}], got {data['difficulty']}", "out_of_range"))
+    if not 0.0 <= data.get("min_gap", 0.0) <= 1.0:
+        problems.append(("min_gap", f"must be in [0, 1], got {data['min_gap']}", "out_of_range"))
+    return problems + _check_limits(data.get("limits", {}))
+
+
+def _load_file(path: Path) -> tuple[EnvSpec | None, list[Rejection]]:
+    """Parse and validate one spec file: the spec if it is valid, else every problem found."""
+    file = str(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        return None, [Rejection(file, DOCUMENT, f"unreadable: {error}", "unreadable")]
+    except yaml.YAMLError as error:
+        reason = " ".join(str(error).split())
+        return None, [Rejection(file, DOCUMENT, f"malformed YAML: {reason}", "malformed_yaml")]
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        return None, [Rejection(file, DOCUMENT, f"must be a mapping of spec fields, got {got}", "malformed_yaml")]
+    env_id = data["id"] if isinstance(data.get("id"), str) else ""
+    problems = _check_fields(data)
+    if problems:
+        return None, [Rejection(file, name, reason, code, env_id) for name, reason, code in problems]
+    spec = EnvSpec(**{**data, "limits": Limits(**data.get("limits", {})), "source": file})
+    problems = get_verifier(spec.verifier_kind).validate(spec)
+    if problems:
+        return None, [Rejection(file, name, reason, "invalid_verifier", env_id) for name, reason in problems]
+    return spec, []
+
+
+def load_spec(path: str | Path) -> EnvSpec:
+    """Load one spec file; raises ``SpecError`` (with ``file`` and ``field``) if it is invalid."""
+    spec, rejections = _load_file(Path(path))
+    if rejections:
+        raise SpecError(rejections)
+    return spec
+
+
+def spec_files(path: str | Path) -> list[Path]:
+    """Every ``*.yaml`` / ``*.yml`` file under a suite folder, sorted by relative path."""
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"suite folder not found: {root}")
+    return sorted((p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()),
+                  key=lambda p: p.relative_to(root).as_posix())
+
+
+def suite_digest(path: str | Path) -> str:
+    """A content hash of every spec file under ``path`` (names and bytes): changes whenever any spec does."""
+    root, digest = Path(path), hashlib.sha256()
+    for file in spec_files(root):
+        for part in (file.relative_to(root).as_posix().encode(), file.read_bytes()):
+            digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.hexdigest()
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Load every spec under ``path``; bad files and duplicate ids become ``Suite.rejections``."""
+    suite = Suite(path=str(path))
+    first_file: dict[str, str] = {}
+    for file in spec_files(path):
+        spec, rejections = _load_file(file)
+        suite.rejections.extend(rejections)
+        if spec is None:
+            continue
+        if spec.id in first_file:
+            suite.rejections.append(Rejection(str(file), "id", f"duplicate id {spec.id!r}, first defined in "
+                                              f"{first_file[spec.id]}", "duplicate_id", spec.id))
+            continue
+        first_file[spec.id] = str(file)
+        suite.envs.append(spec)
+    return suite
