@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Build the sandbox runtime image (posttrain-sandbox:latest) used by the docker sandbox backend, fully offline.
+#
+# Idempotent: skips the build when the image exists, unless FORCE=1. Builds the base image first if needed
+# (see base-image.sh; BASE_ROOTFS and BASE_IMAGE are passed through).
+#
+# Example:
+#   containers/build-sandbox-image.sh
+#   FORCE=1 SANDBOX_IMAGE=posttrain-sandbox:dev containers/build-sandbox-image.sh
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export BASE_IMAGE="${BASE_IMAGE:-posttrain-base:bookworm}"
+SANDBOX_IMAGE="${SANDBOX_IMAGE:-posttrain-sandbox:latest}"
+
+if [[ "${FORCE:-0}" != "1" ]] && docker image inspect "$SANDBOX_IMAGE" >/dev/null 2>&1; then
+    echo "build-sandbox-image: $SANDBOX_IMAGE already exists (FORCE=1 rebuilds)"
+    exit 0
+fi
+
+"$here/base-image.sh"
+docker build --network none --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$SANDBOX_IMAGE" "$here/sandbox"
+echo "build-sandbox-image: built $SANDBOX_IMAGE"

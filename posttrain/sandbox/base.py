@@ -1,0 +1,73 @@
+"""The Sandbox protocol: run one untrusted program with files, limits and a deadline; report what happened.
+
+A backend never interprets the program's output: it reports exit code, captured (truncated) streams, whether the
+deadline killed it, and whether the sandbox itself failed (``infra_error``). Verifiers decide verdicts.
+
+Example:
+    >>> from posttrain.sandbox import make_sandbox, Execution
+    >>> box = make_sandbox("bwrap")                                  # doctest: +SKIP
+    >>> r = box.run(Execution(files={"main.py": "print(6*7)"}, command=["python3", "main.py"]))  # doctest: +SKIP
+    >>> r.exit_code, r.stdout                                        # doctest: +SKIP
+    (0, '42\\n')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass
+class Execution:
+    """One program to run: ``files`` are written into an empty workspace, then ``command`` runs inside it."""
+
+    files: dict[str, str]
+    command: list[str]
+    timeout_s: float = 10.0
+    memory_mb: int = 512
+    runtime: str = "python"
+    max_output_bytes: int = 1 << 20
+    stdin: str = ""
+
+
+@dataclass
+class ExecutionResult:
+    exit_code: int | None  # None when the program was killed (deadline) or never ran (infra error)
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    infra_error: str = ""  # non-empty: the sandbox failed, not the program; never scored as a reward
+    output_truncated: bool = False
+    start_ms: float = 0.0  # time to get an isolated environment ready
+    run_ms: float = 0.0  # wall time of the program itself
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.infra_error and not self.timed_out and self.exit_code == 0
+
+
+class SandboxStartError(RuntimeError):
+    """The sandbox could not be created or started: an infrastructure failure, retried then reported."""
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    name: str
+
+    def run(self, execution: Execution) -> ExecutionResult:
+        """Run one execution to completion (or its deadline); never raises for program failures."""
+
+    def close(self) -> None:
+        """Release everything this sandbox holds (containers, processes, temp dirs)."""
+
+
+def truncate(data: bytes, limit: int) -> tuple[str, bool]:
+    """Decode at most ``limit`` bytes of program output, marking the cut.
+
+    >>> truncate(b"abcdef", 3)
+    ('abc\\n[... output truncated at 3 bytes ...]', True)
+    """
+    if len(data) <= limit:
+        return data.decode("utf-8", "replace"), False
+    return data[:limit].decode("utf-8", "replace") + f"\n[... output truncated at {limit} bytes ...]", True

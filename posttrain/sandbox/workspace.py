@@ -1,0 +1,147 @@
+"""What every backend does the same way: check workspace file names, resolve the runtime, pack or write the files.
+
+File names are relative POSIX paths inside the workspace; absolute paths and ``..`` are refused (a name must never
+reach outside the workspace on the host). ``Execution.runtime`` names the interpreter a program needs; a command
+that starts with one of its aliases (``python`` for the python runtime) is pointed at the interpreter's path.
+
+Example:
+    >>> from posttrain.sandbox.base import Execution
+    >>> resolve_command(Execution(files={}, command=["python", "main.py"]))
+    ['/usr/bin/python3', 'main.py']
+    >>> checked_files({"src/a.py": "x = 1", "./b.txt": ""})
+    [('src/a.py', 'x = 1'), ('b.txt', '')]
+    >>> checked_files({"../escape.py": ""})
+    Traceback (most recent call last):
+    ...
+    ValueError: files['../escape.py']: must be a relative path inside the workspace
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import stat
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from posttrain.sandbox.base import Execution
+
+SANDBOX_UID = 10001  # the program's uid inside every sandbox (the docker image's ``sandbox`` user)
+SANDBOX_GID = 10001
+WORKDIR = "/work"  # where the workspace appears inside the sandbox
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}  # all a program inherits
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """An interpreter a program can ask for, at the same path on a Debian host and in the sandbox image."""
+
+    path: str
+    aliases: tuple[str, ...]
+    reserve_mb: int = 0  # virtual address space the interpreter reserves beyond its heap (added to RLIMIT_AS)
+    env: dict[str, str] = field(default_factory=dict)  # "{memory_mb}" in a value is filled from the execution
+
+
+RUNTIMES = {
+    "python": Runtime("/usr/bin/python3", ("python", "python3")),
+    # V8 reserves ~800 MB of address space (code range, pointer cage) up front; its heap is capped instead.
+    "node": Runtime("/usr/bin/node", ("node", "nodejs"), reserve_mb=1024,
+                    env={"NODE_OPTIONS": "--max-old-space-size={memory_mb}"}),
+    "bash": Runtime("/bin/bash", ("bash",)),
+}
+
+
+def runtime_of(execution: Execution) -> Runtime:
+    """The ``Runtime`` an execution asks for; ``ValueError`` naming the field when it is unknown."""
+    try:
+        return RUNTIMES[execution.runtime]
+    except KeyError:
+        raise ValueError(f"runtime={execution.runtime!r}: unknown, expected one of {sorted(RUNTIMES)}") from None
+
+
+def resolve_command(execution: Execution) -> list[str]:
+    """The argv to run: ``command`` with a leading runtime alias replaced by the interpreter's absolute path."""
+    if not execution.command:
+        raise ValueError("command: empty")
+    runtime = runtime_of(execution)
+    head, *rest = execution.command
+    return [runtime.path, *rest] if head in runtime.aliases else list(execution.command)
+
+
+def sandbox_env(execution: Execution) -> dict[str, str]:
+    """The whole environment of the program: ``BASE_ENV`` plus its runtime's variables."""
+    extra = runtime_of(execution).env
+    return {**BASE_ENV, **{k: v.format(memory_mb=execution.memory_mb) for k, v in extra.items()}}
+
+
+def checked_files(files: dict[str, str]) -> list[tuple[str, str]]:
+    """``files`` as (normalized relative path, content) pairs; ``ValueError`` naming the first bad entry."""
+    checked = []
+    for name, content in files.items():
+        path = PurePosixPath(name)
+        parts = [p for p in path.parts if p != "."]
+        if path.is_absolute() or not parts or ".." in parts or "\0" in name:
+            raise ValueError(f"files[{name!r}]: must be a relative path inside the workspace")
+        if not isinstance(content, str):
+            raise ValueError(f"files[{name!r}]: content must be str, got {type(content).__name__}")
+        checked.append(("/".join(parts), content))
+    return checked
+
+
+def write_tree(root: Path, files: list[tuple[str, str]]) -> None:
+    """Create ``root`` (mode 0755) and write checked ``files`` under it."""
+    root.mkdir(mode=0o755, exist_ok=True)
+    for name, content in files:
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+
+
+def chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give ``root`` and everything below it (links themselves, not their targets) to ``uid``:``gid``."""
+    os.chown(root, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for entry in dirnames + filenames:
+            os.chown(os.path.join(dirpath, entry), uid, gid, follow_symlinks=False)
+
+
+def remove_tree(root: Path) -> None:
+    """Delete ``root`` even when the program left directories without write or search permission."""
+
+    def unlock_and_retry(func, path, _exc):
+        parent = os.path.dirname(path)
+        os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, stat.S_IRWXU)
+            shutil.rmtree(path, onerror=unlock_and_retry)
+        else:
+            func(path)
+
+    shutil.rmtree(root, onerror=unlock_and_retry)
+
+
+def tar_archive(files: list[tuple[str, str]], uid: int = SANDBOX_UID, gid: int = SANDBOX_GID) -> bytes:
+    """An uncompressed tar of checked ``files`` (and their parent directories), owned by ``uid``:``gid``."""
+    buf = io.BytesIO()
+    now = time.time()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        added: set[str] = set()
+        for name, content in files:
+            for parent in reversed(PurePosixPath(name).parents[:-1]):
+                if str(parent) not in added:
+                    added.add(str(parent))
+                    tar.addfile(_tarinfo(str(parent), tarfile.DIRTYPE, 0o755, uid, gid, now))
+            data = content.encode("utf-8")
+            info = _tarinfo(name, tarfile.REGTYPE, 0o644, uid, gid, now)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _tarinfo(name: str, kind: bytes, mode: int, uid: int, gid: int, mtime: float) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.uid, info.gid, info.mtime = kind, mode, uid, gid, mtime
+    return info
