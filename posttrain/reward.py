@@ -1,0 +1,77 @@
+"""Reward stage: run every sampled completion's verifier in sandboxes, concurrently, and build the Scored table.
+
+An infra failure (sandbox could not start, daemon gone) is flagged in ``infra_error`` and excluded from the update by
+``trainable_rows``; it is never a reward of 0.
+
+Example:
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"infra_error": ["", "docker: daemon gone"], "reward": [1.0, 0.0]})
+    >>> len(trainable_rows(df))
+    1
+    >>> percentile([10.0, 20.0, 30.0], 50)
+    20.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from posttrain.config import SandboxConfig
+from posttrain.envs.spec import EnvSpec
+from posttrain.envs.verifiers import get_verifier, verify_many
+from posttrain.sandbox import Sandbox
+from posttrain.schemas import Scored
+
+
+@dataclass
+class RewardStats:
+    samples: int = 0
+    reward_mean: float = 0.0
+    pass_rate: float = 0.0
+    infra_errors: int = 0
+    timeouts: int = 0
+    sandbox_p50_ms: float = 0.0
+    sandbox_p99_ms: float = 0.0
+
+
+def percentile(values, q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else 0.0
+
+
+def trainable_rows(scored: pd.DataFrame) -> pd.DataFrame:
+    """Rows the policy update may use: everything except infra failures."""
+    return scored[scored["infra_error"] == ""]
+
+
+def score(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: Sandbox, cfg: SandboxConfig) -> pd.DataFrame:
+    """Verify each completion against its env; returns the Scored table (same row order)."""
+    specs = [envs[env_id] for env_id in trajectories["env_id"]]
+    pairs = [(spec, get_verifier(spec.verifier_kind).extract_solution(completion))
+             for spec, completion in zip(specs, trajectories["completion"])]
+    verdicts = verify_many(pairs, sandbox, cfg)
+    scored = trajectories.copy()
+    scored["reward"] = [float(v.reward) for v in verdicts]
+    scored["compiled"] = [bool(v.compiled) for v in verdicts]
+    scored["tests_passed"] = [int(v.tests_passed) for v in verdicts]
+    scored["tests_total"] = [int(v.tests_total) for v in verdicts]
+    scored["exit_code"] = [-1 if v.exit_code is None else int(v.exit_code) for v in verdicts]
+    scored["timed_out"] = [bool(v.timed_out) for v in verdicts]
+    scored["infra_error"] = [v.infra_error or "" for v in verdicts]
+    scored["sandbox_ms"] = [float(v.sandbox_ms) for v in verdicts]
+    return Scored.validate(scored)
+
+
+def reward_stats(scored: pd.DataFrame) -> RewardStats:
+    usable = trainable_rows(scored)
+    return RewardStats(
+        samples=len(scored),
+        reward_mean=float(usable["reward"].mean()) if len(usable) else 0.0,
+        pass_rate=float((usable["reward"] >= 1.0).mean()) if len(usable) else 0.0,
+        infra_errors=int((scored["infra_error"] != "").sum()),
+        timeouts=int(scored["timed_out"].sum()),
+        sandbox_p50_ms=percentile(scored["sandbox_ms"].tolist(), 50),
+        sandbox_p99_ms=percentile(scored["sandbox_ms"].tolist(), 99),
+    )

@@ -1,0 +1,100 @@
+"""Collect one iteration's rollouts: pick envs, sample a group of n completions per env, build Trajectories.
+
+Example:
+    >>> from posttrain.rollout.collect import pick_envs
+    >>> from posttrain.config import RolloutConfig
+from posttrain.envs.spec import EnvSpec
+    >>> envs = [EnvSpec(id=f"e{i}", prompt="p", verifier={"kind": "python_tests"}, reference="") for i in range(5)]
+    >>> [e.id for e in pick_envs(envs, count=3, seed=7)] == [e.id for e in pick_envs(envs, count=3, seed=7)]
+    True
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+
+from posttrain.config import RolloutConfig
+from posttrain.envs.spec import EnvSpec
+from posttrain.rollout.engine import RolloutEngine
+from posttrain.schemas import Trajectories, encode_floats, encode_ints
+
+
+@dataclass
+class RolloutStats:
+    prompts: int = 0
+    samples: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    tokens_per_s: float = 0.0
+    truncated_fraction: float = 0.0  # samples cut by max_tokens instead of ending with EOS
+
+
+def pick_envs(envs: list[EnvSpec], count: int, seed: int) -> list[EnvSpec]:
+    """Deterministically choose ``count`` envs (all of them when count <= 0 or count >= len(envs))."""
+    if count <= 0 or count >= len(envs):
+        return list(envs)
+    return random.Random(seed).sample(list(envs), count)
+
+
+def collect(
+    engine: RolloutEngine,
+    envs: list[EnvSpec],
+    *,
+    n: int,
+    temperature: float,
+    max_tokens: int,
+    policy_version: int,
+    group_prefix: str,
+    top_p: float = 1.0,
+    seed: int = 0,
+) -> tuple[pd.DataFrame, RolloutStats]:
+    """Sample ``n`` completions for each env's prompt; one Trajectories row per completion."""
+    started = time.perf_counter()
+    groups = engine.generate([e.prompt for e in envs], n=n, temperature=temperature, max_tokens=max_tokens,
+                             top_p=top_p, seed=seed)
+    seconds = time.perf_counter() - started
+    rows = []
+    for env, group in zip(envs, groups):
+        for idx, sample in enumerate(group):
+            rows.append({
+                "env_id": env.id,
+                "group_id": f"{group_prefix}/{env.id}",
+                "sample_idx": idx,
+                "policy_version": policy_version,
+                "prompt": env.prompt,
+                "completion": sample.text,
+                "prompt_token_ids": encode_ints(sample.prompt_token_ids),
+                "completion_token_ids": encode_ints(sample.token_ids),
+                "behavior_logprobs": encode_floats(sample.logprobs),
+                "steps": 1,
+                "tool_calls": 0,
+                "finish_reason": sample.finish_reason,
+                "tokens": len(sample.token_ids),
+            })
+    table = Trajectories.validate(pd.DataFrame(rows, columns=list(Trajectories.to_schema().columns)))
+    tokens = int(table["tokens"].sum()) if len(table) else 0
+    stats = RolloutStats(
+        prompts=len(envs),
+        samples=len(table),
+        tokens=tokens,
+        seconds=seconds,
+        tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+        truncated_fraction=float((table["finish_reason"] == "length").mean()) if len(table) else 0.0,
+    )
+    return table, stats
+
+
+def rollout_iteration(policy_dir: str, envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,
+                      policy_version: int) -> tuple[pd.DataFrame, RolloutStats]:
+    """One iteration's rollout: pick envs of the train split, start vLLM on the policy, sample groups, stop vLLM."""
+    from posttrain.rollout.engine import VLLMEngine
+
+    chosen = pick_envs([e for e in envs if e.split == "train"], cfg.envs_per_iteration, seed=cfg.seed + iteration)
+    with VLLMEngine(policy_dir, cfg) as engine:
+        return collect(engine, chosen, n=cfg.samples_per_env, temperature=cfg.temperature,
+                       max_tokens=cfg.max_new_tokens, policy_version=policy_version, group_prefix=f"it{iteration}",
+                       top_p=cfg.top_p, seed=cfg.seed + iteration)

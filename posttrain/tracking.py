@@ -1,0 +1,127 @@
+"""MLflow lineage: one parent run per workflow execution, one nested run per RL iteration, policy versions registered.
+
+The tracking URI comes from ``MLFLOW_TRACKING_URI`` (default ``sqlite:///<cwd>/mlflow.db``); artifacts of experiments
+created here go to ``<cwd>/mlartifacts`` so ``make mlflow-ui`` over the same store shows them. Run ids are passed
+explicitly between Flyte tasks (no global "active run"), so the same code works when tasks run in different pods.
+
+Example:
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp(); os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{d}/m.db"   # doctest: +SKIP
+    >>> parent = start_run("posttrain-doc", run_name="demo", params={"iterations": 1})           # doctest: +SKIP
+    >>> child = log_iteration(parent, 1, {"reward/mean": 0.5})                                    # doctest: +SKIP
+    >>> finish_run(parent)                                                                        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+POLICY_MODEL_NAME = "posttrain-policy"
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def client():
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(name: str) -> str:
+    c = client()
+    existing = c.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    artifacts = os.environ.get("POSTTRAIN_ARTIFACT_ROOT") or (Path.cwd() / "mlartifacts").as_uri()
+    return c.create_experiment(name, artifact_location=artifacts)
+
+
+def start_run(experiment: str, run_name: str, params: dict | None = None, tags: dict | None = None,
+              parent_run_id: str = "") -> str:
+    """Create a run and return its id; with ``parent_run_id`` it is nested in the parent's experiment."""
+    c = client()
+    all_tags = dict(tags or {})
+    if parent_run_id:
+        all_tags["mlflow.parentRunId"] = parent_run_id
+        exp_id = c.get_run(parent_run_id).info.experiment_id
+    else:
+        exp_id = experiment_id(experiment)
+    run = c.create_run(exp_id, run_name=run_name, tags=all_tags)
+    for key, value in _flatten(params or {}).items():
+        c.log_param(run.info.run_id, key, str(value)[:6000])
+    return run.info.run_id
+
+
+def log_metrics(run_id: str, metrics: dict[str, float], step: int) -> None:
+    c = client()
+    for key, value in metrics.items():
+        c.log_metric(run_id, key, float(value), step=step)
+
+
+def log_table(run_id: str, table: pd.DataFrame, name: str, html: bool = False) -> None:
+    """Log a table as ``tables/<name>.parquet`` (and ``.html`` for people) on the run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.parquet"
+        table.to_parquet(path, index=False)
+        if html:
+            (Path(tmp) / f"{name}.html").write_text(table.to_html(index=False))
+        client().log_artifacts(run_id, tmp, artifact_path="tables")
+
+
+def log_dict(run_id: str, data: dict, name: str) -> None:
+    client().log_text(run_id, json.dumps(data, indent=2, sort_keys=True, default=str), name)
+
+
+def register_policy(run_id: str, policy_dir: str, version: int) -> str:
+    """Log the policy directory on the run and register it as a version of ``posttrain-policy``."""
+    c = client()
+    c.log_artifacts(run_id, policy_dir, artifact_path="policy")
+    try:
+        c.get_registered_model(POLICY_MODEL_NAME)
+    except Exception:  # MlflowException RESOURCE_DOES_NOT_EXIST: first version ever
+        c.create_registered_model(POLICY_MODEL_NAME, description="Policies produced by posttrain RL iterations")
+    source = f"{c.get_run(run_id).info.artifact_uri}/policy"
+    model_version = c.create_model_version(POLICY_MODEL_NAME, source=source, run_id=run_id,
+                                           tags={"policy_version": str(version)})
+    return str(model_version.version)
+
+
+def log_iteration(parent_run_id: str, iteration: int, metrics: dict[str, float],
+                  tables: dict[str, pd.DataFrame] | None = None, policy_dir: str = "", policy_version: int = -1) -> str:
+    """One nested run per RL iteration; metrics go to it and to the parent (``step=iteration``)."""
+    child = start_run("", run_name=f"iteration-{iteration}", parent_run_id=parent_run_id,
+                      tags={"posttrain.iteration": str(iteration)})
+    log_metrics(child, metrics, step=iteration)
+    log_metrics(parent_run_id, metrics, step=iteration)
+    for name, table in (tables or {}).items():
+        log_table(child, table, name)
+    if policy_dir:
+        registered = register_policy(child, policy_dir, policy_version)
+        client().set_tag(child, "posttrain.registered_version", registered)
+    finish_run(child)
+    return child
+
+
+def finish_run(run_id: str, status: str = "FINISHED") -> None:
+    client().set_terminated(run_id, status=status)
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
