@@ -1,0 +1,65 @@
+"""Flyte tasks: MLflow lineage. A parent run per workflow execution, a nested run per iteration.
+
+Never cached: each execution must leave its own runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from flytekit import current_context, task
+from pandera.typing import DataFrame
+
+from posttrain import tracking
+from posttrain.config import LoopConfig
+from posttrain.evaluation.results import summarize
+from posttrain.reward import RewardStats
+from posttrain.rollout.collect import RolloutStats
+from posttrain.schemas import AdmissionReport, Envs, EvalResults, Scored
+from posttrain.training.trainer import TrainStats
+from tasks.policy import PolicyDir
+from tasks.resources import stage
+
+
+@task(**stage("track"))
+def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport], envs: DataFrame[Envs]) -> str:
+    """Open the parent run: config as params, the admission report as an artifact; returns the run id."""
+    execution = str(current_context().execution_id.name)
+    run_id = tracking.start_run(cfg.experiment, run_name=f"rl_loop-{execution}", params=asdict(cfg),
+                                tags={"flyte.execution_id": execution, "posttrain.workflow": "rl_loop"})
+    tracking.log_dict(run_id, asdict(cfg), "config.json")
+    tracking.log_table(run_id, report, "admission_report", html=True)
+    rejected = report.groupby("env_id")["passed"].all().eq(False).sum()
+    tracking.log_metrics(run_id, {"admission/admitted": len(envs), "admission/rejected": int(rejected)}, step=0)
+    return run_id
+
+
+@task(**stage("track"))
+def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir) -> str:
+    """Iteration 0: the starting policy's evaluation, so every curve starts at the baseline."""
+    return tracking.log_iteration(run_id, 0, summarize(results), tables={"eval_results": results},
+                                  policy_dir=policy.download(), policy_version=0)
+
+
+@task(**stage("track"))
+def log_iteration(run_id: str, iteration: int, rollout_stats: RolloutStats, scored: DataFrame[Scored],
+                  reward_stats: RewardStats, train_stats: TrainStats, results: DataFrame[EvalResults],
+                  policy: PolicyDir) -> str:
+    metrics = {
+        **summarize(results),
+        **{f"rollout/{k}": v for k, v in asdict(rollout_stats).items()},
+        **{f"reward/{k.removeprefix('reward_')}": v for k, v in asdict(reward_stats).items()
+           if not k.startswith("sandbox_")},
+        "sandbox/p50_ms": reward_stats.sandbox_p50_ms,
+        "sandbox/p99_ms": reward_stats.sandbox_p99_ms,
+        **{f"train/{k}": v for k, v in asdict(train_stats).items()},
+    }
+    return tracking.log_iteration(run_id, iteration, metrics, tables={"scored": scored, "eval_results": results},
+                                  policy_dir=policy.download(), policy_version=iteration)
+
+
+@task(**stage("track"))
+def finish_tracking(run_id: str, final_policy: PolicyDir) -> str:
+    tracking.client().set_tag(run_id, "posttrain.final_policy", final_policy.path)
+    tracking.finish_run(run_id)
+    return run_id

@@ -1,0 +1,33 @@
+"""Flyte task: one GRPO update of policy v_k with DeepSpeed on the scored rollouts, writing v_{k+1}."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+from flytekit import current_context, task
+from flytekit.types.directory import FlyteDirectory
+from pandera.typing import DataFrame
+
+from posttrain.config import TrainConfig
+from posttrain.reward import trainable_rows
+from posttrain.schemas import Scored
+from posttrain.training.samples import samples_from_scored
+from posttrain.training.trainer import PolicyTrainer, TrainStats
+from tasks.policy import PolicyDir
+from tasks.resources import CACHE_VERSION, stage
+
+Update = NamedTuple("Update", [("policy", PolicyDir), ("stats", TrainStats)])
+
+
+@task(cache=True, cache_version=CACHE_VERSION, **stage("update"))
+def update(policy: PolicyDir, scored: DataFrame[Scored], cfg: TrainConfig, policy_version: int) -> Update:
+    """Train on every non-infra-error sample; save the result as policy version ``policy_version``."""
+    out = Path(current_context().working_directory) / f"policy-v{policy_version}"
+    trainer = PolicyTrainer(policy.download(), cfg)
+    try:
+        stats = trainer.train_on(samples_from_scored(trainable_rows(scored)))
+        trainer.save(out, metadata={"version": policy_version})
+    finally:
+        trainer.close()
+    return Update(policy=FlyteDirectory(str(out)), stats=stats)
