@@ -13,10 +13,15 @@ Example (needs a policy dir; spawns a vLLM engine process, so guard scripts with
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Iterator, Protocol
 
 from posttrain.config import RolloutConfig
 
@@ -50,13 +55,14 @@ class VLLMEngine:
         from vllm import LLM
 
         self.policy_dir = str(policy_dir)
-        self.llm = LLM(
-            model=self.policy_dir,
-            dtype=cfg.dtype,
-            enable_prefix_caching=cfg.enable_prefix_caching,
-            max_model_len=cfg.max_model_len,
-            seed=cfg.seed,
-        )
+        with staged(self.policy_dir) as model_path:
+            self.llm = LLM(
+                model=model_path,
+                dtype=cfg.dtype,
+                enable_prefix_caching=cfg.enable_prefix_caching,
+                max_model_len=cfg.max_model_len,
+                seed=cfg.seed,
+            )
 
     def generate(
         self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0, seed: int = 0
@@ -85,6 +91,37 @@ class VLLMEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_STORAGE_KEYS = ("dtype", "torch_dtype", "transformers_version")  # how weights are stored, not the architecture
+
+
+def stage_root() -> Path:
+    return Path(os.environ.get("POSTTRAIN_CACHE", Path.home() / ".cache" / "posttrain")) / "vllm-stage"
+
+
+@contextmanager
+def staged(policy_dir: str) -> Iterator[str]:
+    """Expose ``policy_dir`` to vLLM under a path that depends only on its ``config.json``.
+
+    vLLM keys its torch.compile cache on the model path; every RL iteration writes a new policy directory, so
+    loading each one directly would recompile the model each time. Symlinking the files into a stable per-
+    architecture directory lets every version reuse one compiled graph. The lock is held while the engine loads,
+    so concurrent engines on one machine never see each other's weights.
+    """
+    source = Path(policy_dir).resolve()
+    arch = {k: v for k, v in json.loads((source / "config.json").read_text()).items() if k not in _STORAGE_KEYS}
+    key = hashlib.sha256(json.dumps(arch, sort_keys=True).encode()).hexdigest()[:16]
+    stage = stage_root() / key
+    stage.mkdir(parents=True, exist_ok=True)
+    with open(stage.parent / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for old in stage.iterdir():
+            old.unlink()
+        for file in source.iterdir():
+            if file.is_file():
+                (stage / file.name).symlink_to(file)
+        yield str(stage)
 
 
 def _to_sample(request_output, choice) -> Sample:
