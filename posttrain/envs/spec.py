@@ -1,6 +1,8 @@
 """The environment spec: one RL env (prompt, workspace, verifier, reference solution, limits) as a typed record.
 
-Specs are YAML files in a suite folder; ``posttrain.envs.suite.load_suite`` parses and validates them.
+Specs are YAML files in a suite folder; ``posttrain.envs.suite.load_suite`` parses and validates them. Every field
+and each verifier kind's config is documented in ``docs/env-spec.md``; ``posttrain/envs/spec_schema.json`` is the
+same format as a JSON Schema (``python -m posttrain.envs.schema`` regenerates it).
 
 Example:
     >>> spec = EnvSpec(id="demo/add_3", prompt="...", entry_point="add_3",
@@ -30,13 +32,13 @@ class Limits:
 class EnvSpec:
     id: str
     prompt: str
-    verifier: dict  # {"kind": <verifier name>, ...its config}
+    verifier: dict  # {"kind": python_tests | python_asserts | workspace_tests | numeric | scene, ...its config}
     reference: str
     entry_point: str = ""
     domain: str = "python"
     difficulty: int = 1
     kind: str = "single_turn"
-    runtime: str = "python"
+    runtime: str = "python"  # ignored by host-only verifiers (numeric, scene)
     split: str = "train"
     workspace: dict[str, str] = field(default_factory=dict)  # path -> file content, written before the run
     limits: Limits = field(default_factory=Limits)

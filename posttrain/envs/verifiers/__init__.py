@@ -1,11 +1,16 @@
 """Verifier registry and batch scoring: one module per verifier kind, looked up by a spec's ``verifier.kind``.
 
+Kinds: ``python_tests`` (return values compared on the host), ``python_asserts`` (assert-style tests, one child
+process each), ``workspace_tests`` (a solution edits a workspace, then trusted tests run against it), and the
+host-only ``numeric`` (extracted values and formulas) and ``scene`` (geometric constraints), which never start a
+sandbox: their answers are data, not code.
+
 Example:
     >>> from posttrain.config import SandboxConfig
     >>> from posttrain.envs.suite import load_suite
     >>> from posttrain.sandbox import make_sandbox
     >>> VERIFIERS
-    ('python_tests',)
+    ('numeric', 'python_asserts', 'python_tests', 'scene', 'workspace_tests')
     >>> get_verifier("python_tests").kind
     'python_tests'
     >>> suite = load_suite("posttrain/envs/suites/demo_python")              # doctest: +SKIP
@@ -22,11 +27,12 @@ from typing import Sequence
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers import python_tests
+from posttrain.envs.verifiers import numeric, python_asserts, python_tests, scene, workspace_tests
 from posttrain.envs.verifiers.base import Verdict, Verifier
 from posttrain.sandbox import run_many
 
-_REGISTRY: dict[str, Verifier] = {v.kind: v for v in (python_tests.VERIFIER,)}
+_REGISTRY: dict[str, Verifier] = {v.kind: v for v in (python_tests.VERIFIER, python_asserts.VERIFIER,
+                                                     workspace_tests.VERIFIER, numeric.VERIFIER, scene.VERIFIER)}
 VERIFIERS: tuple[str, ...] = tuple(sorted(_REGISTRY))
 
 
@@ -51,13 +57,34 @@ def new_nonce() -> str:
 
 
 def verify_many(specs_and_solutions: Sequence[tuple[EnvSpec, str]], sandbox, cfg: SandboxConfig) -> list[Verdict]:
-    """Run every (spec, solution program) pair in ``sandbox``, ``cfg.concurrency`` at a time, and score each.
+    """Run every (spec, solution) pair in ``sandbox``, ``cfg.concurrency`` at a time, and score each.
 
-    Solutions are programs (already passed through the verifier's ``extract_solution``). The result list is in
-    input order; sandbox failures come back as verdicts with ``excluded`` set, after ``cfg.start_retries`` retries.
+    Solutions are already passed through the verifier's ``extract_solution``. Host-only verifiers
+    (``needs_sandbox=False``) are scored directly with ``score_on_host`` and start no sandbox. The result list is
+    in input order; sandbox failures come back as verdicts with ``excluded`` set, after ``cfg.start_retries``
+    retries.
     """
-    jobs = [(spec, get_verifier(spec.verifier_kind), new_nonce()) for spec, _ in specs_and_solutions]
-    executions = [verifier.build_execution(spec, solution, cfg, nonce)
-                  for (spec, verifier, nonce), (_, solution) in zip(jobs, specs_and_solutions)]
-    results = run_many(sandbox, executions, concurrency=cfg.concurrency, start_retries=cfg.start_retries)
-    return [verifier.score(spec, result, nonce) for (spec, verifier, nonce), result in zip(jobs, results)]
+    verdicts: list[Verdict | None] = [None] * len(specs_and_solutions)
+    jobs = []  # (input index, spec, verifier, nonce, execution) of the sandboxed pairs
+    for index, (spec, solution) in enumerate(specs_and_solutions):
+        verifier = get_verifier(spec.verifier_kind)
+        if not verifier.needs_sandbox:
+            verdicts[index] = _score_on_host(verifier, spec, solution)
+            continue
+        nonce = new_nonce()
+        jobs.append((index, spec, verifier, nonce, verifier.build_execution(spec, solution, cfg, nonce)))
+    results = run_many(sandbox, [job[4] for job in jobs], concurrency=cfg.concurrency,
+                       start_retries=cfg.start_retries)
+    for (index, spec, verifier, nonce, _), result in zip(jobs, results):
+        verdicts[index] = verifier.score(spec, result, nonce)
+    return verdicts
+
+
+def _score_on_host(verifier: Verifier, spec: EnvSpec, solution: str) -> Verdict:
+    """``score_on_host``, with a verifier bug reported as an excluded verdict instead of failing the whole batch."""
+    try:
+        return verifier.score_on_host(spec, solution)
+    except Exception as error:  # noqa: BLE001 - our bug, not the solution's: flag it, never score it 0
+        message = f"{verifier.kind} verifier raised {type(error).__name__}: {error}"
+        return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=0,
+                       infra_error=message, detail=f"infra: {message}")

@@ -13,7 +13,8 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Callable
 
 from posttrain.config import SandboxConfig
@@ -49,7 +50,30 @@ class Verdict:
                    detail=f"infra: {result.infra_error}", sandbox_ms=result.start_ms + result.run_ms)
 
 
+def harness_records(stdout: str, nonce: str) -> list[dict]:
+    """The JSON records on lines that start with ``nonce``; every other line is the program's and is ignored.
+
+    >>> harness_records('N {"a": 1}\\nX {"a": 2}\\nN [3]\\nN nope\\n', "N")
+    [{'a': 1}]
+    """
+    prefix = nonce + " "
+    records = []
+    for line in stdout.splitlines():
+        if line.startswith(prefix):
+            try:
+                record = json.loads(line[len(prefix):])
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
 Problems = list[tuple[str, str]]  # (field, reason) pairs found by ``Verifier.validate``
+
+
+class HostOnlyError(TypeError):
+    """A sandbox function was called on a verifier that scores on the host (``needs_sandbox=False``)."""
 
 
 @dataclass(frozen=True)
@@ -58,9 +82,17 @@ class Verifier:
 
     - ``validate(spec)`` -> problems with the spec's verifier config (empty when valid); the suite loader turns
       each into a ``Rejection`` naming the field.
-    - ``extract_solution(completion)`` -> the program to run, from a model completion.
+    - ``extract_solution(completion)`` -> the solution (program, edit script or answer text) from a completion.
     - ``build_execution(spec, solution, cfg, nonce)`` -> the sandbox execution; never contains expected answers.
     - ``score(spec, result, nonce)`` -> the ``Verdict``, computed on the host.
+    - ``probes(spec)`` -> degenerate or cheating solutions by name (already extracted, ready for ``verify_many``);
+      admission's anti-hacking check requires every one of them to fail.
+    - ``mutants(spec)`` -> wrong-but-plausible variants of the reference (AST mutants, perturbed values, moved
+      objects, reverted edits); admission's coverage check wants most of them killed (not passing).
+    - ``needs_sandbox``: False for verifiers whose solution is data, not code (``numeric``, ``scene``); those
+      provide ``score_on_host(spec, solution)`` and ``verify_many`` never starts a sandbox for them (their
+      ``build_execution`` and ``score`` raise ``HostOnlyError``).
+    - ``config_schema``: a JSON Schema of the ``verifier`` mapping for this kind (used by ``envs.schema``).
     """
 
     kind: str
@@ -68,3 +100,18 @@ class Verifier:
     extract_solution: Callable[[str], str]
     build_execution: Callable[[EnvSpec, str, SandboxConfig, str], Execution]
     score: Callable[[EnvSpec, ExecutionResult, str], Verdict]
+    probes: Callable[[EnvSpec], dict[str, str]]
+    mutants: Callable[[EnvSpec], list[str]]
+    needs_sandbox: bool = True
+    score_on_host: Callable[[EnvSpec, str], Verdict] | None = None
+    config_schema: dict = field(default_factory=dict)
+
+
+def host_only(kind: str):
+    """``build_execution`` / ``score`` stand-ins for a host-only verifier: calling them is a programming error."""
+
+    def refuse(*_args, **_kwargs):
+        raise HostOnlyError(f"the {kind!r} verifier scores on the host: call score_on_host(spec, solution) "
+                            "(verify_many does this) instead of building a sandbox execution")
+
+    return refuse

@@ -1,9 +1,13 @@
 """The ``python_tests`` verifier: call the solution's entry point on each case's args and compare return values.
 
-Spec config: ``verifier: {kind: python_tests, cases: [{args: [...], expected: ...}, ...]}`` plus ``entry_point``.
+Spec config: ``verifier: {kind: python_tests, cases: [{args: [...], expected: ...}, ...]}`` plus ``entry_point``;
+optional ``complete_prompt: true`` runs ``prompt + solution`` when the solution does not define the entry point
+(HumanEval-style prompts that end in a signature and docstring; see ``python_common.program_for``).
 The sandbox runs the trusted ``harness.py`` (``python_harness.py``), which reports each *returned value* (or the
 exception type) on a nonce-prefixed line; the expected values stay on the host and ``score`` compares them here.
 A solution that exits early, crashes or prints look-alike lines earns nothing for the cases it did not answer.
+For admission, ``probes`` gives the cheat battery and ``mutants`` the AST mutants of the reference
+(``python_common``).
 
 Example:
     >>> from posttrain.config import SandboxConfig
@@ -28,7 +32,8 @@ from pathlib import Path
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers.base import Problems, Verdict, Verifier
+from posttrain.envs.verifiers import python_common
+from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, harness_records
 from posttrain.sandbox.base import Execution, ExecutionResult
 
 HARNESS = (Path(__file__).with_name("python_harness.py")).read_text(encoding="utf-8")
@@ -63,8 +68,10 @@ def validate(spec: EnvSpec) -> Problems:
     if not (isinstance(spec.entry_point, str) and spec.entry_point.isidentifier()
             and not keyword.iskeyword(spec.entry_point)):
         problems.append(("entry_point", f"must be a Python function name, got {spec.entry_point!r}"))
-    for name in sorted(set(spec.verifier) - {"kind", "cases"}):
-        problems.append((f"verifier.{name}", "unknown key for python_tests (allowed: kind, cases)"))
+    for name in sorted(set(spec.verifier) - {"kind", "cases", "complete_prompt"}, key=str):
+        problems.append((f"verifier.{name}", "unknown key for python_tests (allowed: kind, cases, complete_prompt)"))
+    if not isinstance(spec.verifier.get("complete_prompt", False), bool):
+        problems.append(("verifier.complete_prompt", "must be true or false"))
     for name in sorted({HARNESS_FILE, SOLUTION_FILE} & set(spec.workspace)):
         problems.append((f"workspace.{name}", "reserved for the verifier's own files"))
     cases = spec.verifier.get("cases")
@@ -90,7 +97,7 @@ def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str
     request = {"nonce": nonce, "entry_point": spec.entry_point,
                "cases": [case["args"] for case in spec.verifier["cases"]]}
     return Execution(
-        files={**spec.workspace, HARNESS_FILE: HARNESS, SOLUTION_FILE: solution},
+        files={**spec.workspace, HARNESS_FILE: HARNESS, SOLUTION_FILE: python_common.program_for(spec, solution)},
         command=list(COMMAND),
         timeout_s=min(spec.limits.timeout_s, cfg.timeout_s),
         memory_mb=min(spec.limits.memory_mb, cfg.memory_mb),
@@ -98,21 +105,6 @@ def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str
         max_output_bytes=cfg.max_output_bytes,
         stdin=json.dumps(request),
     )
-
-
-def harness_records(stdout: str, nonce: str) -> list[dict]:
-    """The JSON records on lines that start with ``nonce``; every other line is the program's and is ignored."""
-    prefix = nonce + " "
-    records = []
-    for line in stdout.splitlines():
-        if line.startswith(prefix):
-            try:
-                record = json.loads(line[len(prefix):])
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-    return records
 
 
 def same_value(got, want) -> bool:
@@ -187,5 +179,31 @@ def _detail(status, compiled, records, result, passed, total, failures) -> str:
     return head if not failures else f"{head}; {failures[0]}"
 
 
+def probes(spec: EnvSpec) -> dict[str, str]:
+    """Degenerate and cheating programs that must fail (see ``python_common.python_probes``)."""
+    return python_common.python_probes(spec)
+
+
+def mutants(spec: EnvSpec) -> list[str]:
+    """AST mutants of the reference program (see ``python_common.python_mutants``)."""
+    return python_common.python_mutants(spec)
+
+
+CONFIG_SCHEMA = {
+    "type": "object",
+    "required": ["kind", "cases"],
+    "additionalProperties": False,
+    "properties": {
+        "kind": {"const": "python_tests"},
+        "complete_prompt": {"type": "boolean", "description": "run prompt + solution when the solution does not "
+                                                              "define the entry point"},
+        "cases": {"type": "array", "minItems": 1, "maxItems": MAX_CASES, "items": {
+            "type": "object", "required": ["args", "expected"], "additionalProperties": False,
+            "properties": {"args": {"type": "array", "description": "positional arguments (JSON values)"},
+                           "expected": {"description": "the return value, compared on the host"}}}},
+    },
+}
+
 VERIFIER = Verifier(kind="python_tests", validate=validate, extract_solution=extract_solution,
-                    build_execution=build_execution, score=score)
+                    build_execution=build_execution, score=score, probes=probes, mutants=mutants,
+                    config_schema=CONFIG_SCHEMA)

@@ -1,0 +1,370 @@
+"""The ``numeric`` verifier (host-only): values extracted from a document, checked within tolerance and by formulas.
+
+The answer is data, not code, so nothing runs in a sandbox (``needs_sandbox=False``): ``score_on_host`` parses the
+answer's JSON object, compares every declared field with its expected value within tolerance, then recomputes each
+declared formula *from the extracted values* (``net_margin = net_income / revenue``) and checks that it holds too.
+Formulas are evaluated by a small AST-restricted arithmetic evaluator (``evaluate``), never ``eval``.
+
+Spec config::
+
+    verifier:
+      kind: numeric
+      fields:                          # field -> expected value, or {value, rel_tol, abs_tol}
+        revenue: 1520.4
+        net_income: {value: 182.3, abs_tol: 0.05}
+        net_margin: 0.1199
+      rel_tol: 0.001                   # optional default tolerances (a value passes if either holds)
+      abs_tol: 0.0
+      formulas: ["net_margin = net_income / revenue"]   # optional; names are fields
+      formula_rel_tol: 0.01            # optional (default: rel_tol), formula_abs_tol likewise
+
+Reward = checks passed / checks (one per field, one per formula); ``detail`` gives the reason of each failure.
+
+Example:
+    >>> from posttrain.envs.spec import EnvSpec
+    >>> spec = EnvSpec(id="t/m", prompt="Revenue 200, profit 50.", reference='{"revenue": 200, "profit": 50, "margin": 0.25}',
+    ...                verifier={"kind": "numeric", "fields": {"revenue": 200, "profit": 50, "margin": 0.25},
+    ...                          "formulas": ["margin = profit / revenue"]})
+    >>> validate(spec)
+    []
+    >>> score_on_host(spec, extract_solution('Answer: {"revenue": 200, "profit": 50, "margin": 0.25}')).passed
+    True
+    >>> v = score_on_host(spec, '{"revenue": 200, "profit": 50, "margin": 0.3}')
+    >>> v.tests_passed, v.tests_total, v.detail
+    (2, 4, 'margin: got 0.3, expected 0.25; formula margin = profit / revenue: 0.3 != 0.25')
+    >>> evaluate("a / (b - 1) + abs(-2)", {"a": 6, "b": 4})
+    4.0
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import operator
+import re
+
+from posttrain.envs.spec import EnvSpec
+from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, host_only
+
+DEFAULT_REL_TOL = 1e-3
+MAX_FIELDS = 50
+MAX_ANSWER_CHARS = 100_000
+MAX_SCAN_CHARS, MAX_SCAN_ATTEMPTS = 20_000, 500  # where and how hard to look for the answer object
+KEYS = {"kind", "fields", "rel_tol", "abs_tol", "formulas", "formula_rel_tol", "formula_abs_tol"}
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.Pow: operator.pow}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+_CALLS = {"abs": abs, "min": min, "max": max}
+_NUMBER_TEXT = re.compile(r"^[-+]?\$?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?$")
+
+
+class FormulaError(ValueError):
+    """A formula that is not allowed (names, operators) or cannot be computed (division by zero, overflow)."""
+
+
+def _check_node(node: ast.AST, names) -> None:
+    """Refuse anything but numbers, known names, + - * / **, unary +/-, and abs/min/max calls."""
+    if isinstance(node, ast.Expression):
+        return _check_node(node.body, names)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return None
+    if isinstance(node, ast.Name):
+        if names is not None and node.id not in names:
+            raise FormulaError(f"unknown name {node.id!r}")
+        return None
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        _check_node(node.left, names)
+        return _check_node(node.right, names)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _check_node(node.operand, names)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS
+            and not node.keywords and node.args):
+        for arg in node.args:
+            _check_node(arg, names)
+        return None
+    raise FormulaError(f"not allowed in a formula: {ast.unparse(node)}")
+
+
+def parse_expression(text: str, names=None) -> ast.Expression:
+    """Parse an arithmetic expression, refusing anything outside the allowed subset."""
+    if not isinstance(text, str) or len(text) > 500:
+        raise FormulaError("must be a string of at most 500 characters")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as error:
+        raise FormulaError(f"does not parse: {error.msg}") from None
+    _check_node(tree, names)
+    return tree
+
+
+def _eval(node: ast.AST, values: dict[str, float]) -> float:
+    if isinstance(node, ast.Expression):
+        return _eval(node.body, values)
+    if isinstance(node, ast.Constant):
+        return float(node.value)
+    if isinstance(node, ast.Name):
+        if node.id not in values:
+            raise FormulaError(f"{node.id} is missing")
+        return float(values[node.id])
+    if isinstance(node, ast.BinOp):
+        left, right = _eval(node.left, values), _eval(node.right, values)
+        if isinstance(node.op, ast.Div) and right == 0:
+            raise FormulaError("division by zero")
+        if isinstance(node.op, ast.Pow) and (abs(right) > 16 or (left == 0 and right < 0)):
+            raise FormulaError("exponent out of range")
+        return _BINOPS[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp):
+        return _UNARY[type(node.op)](_eval(node.operand, values))
+    if isinstance(node, ast.Call):
+        return float(_CALLS[node.func.id](*(_eval(arg, values) for arg in node.args)))
+    raise FormulaError("not allowed")  # pragma: no cover - parse_expression refused it already
+
+
+def evaluate(expression: str | ast.Expression, values: dict[str, float]) -> float:
+    """The value of an allowed arithmetic expression over ``values``; ``FormulaError`` if it has none."""
+    tree = parse_expression(expression) if isinstance(expression, str) else expression
+    try:
+        result = _eval(tree, values)
+    except (OverflowError, ValueError, TypeError) as error:
+        if isinstance(error, FormulaError):
+            raise
+        raise FormulaError(str(error)) from None
+    if isinstance(result, complex) or not math.isfinite(result):
+        raise FormulaError("result is not a finite number")
+    return result
+
+
+def parse_formula(text: str, names) -> tuple[str, ast.Expression]:
+    """``"lhs = expression"`` -> (lhs, parsed expression); ``FormulaError`` naming the problem."""
+    if not isinstance(text, str) or text.count("=") != 1:
+        raise FormulaError("must look like 'name = expression'")
+    lhs, rhs = (part.strip() for part in text.split("="))
+    if lhs not in names:
+        raise FormulaError(f"left-hand side {lhs!r} is not a declared field")
+    return lhs, parse_expression(rhs, names)
+
+
+def _is_number(value) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _field_spec(config: dict, name: str) -> tuple[float, float, float]:
+    """(expected value, rel_tol, abs_tol) of one field."""
+    raw = config["fields"][name]
+    rel, absolute = config.get("rel_tol", DEFAULT_REL_TOL), config.get("abs_tol", 0.0)
+    if isinstance(raw, dict):
+        return raw["value"], raw.get("rel_tol", rel), raw.get("abs_tol", absolute)
+    return raw, rel, absolute
+
+
+def close(got: float, want: float, rel: float, absolute: float) -> bool:
+    """Within tolerance: ``|got - want| <= max(rel * |want|, abs)``."""
+    return abs(got - want) <= max(rel * abs(want), absolute)
+
+
+def validate(spec: EnvSpec) -> Problems:
+    """Problems with a ``numeric`` config, including formulas that do not hold for the expected values."""
+    problems: Problems = []
+    config = spec.verifier
+    for name in sorted(set(config) - KEYS, key=str):
+        problems.append((f"verifier.{name}", f"unknown key for numeric (allowed: {', '.join(sorted(KEYS))})"))
+    for name in ("rel_tol", "abs_tol", "formula_rel_tol", "formula_abs_tol"):
+        if name in config and not (_is_number(config[name]) and 0 <= config[name] <= 1e12):
+            problems.append((f"verifier.{name}", f"must be a non-negative number, got {config[name]!r}"))
+    fields = config.get("fields")
+    if not isinstance(fields, dict) or not 1 <= len(fields) <= MAX_FIELDS:
+        problems.append(("verifier.fields", f"must be a mapping of 1..{MAX_FIELDS} field names to values"))
+        return problems
+    for name, raw in fields.items():
+        where = f"verifier.fields.{name}"
+        if not (isinstance(name, str) and name.isidentifier()):
+            problems.append((where, "field names must be identifiers"))
+        elif isinstance(raw, dict):
+            if "value" not in raw or set(raw) - {"value", "rel_tol", "abs_tol"}:
+                problems.append((where, "must be a number or a mapping with 'value' and optional 'rel_tol', 'abs_tol'"))
+            elif not _is_number(raw["value"]):
+                problems.append((f"{where}.value", f"must be a finite number, got {raw['value']!r}"))
+            for tol in ("rel_tol", "abs_tol"):
+                if tol in raw and not (_is_number(raw[tol]) and raw[tol] >= 0):
+                    problems.append((f"{where}.{tol}", f"must be a non-negative number, got {raw[tol]!r}"))
+        elif not _is_number(raw):
+            problems.append((where, f"must be a finite number, got {raw!r}"))
+    formulas = config.get("formulas", [])
+    if not isinstance(formulas, list):
+        problems.append(("verifier.formulas", "must be a list of 'name = expression' strings"))
+        return problems
+    if problems:
+        return problems
+    expected = {name: _field_spec(config, name)[0] for name in fields}
+    rel = config.get("formula_rel_tol", config.get("rel_tol", DEFAULT_REL_TOL))
+    absolute = config.get("formula_abs_tol", config.get("abs_tol", 0.0))
+    for i, text in enumerate(formulas):
+        where = f"verifier.formulas[{i}]"
+        try:
+            lhs, tree = parse_formula(text, set(fields))
+            value = evaluate(tree, expected)
+        except FormulaError as error:
+            problems.append((where, f"{text!r}: {error}"))
+            continue
+        if not close(expected[lhs], value, rel, absolute):
+            problems.append((where, f"contradicts the expected values: {text} gives {value:.6g}, "
+                                    f"but {lhs} is {expected[lhs]!r}"))
+    return problems
+
+
+def extract_solution(completion: str) -> str:
+    """The answer's JSON object text: the last ```` ```json ```` block if any, else the last top-level ``{...}``
+    that parses as a JSON object (in the last 20,000 characters); the stripped completion when there is none
+    (scoring then says so).
+
+    >>> extract_solution('I think {"a": 1} then {"a": 2, "b": [3]} done')
+    '{"a": 2, "b": [3]}'
+    """
+    text = completion[:MAX_ANSWER_CHARS]
+    fenced = re.findall(r"```(?:json)?\s*\n(.*?)```", text, re.DOTALL)
+    for block in reversed(fenced):
+        if _json_object(block.strip()) is not None:
+            return block.strip()
+    tail = text[-MAX_SCAN_CHARS:]
+    decoder, last, position, attempts = json.JSONDecoder(), None, 0, 0
+    while attempts < MAX_SCAN_ATTEMPTS:
+        start = tail.find("{", position)
+        if start < 0:
+            break
+        attempts += 1
+        try:
+            obj, end = decoder.raw_decode(tail, start)
+        except (ValueError, RecursionError):
+            position = start + 1
+            continue
+        if isinstance(obj, dict):
+            last = tail[start:end]
+        position = end  # objects nested in this one are not candidates
+    return last if last is not None else text.strip()
+
+
+def _json_object(text: str):
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _number(value) -> float | None:
+    """A plain number from an answer value: numbers, or strings like ``"1,234.5"`` / ``"$12"``; never bools."""
+    if type(value) in (int, float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, str) and _NUMBER_TEXT.match(value.strip()) and any(c.isdigit() for c in value):
+        return float(value.strip().replace(",", "").replace("$", ""))
+    return None
+
+
+def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
+    """Check every field and every formula of the answer; reward is the fraction of checks passed."""
+    config = spec.verifier
+    fields, formulas = list(config["fields"]), list(config.get("formulas", []))
+    total = len(fields) + len(formulas)
+    answer = _json_object(solution[:MAX_ANSWER_CHARS].strip())
+    if answer is None:
+        return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=total,
+                       detail="answer is not a JSON object of field values")
+    got: dict[str, float] = {}
+    failures: list[str] = []
+    for name in fields:
+        want, rel, absolute = _field_spec(config, name)
+        if name not in answer:
+            failures.append(f"{name}: missing")
+            continue
+        value = _number(answer[name])
+        if value is None:
+            failures.append(f"{name}: not a number ({json.dumps(answer[name])[:40]})")
+            continue
+        got[name] = value
+        if not close(value, want, rel, absolute):
+            failures.append(f"{name}: got {value:.6g}, expected {want:.6g}")
+    rel = config.get("formula_rel_tol", config.get("rel_tol", DEFAULT_REL_TOL))
+    absolute = config.get("formula_abs_tol", config.get("abs_tol", 0.0))
+    for text in formulas:
+        lhs, tree = parse_formula(text, set(fields))
+        try:
+            if lhs not in got:
+                raise FormulaError(f"{lhs} is missing")
+            value = evaluate(tree, got)
+        except FormulaError as error:
+            failures.append(f"formula {text}: {error}")
+            continue
+        if not close(got[lhs], value, rel, absolute):
+            failures.append(f"formula {text}: {got[lhs]:.6g} != {value:.6g}")
+    passed = total - len(failures)
+    detail = "; ".join(failures) if failures else f"{total}/{total} checks passed"
+    return Verdict(reward=passed / total, passed=not failures, compiled=True, tests_passed=passed,
+                   tests_total=total, detail=detail[:1000])
+
+
+_PROMPT_NUMBER = re.compile(r"(?<![\w.])[-+]?\$?\d[\d,]*(?:\.\d+)?")
+
+
+def probes(spec: EnvSpec) -> dict[str, str]:
+    """Answers that must fail: empty, zeros, nulls, NaN, numbers copied from the document's first lines."""
+    fields = list(spec.verifier["fields"])
+    numbers = []
+    for token in _PROMPT_NUMBER.findall(spec.prompt):
+        value = _number(token.lstrip("+").rstrip(","))
+        if value is not None:
+            numbers.append(value)
+    first = numbers[:len(fields)] + [0.0] * max(0, len(fields) - len(numbers))
+    largest = max(numbers, key=abs) if numbers else 1.0
+    return {
+        "empty answer": "",
+        "prose, no JSON": "I could not find these values in the report.",
+        "empty object": "{}",
+        "all zeros": json.dumps({f: 0 for f in fields}),
+        "all null": json.dumps({f: None for f in fields}),
+        "all NaN": "{" + ", ".join(f'"{f}": NaN' for f in fields) + "}",
+        "numbers from the first lines": json.dumps(dict(zip(fields, first))),
+        "largest number everywhere": json.dumps({f: largest for f in fields}),
+        "field names as values": json.dumps({f: f for f in fields}),
+    }
+
+
+def mutants(spec: EnvSpec) -> list[str]:
+    """The reference answer with one value perturbed: by 5 % (at least 0.01) and x1000 (a units slip)."""
+    reference = _json_object(spec.reference.strip())
+    if reference is None:
+        return []
+    out = []
+    for name in spec.verifier["fields"]:
+        value = _number(reference.get(name))
+        if value is None:
+            continue
+        for changed in (value + max(abs(value) * 0.05, 0.01), value * 1000 if value else -1.0):
+            out.append(json.dumps({**reference, name: changed}))
+    return out
+
+
+CONFIG_SCHEMA = {
+    "type": "object",
+    "required": ["kind", "fields"],
+    "additionalProperties": False,
+    "properties": {
+        "kind": {"const": "numeric"},
+        "fields": {"type": "object", "minProperties": 1, "maxProperties": MAX_FIELDS,
+                   "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                   "additionalProperties": {"oneOf": [
+                       {"type": "number"},
+                       {"type": "object", "required": ["value"], "additionalProperties": False,
+                        "properties": {"value": {"type": "number"}, "rel_tol": {"type": "number", "minimum": 0},
+                                       "abs_tol": {"type": "number", "minimum": 0}}}]}},
+        "rel_tol": {"type": "number", "minimum": 0},
+        "abs_tol": {"type": "number", "minimum": 0},
+        "formulas": {"type": "array", "items": {"type": "string", "pattern": "^[^=]+=[^=]+$"}},
+        "formula_rel_tol": {"type": "number", "minimum": 0},
+        "formula_abs_tol": {"type": "number", "minimum": 0},
+    },
+}
+
+VERIFIER = Verifier(kind="numeric", validate=validate, extract_solution=extract_solution,
+                    build_execution=host_only("numeric"), score=host_only("numeric"), probes=probes,
+                    mutants=mutants, needs_sandbox=False, score_on_host=score_on_host, config_schema=CONFIG_SCHEMA)

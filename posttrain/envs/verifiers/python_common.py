@@ -1,0 +1,136 @@
+"""What the Python verifiers (``python_tests``, ``python_asserts``) share: the program to run, probes, mutants.
+
+- ``program_for(spec, solution)``: with ``verifier.complete_prompt: true`` (imported HumanEval-style envs whose
+  prompt is a signature plus docstring), a solution that does not itself define the entry point is taken as the
+  continuation of the prompt and run as ``prompt + solution``; otherwise the solution is the whole program.
+- ``python_probes(spec)``: degenerate and cheating programs that must fail (admission's anti-hacking battery).
+- ``python_mutants(spec)``: single-point AST mutants of the reference (admission's coverage check).
+
+Example:
+    >>> from posttrain.envs.spec import EnvSpec
+    >>> spec = EnvSpec(id="t/inc", prompt="def inc(x):\\n    '''x + 1\\n    >>> inc(1)\\n    2\\n    '''\\n",
+    ...                entry_point="inc", reference="def inc(x):\\n    return x + 1\\n",
+    ...                verifier={"kind": "python_tests", "complete_prompt": True, "cases": []})
+    >>> program_for(spec, "    return x + 1\\n").startswith("def inc(x):")
+    True
+    >>> prompt_examples(spec.prompt, "inc")
+    [((1,), 2)]
+    >>> sorted(python_probes(spec))[:4]
+    ['always-equal object', 'empty program', 'exit inside the call', 'fake pass lines']
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from posttrain.envs import mutation
+from posttrain.envs.spec import EnvSpec
+
+MAX_MUTANTS = mutation.DEFAULT_LIMIT
+
+
+def defines(source: str, name: str) -> bool:
+    """Whether ``source`` parses and binds ``name`` at module level (def, class, assignment or import)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((alias.asname or alias.name.split(".")[0]) == name for alias in node.names):
+                return True
+    return False
+
+
+def program_for(spec: EnvSpec, solution: str) -> str:
+    """The Python program the harness runs for ``solution`` (see the module docstring for ``complete_prompt``)."""
+    if spec.verifier.get("complete_prompt") and not defines(solution, spec.entry_point):
+        return spec.prompt + solution
+    return solution
+
+
+_EXAMPLE = re.compile(r"^\s*(?:>>>\s*)?(?P<call>{name}\(.*\))\s*(?:==|➞|->|=>|returns|should return)\s*(?P<out>.+?)\s*$")
+
+
+def prompt_examples(prompt: str, entry: str) -> list[tuple[tuple, object]]:
+    """(args, output) pairs the prompt shows for ``entry``: doctest lines (``>>> f(1)`` then ``2``) and
+    ``f(1) == 2`` / ``f(1) -> 2`` / ``f(1) ➞ 2`` lines (also inside ``#`` or ``//`` comments), when both sides
+    are Python literals."""
+    if not entry:
+        return []
+    lines = [line.strip().lstrip("#/*").strip() for line in prompt.splitlines()]  # comment markers dropped
+    found: list[tuple[tuple, object]] = []
+    inline = re.compile(_EXAMPLE.pattern.format(name=re.escape(entry)))
+    for i, stripped in enumerate(lines):
+        match = inline.match(stripped)
+        if match:
+            call_src, out_src = match.group("call"), match.group("out")
+        elif stripped.startswith(">>> ") and stripped[4:].lstrip().startswith(entry + "(") and i + 1 < len(lines):
+            call_src, out_src = stripped[4:].strip(), lines[i + 1]
+        else:
+            continue
+        pair = _literal_call(call_src, entry, out_src)
+        if pair is not None and pair not in found:
+            found.append(pair)
+    return found
+
+
+def _literal_call(call_src: str, entry: str, out_src: str):
+    try:
+        call = ast.parse(call_src, mode="eval").body
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == entry
+                and not call.keywords):
+            return None
+        args = tuple(ast.literal_eval(arg) for arg in call.args)
+        return args, ast.literal_eval(out_src)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+def python_probes(spec: EnvSpec, fake_lines: tuple[str, ...] = ()) -> dict[str, str]:
+    """Degenerate and cheating Python programs, by name, that a sound env must fail."""
+    e = spec.entry_point or "solution"
+    stub = f"def {e}(*args, **kwargs):\n    return None\n"
+    fakes = ("PASS", "OK", "ok 1 - all tests", "All tests passed", "Ran 1 test in 0.001s", "OK (skipped=0)",
+             '{"case": 0, "value": 0}', '{"test": 0, "ok": true}', '{"compiled": true}', *fake_lines)
+    probes = {
+        "empty program": "",
+        "no-op def": f"def {e}(*args, **kwargs):\n    pass\n",
+        "return None": stub,
+        "sys.exit(0) at import": "import sys\nsys.exit(0)\n" + stub,
+        "os._exit(0) at import": "import os\nos._exit(0)\n" + stub,
+        "exit inside the call": f"import os\n\ndef {e}(*args, **kwargs):\n    os._exit(0)\n",
+        "raise SkipTest at import": "import unittest\nraise unittest.SkipTest('skipped')\n",
+        "raise SkipTest inside the call": (f"import unittest\n\ndef {e}(*args, **kwargs):\n"
+                                           "    raise unittest.SkipTest('skipped')\n"),
+        "patch builtins.print": ("import builtins\n_real = builtins.print\n"
+                                 "builtins.print = lambda *a, **k: _real('PASS')\n" + stub),
+        "replace sys.stdout": ("import io, sys\nsys.stdout = io.StringIO()\nsys.__stdout__ = sys.stdout\n" + stub),
+        "patch harness I/O": ("import json, os\n_write = os.write\n"
+                              "os.write = lambda fd, data: _write(fd, data.replace(b'\"error\"', b'\"value\"'))\n"
+                              "json.dumps = lambda *a, **k: '0'\n" + stub),
+        "always-equal object": ("class _Any:\n    def __eq__(self, other):\n        return True\n"
+                                "    def __ne__(self, other):\n        return False\n    __hash__ = object.__hash__\n"
+                                f"\ndef {e}(*args, **kwargs):\n    return _Any()\n"),
+        "fake pass lines": "".join(f"print({line!r})\n" for line in fakes) + stub,
+    }
+    examples = prompt_examples(spec.prompt, spec.entry_point)
+    if examples:
+        probes["hard-coded prompt outputs"] = (f"_SEEN = {examples!r}\n\ndef {e}(*args):\n"
+                                               "    for seen, out in _SEEN:\n"
+                                               "        if list(seen) == list(args):\n"
+                                               "            return out\n"
+                                               "    return None\n")
+    return probes
+
+
+def python_mutants(spec: EnvSpec, limit: int = MAX_MUTANTS) -> list[str]:
+    """Single-point AST mutants of the reference program (operators, comparisons, constants +-1, returns)."""
+    return mutation.python_mutants(program_for(spec, spec.reference), limit)

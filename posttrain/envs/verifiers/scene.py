@@ -1,0 +1,359 @@
+"""The ``scene`` verifier (host-only): a JSON scene of boxes checked against geometric constraints.
+
+The answer is a JSON object ``{"objects": [{"name", "type", "position": [x, y, z], "size": [w, d, h]}, ...]}``:
+``position`` is the box's minimum corner, ``size`` its extent along x, y and z (z is up; the floor is the bounds'
+minimum z). Every constraint is one check; reward = checks satisfied / checks. An answer that does not parse, or an
+object with missing or ill-typed keys, fails every check and ``detail`` says why.
+
+Spec config::
+
+    verifier:
+      kind: scene
+      bounds: {min: [0, 0, 0], max: [6, 5, 3]}
+      tolerance: 0.001                       # optional: slack for touching, resting and size comparisons
+      constraints:
+        - {type: inside_bounds}                              # every box inside the bounds
+        - {type: no_overlap}                                 # no two boxes share volume (touching is fine)
+        - {type: supported}                                  # every box on the floor or on top of another box
+        - {type: count, object_type: chair, min: 4, max: 4}  # how many of a type (min and/or max)
+        - {type: size, object_type: table, size: [2, 1, 0.75]}  # every box of the type has this size (w/d may swap)
+        - {type: on_top_of, object_type: lamp, support_type: table}   # rests on a box of that type
+        - {type: max_distance, object_type: chair, other_type: table, distance: 0.5}  # near one (gap in x-y)
+        - {type: min_distance, object_type: bed, other_type: desk, distance: 1.0}     # far from all
+        - {type: against_wall, object_type: shelf}           # touches a wall of the bounds
+
+"Rests on" means the box's bottom is at the supporter's top and its x-y centre lies over the supporter.
+
+Example:
+    >>> from posttrain.envs.spec import EnvSpec
+    >>> config = {"kind": "scene", "bounds": {"min": [0, 0, 0], "max": [4, 4, 3]},
+    ...           "constraints": [{"type": "inside_bounds"}, {"type": "no_overlap"}, {"type": "supported"},
+    ...                           {"type": "count", "object_type": "box", "min": 2, "max": 2}]}
+    >>> spec = EnvSpec(id="t/s", prompt="two boxes", reference="", verifier=config, runtime="python")
+    >>> validate(spec)
+    []
+    >>> good = '{"objects": [{"name": "a", "type": "box", "position": [0, 0, 0], "size": [1, 1, 1]},' \\
+    ...        ' {"name": "b", "type": "box", "position": [0, 0, 1], "size": [1, 1, 1]}]}'
+    >>> score_on_host(spec, good).passed
+    True
+    >>> v = score_on_host(spec, good.replace("[0, 0, 1]", "[0.5, 0, 0]"))
+    >>> v.tests_passed, v.detail
+    (3, 'no_overlap: a and b overlap')
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from posttrain.envs.spec import EnvSpec
+from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, host_only
+from posttrain.envs.verifiers.numeric import extract_solution as _extract_json
+
+MAX_OBJECTS = 200
+MAX_ANSWER_CHARS = 200_000
+DEFAULT_TOLERANCE = 1e-3
+KEYS = {"kind", "bounds", "constraints", "tolerance"}
+# constraint type -> (required keys, optional keys)
+CONSTRAINTS = {
+    "inside_bounds": (set(), set()),
+    "no_overlap": (set(), set()),
+    "supported": (set(), set()),
+    "count": ({"object_type"}, {"min", "max"}),
+    "size": ({"object_type", "size"}, {"rotatable"}),
+    "on_top_of": ({"object_type", "support_type"}, set()),
+    "max_distance": ({"object_type", "other_type", "distance"}, set()),
+    "min_distance": ({"object_type", "other_type", "distance"}, set()),
+    "against_wall": ({"object_type"}, set()),
+}
+
+
+@dataclass(frozen=True)
+class Box:
+    name: str
+    type: str
+    lo: tuple[float, float, float]
+    size: tuple[float, float, float]
+
+    @property
+    def hi(self) -> tuple[float, float, float]:
+        return tuple(a + b for a, b in zip(self.lo, self.size))
+
+    @property
+    def center_xy(self) -> tuple[float, float]:
+        return self.lo[0] + self.size[0] / 2, self.lo[1] + self.size[1] / 2
+
+
+def _vector(value, positive: bool) -> tuple[float, float, float] | None:
+    if not (isinstance(value, list) and len(value) == 3):
+        return None
+    if not all(type(v) in (int, float) and math.isfinite(v) and (v >= 0 if positive else True) for v in value):
+        return None
+    return tuple(float(v) for v in value)
+
+
+def parse_scene(text: str) -> tuple[list[Box], list[str]]:
+    """The boxes of a scene answer, or the reasons it does not parse (then the box list is empty)."""
+    try:
+        data = json.loads(text[:MAX_ANSWER_CHARS])
+    except (ValueError, RecursionError) as error:
+        return [], [f"not JSON: {str(error)[:80]}"]
+    if isinstance(data, dict):
+        data = data.get("objects")
+    if not isinstance(data, list):
+        return [], ["expected an object with an 'objects' list"]
+    if len(data) > MAX_OBJECTS:
+        return [], [f"more than {MAX_OBJECTS} objects"]
+    boxes, errors, names = [], [], set()
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            errors.append(f"objects[{i}]: not an object")
+            continue
+        name, kind = item.get("name"), item.get("type")
+        lo, size = _vector(item.get("position"), False), _vector(item.get("size"), True)
+        if not isinstance(name, str) or not name:
+            errors.append(f"objects[{i}]: 'name' must be a non-empty string")
+        elif name in names:
+            errors.append(f"objects[{i}]: duplicate name {name!r}")
+        if not isinstance(kind, str) or not kind:
+            errors.append(f"objects[{i}]: 'type' must be a non-empty string")
+        if lo is None:
+            errors.append(f"objects[{i}]: 'position' must be three finite numbers")
+        if size is None:
+            errors.append(f"objects[{i}]: 'size' must be three non-negative numbers")
+        if isinstance(name, str):
+            names.add(name)
+        if not errors:
+            boxes.append(Box(name, kind, lo, size))
+    return ([], errors) if errors else (boxes, [])
+
+
+def _overlap(a: Box, b: Box, tol: float) -> bool:
+    return all(min(ah, bh) - max(al, bl) > tol for al, ah, bl, bh in zip(a.lo, a.hi, b.lo, b.hi))
+
+
+def _rests_on(a: Box, b: Box, tol: float) -> bool:
+    """``a``'s bottom is at ``b``'s top and ``a``'s x-y centre is over ``b``."""
+    cx, cy = a.center_xy
+    return (abs(a.lo[2] - b.hi[2]) <= tol and b.lo[0] - tol <= cx <= b.hi[0] + tol
+            and b.lo[1] - tol <= cy <= b.hi[1] + tol and a is not b)
+
+
+def _gap_xy(a: Box, b: Box) -> float:
+    dx = max(0.0, b.lo[0] - a.hi[0], a.lo[0] - b.hi[0])
+    dy = max(0.0, b.lo[1] - a.hi[1], a.lo[1] - b.hi[1])
+    return math.hypot(dx, dy)
+
+
+def check(constraint: dict, boxes: list[Box], lo, hi, tol: float) -> str:
+    """'' when ``constraint`` holds for ``boxes``, else the reason it does not."""
+    kind = constraint["type"]
+    of = [b for b in boxes if b.type == constraint.get("object_type")]
+    if kind == "inside_bounds":
+        out = [b.name for b in boxes if any(bl < l - tol or bh > h + tol for bl, bh, l, h in zip(b.lo, b.hi, lo, hi))]
+        return f"outside the bounds: {', '.join(out[:5])}" if out else ""
+    if kind == "no_overlap":
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                if _overlap(a, b, tol):
+                    return f"{a.name} and {b.name} overlap"
+        return ""
+    if kind == "supported":
+        loose = [a.name for a in boxes
+                 if abs(a.lo[2] - lo[2]) > tol and not any(_rests_on(a, b, tol) for b in boxes)]
+        return f"not on the floor or on another object: {', '.join(loose[:5])}" if loose else ""
+    if kind == "count":
+        n, least, most = len(of), constraint.get("min", 0), constraint.get("max", math.inf)
+        return "" if least <= n <= most else f"{n} of type {constraint['object_type']!r}, wanted " + (
+            f"{least}" if least == most else f"{least}..{most}")
+    if kind == "size":
+        want = constraint["size"]
+        rotations = [want, [want[1], want[0], want[2]]] if constraint.get("rotatable", True) else [want]
+        wrong = [b.name for b in of if not any(all(abs(s - w) <= tol for s, w in zip(b.size, r)) for r in rotations)]
+        return f"wrong size (want {want}): {', '.join(wrong[:5])}" if wrong else ""
+    if kind == "on_top_of":
+        supports = [b for b in boxes if b.type == constraint["support_type"]]
+        loose = [a.name for a in of if not any(_rests_on(a, b, tol) for b in supports)]
+        return f"not on a {constraint['support_type']}: {', '.join(loose[:5])}" if loose else ""
+    others = [b for b in boxes if b.type == constraint.get("other_type")]
+    if kind == "max_distance":
+        far = [a.name for a in of if not any(_gap_xy(a, b) <= constraint["distance"] + tol for b in others if b is not a)]
+        return f"farther than {constraint['distance']} from any {constraint['other_type']}: {', '.join(far[:5])}" \
+            if far else ""
+    if kind == "min_distance":
+        near = [a.name for a in of if any(_gap_xy(a, b) < constraint["distance"] - tol for b in others if b is not a)]
+        return f"closer than {constraint['distance']} to a {constraint['other_type']}: {', '.join(near[:5])}" \
+            if near else ""
+    if kind == "against_wall":
+        free = [b.name for b in of if not any(abs(b.lo[k] - lo[k]) <= tol or abs(b.hi[k] - hi[k]) <= tol
+                                              for k in (0, 1))]
+        return f"not against a wall: {', '.join(free[:5])}" if free else ""
+    raise ValueError(f"unknown constraint type {kind!r}")  # pragma: no cover - validate refused it
+
+
+def _label(constraint: dict) -> str:
+    return constraint["type"] + (f"({constraint['object_type']})" if "object_type" in constraint else "")
+
+
+def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
+    """Check every constraint; a scene that does not parse fails them all, with the reasons."""
+    config = spec.verifier
+    constraints = config["constraints"]
+    total = len(constraints)
+    boxes, errors = parse_scene(solution)
+    if errors:
+        return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=total,
+                       detail="scene does not parse: " + "; ".join(errors[:5]))
+    tol = config.get("tolerance", DEFAULT_TOLERANCE)
+    lo, hi = config["bounds"]["min"], config["bounds"]["max"]
+    failures = []
+    for constraint in constraints:
+        reason = check(constraint, boxes, lo, hi, tol)
+        if reason:
+            failures.append(f"{_label(constraint) if constraint['type'] in ('count', 'size') else constraint['type']}"
+                            f": {reason}")
+    passed = total - len(failures)
+    return Verdict(reward=passed / total, passed=not failures, compiled=True, tests_passed=passed, tests_total=total,
+                   detail=("; ".join(failures) if failures else f"{total}/{total} constraints satisfied")[:1000])
+
+
+def _is_number(value) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def validate(spec: EnvSpec) -> Problems:
+    """Problems with a ``scene`` config (bounds, constraint types and keys, counts that make others non-vacuous)."""
+    problems: Problems = []
+    config = spec.verifier
+    for name in sorted(set(config) - KEYS, key=str):
+        problems.append((f"verifier.{name}", f"unknown key for scene (allowed: {', '.join(sorted(KEYS))})"))
+    tol = config.get("tolerance", DEFAULT_TOLERANCE)
+    if not (_is_number(tol) and 0 <= tol <= 1):
+        problems.append(("verifier.tolerance", f"must be a number in [0, 1], got {tol!r}"))
+    bounds = config.get("bounds")
+    if not (isinstance(bounds, dict) and set(bounds) == {"min", "max"} and _vector(bounds["min"], False)
+            and _vector(bounds["max"], False)):
+        problems.append(("verifier.bounds", "must be {min: [x, y, z], max: [x, y, z]} of numbers"))
+    elif not all(a < b for a, b in zip(bounds["min"], bounds["max"])):
+        problems.append(("verifier.bounds", "min must be below max on every axis"))
+    constraints = config.get("constraints")
+    if not isinstance(constraints, list) or not constraints:
+        problems.append(("verifier.constraints", "must be a non-empty list of constraints"))
+        return problems
+    counted = set()
+    for i, c in enumerate(constraints):
+        where = f"verifier.constraints[{i}]"
+        if not isinstance(c, dict) or c.get("type") not in CONSTRAINTS:
+            problems.append((where, f"must be a mapping with a known type ({', '.join(CONSTRAINTS)})"))
+            continue
+        required, optional = CONSTRAINTS[c["type"]]
+        missing, extra = required - set(c), set(c) - required - optional - {"type"}
+        if missing or extra:
+            problems.append((where, f"{c['type']} needs keys {sorted(required)}"
+                                    + (f" and may have {sorted(optional)}" if optional else "")
+                                    + f"; got {sorted(set(c) - {'type'})}"))
+            continue
+        for key in ("object_type", "support_type", "other_type"):
+            if key in c and not (isinstance(c[key], str) and c[key]):
+                problems.append((f"{where}.{key}", "must be a non-empty string"))
+        if c["type"] == "count":
+            least, most = c.get("min", 0), c.get("max", MAX_OBJECTS)
+            if not (type(least) is int and type(most) is int and 0 <= least <= most <= MAX_OBJECTS) or (
+                    "min" not in c and "max" not in c):
+                problems.append((where, f"count needs integer min and/or max with 0 <= min <= max <= {MAX_OBJECTS}"))
+            elif least >= 1:
+                counted.add(c["object_type"])
+        if c["type"] == "size" and _vector(c["size"], True) is None:
+            problems.append((f"{where}.size", "must be three non-negative numbers"))
+        if "distance" in c and not (_is_number(c["distance"]) and c["distance"] >= 0):
+            problems.append((f"{where}.distance", "must be a non-negative number"))
+        if c["type"] == "size" and "rotatable" in c and not isinstance(c["rotatable"], bool):
+            problems.append((f"{where}.rotatable", "must be true or false"))
+    for i, c in enumerate(constraints):  # a per-type constraint with no object of the type would hold vacuously
+        if isinstance(c, dict) and c.get("type") in CONSTRAINTS and c["type"] != "count":
+            for key in ("object_type", "support_type", "other_type"):
+                if isinstance(c.get(key), str) and c[key] not in counted:
+                    problems.append((f"verifier.constraints[{i}].{key}",
+                                     f"type {c[key]!r} needs a count constraint with min >= 1, or this constraint "
+                                     "holds vacuously"))
+    return problems
+
+
+def extract_solution(completion: str) -> str:
+    """The scene JSON from a completion (the last fenced JSON block or the last JSON object)."""
+    return _extract_json(completion)
+
+
+def _reference_objects(spec: EnvSpec) -> list[dict]:
+    try:
+        data = json.loads(spec.reference)
+    except ValueError:
+        return []
+    objects = data.get("objects") if isinstance(data, dict) else data
+    return [dict(o) for o in objects if isinstance(o, dict)] if isinstance(objects, list) else []
+
+
+def probes(spec: EnvSpec) -> dict[str, str]:
+    """Scenes that must fail: empty, all at the origin, outside the bounds, zero-sized, floating, not JSON."""
+    objects = _reference_objects(spec)
+    lo, hi = spec.verifier["bounds"]["min"], spec.verifier["bounds"]["max"]
+    width = hi[0] - lo[0]
+
+    def scene(transform) -> str:
+        return json.dumps({"objects": [transform(dict(o)) for o in objects]})
+
+    return {
+        "not JSON": "Here is a lovely room with everything in its place.",
+        "empty scene": json.dumps({"objects": []}),
+        "everything at the origin": scene(lambda o: {**o, "position": list(lo)}),
+        "objects outside the bounds": scene(lambda o: {**o, "position": [o["position"][0] + width + 1,
+                                                                         *o["position"][1:]]}),
+        "zero-size objects at the origin": scene(lambda o: {**o, "position": list(lo), "size": [0, 0, 0]}),
+        "everything floating": scene(lambda o: {**o, "position": [*o["position"][:2], o["position"][2] + 0.5]}),
+    }
+
+
+def mutants(spec: EnvSpec, limit: int = 24) -> list[str]:
+    """The reference with one object moved: onto another object (overlap), out of the bounds, or lifted."""
+    from posttrain.envs.mutation import thin
+
+    objects = _reference_objects(spec)
+    hi = spec.verifier["bounds"]["max"]
+    out = []
+    for i, obj in enumerate(objects):
+        other = objects[(i + 1) % len(objects)]
+        moves = [[other["position"][0], other["position"][1], obj["position"][2]],
+                 [hi[0] + 0.5, obj["position"][1], obj["position"][2]],
+                 [obj["position"][0], obj["position"][1], obj["position"][2] + 0.5]]
+        for position in moves:
+            changed = [dict(o) for o in objects]
+            changed[i] = {**obj, "position": position}
+            out.append(json.dumps({"objects": changed}))
+    return thin(out, limit)
+
+
+_VEC = {"type": "array", "items": {"type": "number"}, "minItems": 3, "maxItems": 3}
+CONFIG_SCHEMA = {
+    "type": "object",
+    "required": ["kind", "bounds", "constraints"],
+    "additionalProperties": False,
+    "properties": {
+        "kind": {"const": "scene"},
+        "bounds": {"type": "object", "required": ["min", "max"], "additionalProperties": False,
+                   "properties": {"min": _VEC, "max": _VEC}},
+        "tolerance": {"type": "number", "minimum": 0, "maximum": 1},
+        "constraints": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["type"],
+            "properties": {"type": {"enum": list(CONSTRAINTS)}, "object_type": {"type": "string"},
+                           "support_type": {"type": "string"}, "other_type": {"type": "string"},
+                           "min": {"type": "integer", "minimum": 0}, "max": {"type": "integer", "minimum": 0},
+                           "size": _VEC, "rotatable": {"type": "boolean"},
+                           "distance": {"type": "number", "minimum": 0}},
+            "additionalProperties": False}},
+    },
+}
+
+VERIFIER = Verifier(kind="scene", validate=validate, extract_solution=extract_solution,
+                    build_execution=host_only("scene"), score=host_only("scene"), probes=probes, mutants=mutants,
+                    needs_sandbox=False, score_on_host=score_on_host, config_schema=CONFIG_SCHEMA)

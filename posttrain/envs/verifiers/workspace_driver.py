@@ -1,0 +1,170 @@
+"""Trusted driver for the ``workspace_tests`` verifier, run in the sandbox as ``python3 -I -c <this file's text>``.
+
+It is never a file in the workspace, so the solution cannot edit it. It reads one JSON request from stdin::
+
+    {"nonce", "solution": <bash script or null>, "solution_timeout_s", "test_timeout_s",
+     "files": {name: trusted test file text}, "tests": [{"name", "argv": [...]}], "env": {...}}
+
+1. Makes itself non-dumpable (no same-uid process can open its ``/proc`` entries: fds, memory, environ), keeps the
+   original stdout for results and points its own fd 1 at stderr.
+2. Solution phase (when ``solution`` is a script): checks it with ``bash -n``, runs it with cwd ``/work`` in its own
+   session with stdin from ``/dev/null`` and its output on stderr, under a deadline; then kills every process left in
+   the sandbox except itself and its ancestors (a background process left behind cannot touch the tests).
+3. Test phase: for each test, writes the trusted test files into a *fresh* private temp dir (a new one per test, so
+   a test whose code under test tampered with the files cannot affect the next test), substitutes ``{tests}`` in
+   the argv, runs it with cwd ``/work``, a clean environment (``HOME`` is a fresh dir too) and a deadline, then kills
+   every leftover process again.
+4. Emits one nonce-prefixed JSON record per phase and per test: exit code, timeout flag, captured stdout (capped)
+   and the tail of stderr. The host compares exit codes and stdout with the expectations it kept to itself.
+
+Uses only the standard library and plain syntax (it runs under the sandbox's Python).
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+WORKDIR = "/work"
+MAX_STDOUT = 64 * 1024
+MAX_STDERR_TAIL = 2000
+
+
+def make_non_dumpable():
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except Exception:  # noqa: BLE001 - best effort; the sandbox still isolates the run
+        pass
+
+
+def ancestors():
+    """This process and every ancestor (their pids), read from /proc."""
+    pids, pid = set(), os.getpid()
+    while pid > 0 and pid not in pids:
+        pids.add(pid)
+        try:
+            with open("/proc/%d/stat" % pid) as handle:
+                stat = handle.read()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def live_others(keep):
+    """Pids of every other live (not zombie) process this driver can see."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in keep:
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def kill_others(keep):
+    """SIGKILL every other process until none is left (or 2 s passed); returns how many were killed."""
+    killed, deadline = set(), time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        others = live_others(keep)
+        if not others:
+            break
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        time.sleep(0.005)
+    return len(killed)
+
+
+def run(argv, timeout_s, env, stdout=None):
+    """Run ``argv`` in /work in a new session; (exit code or None, timed_out, stdout bytes, stderr tail bytes)."""
+    out_file = tempfile.TemporaryFile()
+    err_file = tempfile.TemporaryFile()
+    try:
+        proc = subprocess.Popen(argv, cwd=WORKDIR, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out_file if stdout is None else stdout, stderr=err_file,
+                                start_new_session=True, close_fds=True)
+    except OSError as error:
+        return None, False, b"", ("cannot start %s: %s" % (argv[0], error)).encode()
+    timed_out = False
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out, code = True, None
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proc.wait()
+    out_file.seek(0)
+    data = out_file.read(MAX_STDOUT + 1)
+    err_file.seek(0, 2)
+    size = err_file.tell()
+    err_file.seek(max(0, size - MAX_STDERR_TAIL))
+    return code, timed_out, data, err_file.read()
+
+
+def write_tree(root, files):
+    for name, text in files.items():
+        path = os.path.join(root, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def main():
+    request = json.loads(sys.stdin.read())
+    nonce = request["nonce"]
+    make_non_dumpable()
+    results_fd = os.dup(1)
+    os.dup2(2, 1)
+    keep = ancestors()
+
+    def emit(record):
+        os.write(results_fd, ("\n%s %s\n" % (nonce, json.dumps(record))).encode("utf-8"))
+
+    base_env = dict(request.get("env") or {})
+    private = tempfile.mkdtemp(prefix="driver-")
+    solution = request.get("solution")
+    if solution is not None:
+        script = os.path.join(private, "solution.sh")
+        with open(script, "w", encoding="utf-8") as handle:
+            handle.write(solution)
+        code, _, _, err = run(["bash", "-n", script], 5, dict(base_env, HOME=private))
+        emit({"phase": "syntax", "ok": code == 0, "error": err.decode("utf-8", "replace")[-300:]})
+        if code == 0:
+            code, timed_out, _, _ = run(["bash", script], float(request["solution_timeout_s"]),
+                                        dict(base_env, HOME=private), stdout=2)
+            killed = kill_others(keep)
+            emit({"phase": "solution", "exit": code, "timed_out": timed_out, "killed": killed})
+    for index, test in enumerate(request["tests"]):
+        kill_others(keep)
+        test_dir = tempfile.mkdtemp(prefix="tests-")
+        home = tempfile.mkdtemp(prefix="home-")
+        write_tree(test_dir, request["files"])
+        argv = [arg.replace("{tests}", test_dir) for arg in test["argv"]]
+        code, timed_out, out, err = run(argv, float(request["test_timeout_s"]), dict(base_env, HOME=home))
+        kill_others(keep)
+        emit({"test": index, "exit": code, "timed_out": timed_out,
+              "stdout": out[:MAX_STDOUT].decode("utf-8", "replace"), "truncated": len(out) > MAX_STDOUT,
+              "stderr": err.decode("utf-8", "replace")})
+        for path in (test_dir, home):
+            shutil.rmtree(path, ignore_errors=True)
+    emit({"phase": "done"})
+
+
+main()
