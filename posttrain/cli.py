@@ -1,7 +1,8 @@
 """The ``posttrain`` command: utilities around the Flyte workflows.
 
     posttrain demo-policy [OUT]        build the seeded demo policy (tokenizer + small Llama, SFT warm start)
-    posttrain admit SUITE [--out DIR]  run admission on a suite folder; writes report.parquet/.html, prints a summary
+    posttrain admit SUITE [--out DIR]  run admission on a suite folder; writes report.parquet/.html and check_stats,
+                                       prints per-check statistics and every rejection (see --help for the checks)
     posttrain doctor                   check that bwrap, dockerd + sandbox image, vLLM and DeepSpeed are usable
 
 Example:
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from pathlib import Path
 
 from posttrain.config import SandboxConfig, default_policy_dir
 
@@ -25,25 +25,50 @@ def _demo_policy(args) -> int:
     return 0
 
 
+def _admission_config(args):
+    """The ``AdmissionConfig`` of ``posttrain admit``: ``--config`` JSON first, then the individual flags."""
+    import json
+    from dataclasses import fields, replace
+
+    from posttrain.config import AdmissionConfig
+
+    known = {f.name for f in fields(AdmissionConfig)}
+    overrides = json.loads(args.config) if args.config else {}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise SystemExit(f"posttrain admit: --config: unknown AdmissionConfig fields {unknown}")
+    flags = {"checks": args.checks.split(",") if args.checks else None, "repeats": args.repeats, "k": args.k,
+             "weak_policy": args.weak, "strong_policy": args.strong, "learnability_policy": args.learnability,
+             "filter_learnability": args.filter_learnability or None, "max_mutants": args.max_mutants,
+             "mutation_threshold": args.mutation_threshold, "concurrency": args.concurrency}
+    overrides.update({k: v for k, v in flags.items() if v is not None})
+    return replace(AdmissionConfig(), **overrides)
+
+
 def _admit(args) -> int:
-    from posttrain.admission import admit
+    from posttrain.admission import admit, write_report
+    from posttrain.admission.report import rejection_reasons, stats_text
     from posttrain.sandbox import make_sandbox
 
-    cfg = SandboxConfig(backend=args.backend)
-    box = make_sandbox(cfg)
+    cfg = _admission_config(args)
+    sandbox_cfg = SandboxConfig(backend=args.backend)
+    box = make_sandbox(sandbox_cfg)
     try:
-        result = admit(args.suite, box, cfg)
+        result = admit(args.suite, box, sandbox_cfg, cfg, progress=not args.no_progress)
     finally:
         box.close()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    result.report.to_parquet(out / "report.parquet", index=False)
-    (out / "report.html").write_text(result.report.to_html(index=False))
-    failed = result.report[~result.report["passed"]]
+    paths = write_report(args.out, result.details, result.stats, title=args.suite, wall_s=result.wall_s)
+    failed = result.details[result.details["status"].isin(["fail", "infra"])]
     for row in failed.itertuples():
         print(f"REJECTED {row.env_id} [{row.check}] {row.detail}")
-    total = result.report["env_id"].nunique()
-    print(f"{len(result.admitted)}/{total} envs admitted; report in {out}")
+    print("\nper-check statistics:")
+    print(stats_text(result.stats))
+    reasons = rejection_reasons(result.details)
+    if len(reasons):
+        print("\nrejections by reason:")
+        print(reasons.to_string(index=False))
+    print(f"\n{len(result.admitted)}/{result.envs} envs admitted in {result.wall_s:.1f} s; "
+          f"report in {paths['html'].parent}")
     return 0
 
 
@@ -77,10 +102,23 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("demo-policy", help="build the demo policy")
     p.add_argument("out", nargs="?", default=default_policy_dir())
     p.set_defaults(func=_demo_policy)
-    p = sub.add_parser("admit", help="admit a suite")
+    p = sub.add_parser("admit", help="admit a suite: per-env verdicts with reason codes, per-check statistics")
     p.add_argument("suite")
-    p.add_argument("--out", default="admission")
+    p.add_argument("--out", default="admission", help="where report.parquet, report.html, check_stats.* go")
     p.add_argument("--backend", default="bwrap", choices=["bwrap", "docker"])
+    p.add_argument("--config", help="AdmissionConfig fields as JSON, e.g. '{\"repeats\": 5}'")
+    p.add_argument("--checks", help="comma-separated checks to run (default: all six)")
+    p.add_argument("--repeats", type=int)
+    p.add_argument("--k", type=int, help="samples per env and policy")
+    p.add_argument("--weak", help="weak policy: identity, noop, reference, noisy:P or a checkpoint dir")
+    p.add_argument("--strong", help="strong policy (same choices)")
+    p.add_argument("--learnability", help="current policy whose pass rate must be in (0, 1)")
+    p.add_argument("--filter-learnability", action="store_true", help="reject envs the learnability policy "
+                                                                      "always or never solves")
+    p.add_argument("--max-mutants", type=int)
+    p.add_argument("--mutation-threshold", type=float)
+    p.add_argument("--concurrency", type=int, help="sandbox runs in flight")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_admit)
     p = sub.add_parser("doctor", help="check the real components are usable")
     p.set_defaults(func=_doctor)

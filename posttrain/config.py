@@ -36,6 +36,24 @@ class SandboxConfig:
     concurrency: int = 2  # executions in flight at once
     start_retries: int = 2  # retries of a sandbox that failed to *start* (infra), never of a failing program
     docker_image: str = "posttrain-sandbox:latest"
+    # Scheduling (posttrain.sandbox.scheduler): one process-wide scheduler sits in front of every backend.
+    max_concurrency: int = 16  # in flight at once over all batches and sessions (``concurrency`` caps one batch)
+    long_slots: int = 0  # slots long executions may hold; 0 means half of max_concurrency (at least 1)
+    short_timeout_s: float = 30.0  # deadline at most this: a "short" execution, never queued behind long ones
+    queue_timeout_s: float = 0.0  # not started this long after submission: an infra error; 0 means no limit
+    hang_grace_s: float = 120.0  # a backend still silent this long past a deadline is reported hung (infra)
+    # Limits every backend applies besides timeout_s and memory_mb.
+    workspace_mb: int = 64  # size cap of the writable workspace (/work) of one execution or session
+    tmp_mb: int = 64  # size cap of the private /tmp
+    max_processes: int = 64  # processes (and threads) one execution may have
+    # Docker warm pool (make_sandbox(backend="docker") returns a DockerPool).
+    docker_pool_size: int = 4  # containers kept started and clean, ready to take an execution
+    docker_pool_max: int = 16  # containers at most (ready + busy) during a burst
+    docker_pool_min_idle: int = 1  # containers kept once the pool has been idle for docker_pool_idle_s
+    docker_pool_idle_s: float = 60.0  # no acquisition for this long: shrink to docker_pool_min_idle
+    docker_max_uses: int = 200  # executions one container serves before it is replaced
+    docker_cpus: float = 1.0  # CPU quota of one container
+    session_output_bytes: int = 16384  # output kept per session step (stdout and stderr each); the rest is cut, marked
 
 
 @dataclass
@@ -85,6 +103,35 @@ class DemoPolicyConfig:
     seed: int = 0
 
 
+ADMISSION_CHECKS = ("consistency", "solvability", "reproducibility", "anti_hacking", "coverage", "discrimination")
+
+
+@dataclass
+class AdmissionConfig:
+    """Which admission checks run and how strict they are (``posttrain.admission``; reason codes documented there).
+
+    Policies are named by a string: ``reference`` (answers the reference), ``identity`` / ``noop`` (degenerate),
+    ``noisy:P`` (the reference with probability P, else a mutant of it), or a policy checkpoint dir (sampled with
+    vLLM). ``learnability`` runs only when ``learnability_policy`` is set, and rejects only if ``filter_learnability``.
+    """
+
+    checks: list[str] = field(default_factory=lambda: list(ADMISSION_CHECKS))
+    repeats: int = 3  # runs of the reference for reproducibility (the first also decides solvability)
+    mutation_threshold: float = 0.6  # minimum fraction of mutants the tests must kill
+    max_mutants: int = 12  # mutants run per env (spread evenly over the verifier's list)
+    weak_policy: str = "identity"
+    strong_policy: str = "reference"
+    k: int = 4  # samples per env and policy (discrimination, learnability)
+    learnability_policy: str = ""  # "" = learnability not measured
+    filter_learnability: bool = False  # reject envs the learnability policy always or never solves
+    concurrency: int = 8  # sandbox runs in flight (short runs are latency-bound, not CPU-bound); 0: sandbox's
+    min_timeout_s: float = 0.5  # a spec's limits below these cannot run a program: consistency rejects them
+    min_memory_mb: int = 64
+    temperature: float = 1.0  # sampling settings of checkpoint (vLLM) policies
+    max_new_tokens: int = 64
+    seed: int = 0
+
+
 @dataclass
 class LoopConfig:
     suite: str = DEMO_SUITE
@@ -95,6 +142,7 @@ class LoopConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
 
     @classmethod
     def smoke(cls) -> "LoopConfig":
@@ -104,4 +152,5 @@ class LoopConfig:
             rollout=RolloutConfig(samples_per_env=4, envs_per_iteration=6, max_new_tokens=40),
             train=TrainConfig(micro_batch_size=24),
             eval=EvalConfig(limit=12, max_new_tokens=40),
+            admission=AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]),
         )

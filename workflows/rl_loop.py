@@ -50,7 +50,7 @@ def iterate(cfg: LoopConfig, envs: DataFrame[Envs], policy: PolicyDir, run_id: s
 def rl_loop(cfg: LoopConfig = LoopConfig()) -> PolicyDir:
     """Admit the suite, then run the RL iterations; returns the final policy directory."""
     digest = fingerprint_suite(suite=cfg.suite)
-    admission = admit_suite(suite=cfg.suite, digest=digest, sandbox=cfg.sandbox)
+    admission = admit_suite(suite=cfg.suite, digest=digest, sandbox=cfg.sandbox, cfg=cfg.admission)
     policy = prepare_policy(policy=cfg.policy)
     run_id = start_tracking(cfg=cfg, report=admission.report, envs=admission.envs)
     final = iterate(cfg=cfg, envs=admission.envs, policy=policy, run_id=run_id)

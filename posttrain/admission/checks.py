@@ -1,98 +1,247 @@
 """Admission: decide which envs of a suite are fit for RL, with one report row per (env, check).
 
-Checks, all run for every env (sandbox work batched through ``verify_many``, ``cfg.concurrency`` at a time):
-- ``consistency``: the spec file loads (each load rejection is a failing row naming file and field), and the entry
-  point is named in both the prompt and the reference. A duplicated id fails every env that carries it.
-- ``solvability``: the reference solution passes the verifier in the sandbox.
-- ``anti_hacking``: scripted cheats must not pass: a no-op ``def <entry>(*a, **k): pass`` and a program that
-  exits 0 before doing anything (``sys.exit(0)``).
-An env is admitted iff all its rows pass. A sandbox infra failure fails the row with detail ``infra: ...``: the
-env is not admitted this time, but the report says the sandbox, not the env, was at fault.
+The checks (``AdmissionConfig.checks`` selects them), in the order they run:
+
+1. ``consistency`` (host): schema (every loader rejection, with file and field), entry point named in the prompt
+   and defined by the reference / used by the tests, files the reference and tests read present or named in the
+   prompt, limits sane, verifier config valid. See ``admission.consistency``.
+2. ``solvability``: the reference passes in the sandbox (``admission.solvability``).
+3. ``reproducibility``: ``repeats`` runs of the reference give identical verdicts and rewards.
+4. ``anti_hacking``: every ``verifier.probes(spec)`` cheat fails (``admission.hacking``).
+5. ``coverage``: mutation score of ``verifier.mutants(spec)`` >= ``mutation_threshold`` (``admission.coverage``).
+6. ``discrimination``: strong - weak pass rate >= ``spec.min_gap`` over ``k`` samples
+   (``admission.discrimination``); plus ``learnability`` when ``learnability_policy`` is set.
+
+Coverage, discrimination and learnability build on the reference, so they run only for envs whose reference
+passed reproducibly; for the others their rows say ``<check>.skipped``. Every check's sandbox work is one
+``verify_many`` batch over all envs (``concurrency`` in flight), with a shared verdict cache (``admission.batch``)
+and a progress bar. An env is admitted iff all its rows pass. A sandbox infra failure fails the row with reason code
+``infra`` and detail ``infra: ...``: the env is not admitted this time, but the sandbox, not the env, was at fault.
 
 Example:
-    >>> from posttrain.config import DEMO_SUITE, SandboxConfig
+    >>> from posttrain.config import DEMO_SUITE, AdmissionConfig, SandboxConfig
     >>> from posttrain.sandbox import make_sandbox
     >>> cfg = SandboxConfig()
-    >>> result = admit(DEMO_SUITE, make_sandbox(cfg), cfg)                      # doctest: +SKIP
-    >>> len(result.admitted), result.report.shape                              # doctest: +SKIP
-    (84, (252, 4))
+    >>> result = admit(DEMO_SUITE, make_sandbox(cfg), cfg, AdmissionConfig(), progress=True)  # doctest: +SKIP
+    >>> len(result.admitted), sorted(result.report["check"].unique())                        # doctest: +SKIP
+    (84, ['anti_hacking', 'consistency', 'coverage', 'discrimination', 'reproducibility', 'solvability'])
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from posttrain.admission.report import CheckRow, admitted_ids, to_frame
-from posttrain.config import SandboxConfig
+from posttrain.admission.batch import SandboxBatches
+from posttrain.admission.consistency import consistency_rows
+from posttrain.admission.coverage import coverage_row, select_mutants
+from posttrain.admission.discrimination import discrimination_row, learnability_row, policy_failure_row
+from posttrain.admission.hacking import anti_hacking_row
+from posttrain.admission.report import INFRA, CheckRow, admitted_ids, check_stats, details_frame, to_frame
+from posttrain.admission.solvability import reference_is_sound, reproducibility_row, solvability_row
+from posttrain.config import ADMISSION_CHECKS, AdmissionConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.suite import Rejection, load_suite
-from posttrain.envs.verifiers import verify_many
-from posttrain.envs.verifiers.base import Verdict
+from posttrain.envs.suite import Suite, load_suite
+from posttrain.envs.verifiers import get_verifier
+from posttrain.rollout.scripted import SolutionPolicy, make_policy
 
-# Scripted cheats (admission probes) for Python envs: each gets an entry point name, returns a program.
-PROBES = {
-    "no-op": lambda entry: f"def {entry}(*a, **k):\n    pass\n",
-    "sys.exit(0)": lambda entry: "import sys\nsys.exit(0)\n",
-}
+CHECK_ORDER = (*ADMISSION_CHECKS, "learnability")
+REFERENCE_CHECKS = ("coverage", "discrimination", "learnability")  # need a sound reference
 
 
 @dataclass
 class AdmissionResult:
-    report: pd.DataFrame  # AdmissionReport: env_id, check, passed, detail
+    report: pd.DataFrame  # AdmissionReport: env_id, check, passed, detail ("<reason code>: text")
     admitted: list[EnvSpec]  # in suite order
+    details: pd.DataFrame = field(default_factory=pd.DataFrame)  # + status, code, value (report.DETAIL_COLUMNS)
+    stats: pd.DataFrame = field(default_factory=pd.DataFrame)  # per-check statistics (report.STATS_COLUMNS)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall seconds per check
+    executions: dict[str, int] = field(default_factory=dict)  # verifier runs per check (after the cache)
+    wall_s: float = 0.0
+    envs: int = 0  # spec files and envs seen (loaded envs + files that did not load)
 
 
-def rejection_row(rejection: Rejection) -> CheckRow:
-    """A load rejection as a failing consistency row (keyed by the env id if the file had one, else the file)."""
-    return CheckRow(rejection.env_id or rejection.file, "consistency", False,
-                    f"{rejection.file}: {rejection.field}: {rejection.reason}")
+def _validate(cfg: AdmissionConfig) -> None:
+    unknown = sorted(set(cfg.checks) - set(ADMISSION_CHECKS))
+    if unknown:
+        raise ValueError(f"admission.checks: unknown {unknown} (known: {', '.join(ADMISSION_CHECKS)})")
+    if cfg.repeats < 1 or cfg.k < 1 or cfg.max_mutants < 0 or not 0.0 <= cfg.mutation_threshold <= 1.0:
+        raise ValueError(f"admission config out of range: repeats={cfg.repeats} (>= 1), k={cfg.k} (>= 1), "
+                         f"max_mutants={cfg.max_mutants} (>= 0), mutation_threshold={cfg.mutation_threshold} "
+                         "(in [0, 1])")
 
 
-def consistency_row(spec: EnvSpec) -> CheckRow:
-    """Whether the entry point is named in the prompt and in the reference."""
-    name = re.compile(rf"\b{re.escape(spec.entry_point)}\b") if spec.entry_point else None
-    missing = [what for what, text in (("prompt", spec.prompt), ("reference", spec.reference))
-               if name is None or not name.search(text)]
-    if missing:
-        return CheckRow(spec.id, "consistency", False,
-                        f"{spec.source}: entry point {spec.entry_point!r} is not named in the {' or '.join(missing)}")
-    return CheckRow(spec.id, "consistency", True, "entry point named in prompt and reference")
+def _skipped(envs: list[EnvSpec], check: str, why: dict[str, str]) -> list[CheckRow]:
+    return [CheckRow(spec.id, check, False, f"{check}.skipped", why[spec.id]) for spec in envs if spec.id in why]
 
 
-def solvability_row(spec: EnvSpec, reference: Verdict) -> CheckRow:
-    """The reference must pass (an infra failure is reported as such)."""
-    if reference.excluded:
-        return CheckRow(spec.id, "solvability", False, reference.detail)
-    return CheckRow(spec.id, "solvability", reference.passed, f"reference: {reference.detail}")
+def _sample_check(batches: SandboxBatches, check: str, envs: list[EnvSpec], policies: list[tuple[str, object]],
+                  k: int, seed: int) -> tuple[dict[str, list], Exception | None, str]:
+    """Sample k solutions per env from each policy and verify them all in one batch: {env id: [verdicts per policy]}."""
+    with batches.time(check):
+        samples = []
+        for name, policy in policies:
+            try:
+                samples.append(policy.solutions_many(envs, k, seed))
+            except Exception as error:  # noqa: BLE001 - a policy engine failure is infra for every env
+                return {}, error, name
+    pairs = [(spec, solution) for per_policy in samples for spec, sols in zip(envs, per_policy) for solution in sols]
+    verdicts = batches.run(check, pairs)
+    out: dict[str, list] = {spec.id: [] for spec in envs}
+    at = 0
+    for per_policy in samples:
+        for spec, sols in zip(envs, per_policy):
+            out[spec.id].append(verdicts[at:at + len(sols)])
+            at += len(sols)
+    return out, None, ""
 
 
-def anti_hacking_row(spec: EnvSpec, probes: dict[str, Verdict]) -> CheckRow:
-    """Every probe must fail; the detail lists what each probe scored."""
-    infra = [v.detail for v in probes.values() if v.excluded]
-    if infra:
-        return CheckRow(spec.id, "anti_hacking", False, infra[0])
-    scores = "; ".join(f"{name}: {v.tests_passed}/{v.tests_total}" for name, v in probes.items())
-    cheats = [name for name, v in probes.items() if v.passed]
-    if cheats:
-        return CheckRow(spec.id, "anti_hacking", False, f"hackable: {', '.join(cheats)} passes ({scores})")
-    return CheckRow(spec.id, "anti_hacking", True, f"probes fail ({scores})")
+def _policy(name: str, cfg: AdmissionConfig, given: dict[str, SolutionPolicy]) -> SolutionPolicy:
+    return given.get(name) or make_policy(name, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
 
 
-def admit(suite_path: str | Path, sandbox, cfg: SandboxConfig) -> AdmissionResult:
-    """Load ``suite_path``, run every check on every env, and return the report and the admitted envs."""
+def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: AdmissionConfig, progress: bool = False,
+               policies: dict[str, SolutionPolicy] | None = None) -> tuple[list[CheckRow], SandboxBatches]:
+    """Every configured check on every env of a loaded suite: the rows, and the batches (timings, executions)."""
+    _validate(cfg)
+    checks, envs, given = set(cfg.checks), suite.envs, dict(policies or {})
+    run_cfg = replace(sandbox_cfg, concurrency=cfg.concurrency or sandbox_cfg.concurrency)
+    batches = SandboxBatches(sandbox, run_cfg, progress=progress)
+    rows: list[CheckRow] = []
+    try:
+        with batches.time("consistency"):
+            consistency = consistency_rows(suite, sandbox_cfg, cfg)
+        loaded = {spec.id for spec in envs}
+        # files that did not load are always reported, even with the consistency check switched off
+        rows += [row for row in consistency if "consistency" in checks or row.env_id not in loaded]
+        want_reference = checks & {"solvability", "reproducibility", *REFERENCE_CHECKS} or cfg.learnability_policy
+        runs: dict[str, list] = {spec.id: [] for spec in envs}
+        if want_reference:
+            for spec, verdict in zip(envs, batches.run("solvability", [(s, s.reference) for s in envs], fresh=True)):
+                runs[spec.id].append(verdict)
+            if "solvability" in checks:
+                rows += [solvability_row(spec.id, runs[spec.id][0]) for spec in envs]
+        if "reproducibility" in checks and want_reference:
+            repeats = cfg.repeats - 1
+            verdicts = batches.run("reproducibility", [(s, s.reference) for s in envs for _ in range(repeats)],
+                                   fresh=True)
+            for i, spec in enumerate(envs):
+                runs[spec.id] += verdicts[i * repeats:(i + 1) * repeats]
+            rows += [reproducibility_row(spec.id, runs[spec.id]) for spec in envs]
+        if "anti_hacking" in checks:
+            rows += _anti_hacking(batches, envs)
+        why = {spec.id: ("the reference run hit an infra error" if any(v.excluded for v in runs[spec.id])
+                         else "the reference did not pass reproducibly")
+               for spec in envs if not reference_is_sound(runs[spec.id])}
+        sound = [spec for spec in envs if spec.id not in why]
+        if "coverage" in checks:
+            rows += _coverage(batches, sound, cfg) + _skipped(envs, "coverage", why)
+        if "discrimination" in checks:
+            names = [cfg.weak_policy, cfg.strong_policy]
+            rows += _policy_rows(batches, "discrimination", sound, names, cfg, given) + \
+                _skipped(envs, "discrimination", why)
+        if cfg.learnability_policy:
+            rows += _policy_rows(batches, "learnability", sound, [cfg.learnability_policy], cfg, given) + \
+                _skipped(envs, "learnability", why)
+    finally:
+        batches.close()
+    return rows, batches
+
+
+def _anti_hacking(batches: SandboxBatches, envs: list[EnvSpec]) -> list[CheckRow]:
+    probes: dict[str, dict[str, str]] = {}
+    broken: dict[str, str] = {}
+    for spec in envs:
+        try:
+            probes[spec.id] = dict(get_verifier(spec.verifier_kind).probes(spec))
+        except Exception as error:  # noqa: BLE001 - a verifier bug is not the env's fault
+            broken[spec.id] = f"verifier.probes raised {type(error).__name__}: {error}"
+    pairs = [(spec, solution) for spec in envs if spec.id in probes for solution in probes[spec.id].values()]
+    verdicts = iter(batches.run("anti_hacking", pairs))
+    rows = []
+    for spec in envs:
+        if spec.id in broken:
+            rows.append(CheckRow(spec.id, "anti_hacking", False, INFRA, broken[spec.id]))
+        else:
+            rows.append(anti_hacking_row(spec.id, {name: next(verdicts) for name in probes[spec.id]}))
+    return rows
+
+
+def _coverage(batches: SandboxBatches, envs: list[EnvSpec], cfg: AdmissionConfig) -> list[CheckRow]:
+    mutants: dict[str, list[str]] = {}
+    broken: dict[str, str] = {}
+    with batches.time("coverage"):
+        for spec in envs:
+            try:
+                mutants[spec.id] = select_mutants(spec.reference, list(get_verifier(spec.verifier_kind).mutants(spec)),
+                                                  cfg.max_mutants)
+            except Exception as error:  # noqa: BLE001
+                broken[spec.id] = f"verifier.mutants raised {type(error).__name__}: {error}"
+    pairs = [(spec, m) for spec in envs if spec.id in mutants for m in mutants[spec.id]]
+    verdicts = batches.run("coverage", pairs)
+    rows, at = [], 0
+    for spec in envs:
+        if spec.id in broken:
+            rows.append(CheckRow(spec.id, "coverage", False, INFRA, broken[spec.id]))
+            continue
+        n = len(mutants[spec.id])
+        rows.append(coverage_row(spec.id, spec.reference, mutants[spec.id], verdicts[at:at + n],
+                                 cfg.mutation_threshold))
+        at += n
+    return rows
+
+
+def _policy_rows(batches: SandboxBatches, check: str, envs: list[EnvSpec], names: list[str], cfg: AdmissionConfig,
+                 given: dict[str, SolutionPolicy]) -> list[CheckRow]:
+    """Discrimination (names = [weak, strong]) or learnability (names = [policy]) rows for ``envs``."""
+    if not envs:
+        return []
+    opened: list[tuple[str, SolutionPolicy]] = []
+    by_env, error, failed = {}, None, ""
+    try:
+        for name in names:
+            failed = name
+            opened.append((name, _policy(name, cfg, given)))
+        by_env, error, failed = _sample_check(batches, check, envs, opened, cfg.k, cfg.seed)
+    except Exception as exc:  # noqa: BLE001 - e.g. an unknown policy name or a checkpoint that does not load
+        error = exc
+    finally:
+        for name, policy in opened:
+            if name not in given:
+                policy.close()
+    if error is not None:
+        return [policy_failure_row(spec.id, check, failed, error) for spec in envs]
+    if check == "discrimination":
+        return [discrimination_row(spec.id, spec.min_gap, by_env[spec.id][0], by_env[spec.id][1], names[0], names[1])
+                for spec in envs]
+    return [learnability_row(spec.id, by_env[spec.id][0], names[0], cfg.filter_learnability) for spec in envs]
+
+
+def _ordered(rows: list[CheckRow], suite: Suite) -> list[CheckRow]:
+    """Rows grouped by env in suite order (files that did not load last), checks in ``CHECK_ORDER``."""
+    position = {spec.id: i for i, spec in enumerate(suite.envs)}
+    check_at = {check: i for i, check in enumerate(CHECK_ORDER)}
+    return sorted(rows, key=lambda r: (position.get(r.env_id, len(position)), r.env_id if r.env_id not in position
+                                       else "", check_at.get(r.check, len(check_at))))
+
+
+def admit(suite_path: str | Path, sandbox, sandbox_cfg: SandboxConfig, cfg: AdmissionConfig | None = None, *,
+          progress: bool = False, policies: dict[str, SolutionPolicy] | None = None) -> AdmissionResult:
+    """Load ``suite_path``, run the configured checks on every env, return the report and the admitted envs.
+
+    ``policies`` maps policy names used in ``cfg`` to ready policy objects (otherwise built by ``make_policy``).
+    """
+    cfg = cfg or AdmissionConfig()
+    started = time.perf_counter()
     suite = load_suite(suite_path)
-    jobs = [(spec, spec.reference) for spec in suite.envs]
-    jobs += [(spec, probe(spec.entry_point)) for probe in PROBES.values() for spec in suite.envs]
-    verdicts = verify_many(jobs, sandbox, cfg)
-    n = len(suite.envs)
-    rows = [rejection_row(r) for r in suite.rejections]
-    for i, spec in enumerate(suite.envs):
-        probes = {name: verdicts[n * (k + 1) + i] for k, name in enumerate(PROBES)}
-        rows += [consistency_row(spec), solvability_row(spec, verdicts[i]), anti_hacking_row(spec, probes)]
-    report = to_frame(rows)
+    rows, batches = run_checks(suite, sandbox, sandbox_cfg, cfg, progress=progress, policies=policies)
+    details = details_frame(_ordered(rows, suite))
+    report = to_frame(details)
     ok = admitted_ids(report)
-    return AdmissionResult(report=report, admitted=[spec for spec in suite.envs if spec.id in ok])
+    seconds = dict(batches.seconds)
+    return AdmissionResult(report=report, admitted=[spec for spec in suite.envs if spec.id in ok], details=details,
+                           stats=check_stats(details, seconds), seconds=seconds, executions=dict(batches.executions),
+                           wall_s=time.perf_counter() - started, envs=int(details["env_id"].nunique()))

@@ -1,0 +1,186 @@
+"""Solution policies for admission: scripted ones (test doubles and probes) and any checkpoint through vLLM.
+
+All share one small protocol, ``SolutionPolicy``: ``solutions(spec, k, seed)`` returns k solutions for one env,
+already passed through the env verifier's ``extract_solution`` (ready for ``verify_many``), and
+``solutions_many(specs, k, seed)`` does the same for many envs at once (one vLLM call for all prompts).
+
+- ``ReferencePolicy`` (strong): always the reference solution.
+- ``DegeneratePolicy("identity" | "noop")`` (weak): a Python entry point that returns its first argument, or does
+  nothing; for envs without a Python entry point, the empty solution.
+- ``NoisyReferencePolicy(p)``: each sample is the reference with probability p, else one of the verifier's mutants
+  of it (seeded by env id, seed and sample index: the same call gives the same samples).
+- ``VLLMPolicy(policy_dir)``: samples a checkpoint with ``posttrain.rollout.engine.VLLMEngine``.
+``make_policy(name)`` builds one from its config string: ``reference``, ``identity``, ``noop``, ``noisy:P`` or a path.
+
+Example:
+    >>> from posttrain.envs.spec import EnvSpec
+    >>> spec = EnvSpec(id="t/add_1", prompt="# add_1(x)\\n", entry_point="add_1",
+    ...                reference="def add_1(x):\\n    return x + 1\\n",
+    ...                verifier={"kind": "python_tests", "cases": [{"args": [1], "expected": 2}]})
+    >>> make_policy("reference").solutions(spec, 2, seed=0) == [spec.reference] * 2
+    True
+    >>> print(make_policy("identity").solutions(spec, 1, seed=0)[0], end="")
+    def add_1(*args, **kwargs):
+        return args[0] if args else None
+    >>> noisy = make_policy("noisy:0.5")
+    >>> noisy.solutions(spec, 8, seed=1) == noisy.solutions(spec, 8, seed=1), noisy.name
+    (True, 'noisy:0.5')
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from posttrain.config import RolloutConfig
+from posttrain.envs.spec import EnvSpec
+from posttrain.envs.verifiers import get_verifier
+
+SCRIPTED = ("reference", "identity", "noop", "noisy:P")
+
+
+class SolutionPolicy(Protocol):
+    name: str
+
+    def solutions(self, spec: EnvSpec, k: int, seed: int) -> list[str]:
+        """k solutions for ``spec`` (extracted, ready to verify)."""
+
+    def solutions_many(self, specs: Sequence[EnvSpec], k: int, seed: int) -> list[list[str]]:
+        """k solutions for each of ``specs``, in order."""
+
+    def close(self) -> None: ...
+
+
+class ScriptedPolicy:
+    """Base of the scripted policies: ``solutions_many`` loops over ``solutions``; nothing to close."""
+
+    name = "scripted"
+
+    def solutions(self, spec: EnvSpec, k: int, seed: int) -> list[str]:
+        raise NotImplementedError
+
+    def solutions_many(self, specs: Sequence[EnvSpec], k: int, seed: int) -> list[list[str]]:
+        return [self.solutions(spec, k, seed) for spec in specs]
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class ReferencePolicy(ScriptedPolicy):
+    """The strong scripted policy: answers every env with its reference solution."""
+
+    name = "reference"
+
+    def solutions(self, spec: EnvSpec, k: int, seed: int) -> list[str]:
+        return [spec.reference] * k
+
+
+class DegeneratePolicy(ScriptedPolicy):
+    """The weak scripted policy: a trivial program (``identity`` returns the first argument, ``noop`` nothing)."""
+
+    MODES = ("identity", "noop")
+
+    def __init__(self, mode: str = "identity"):
+        if mode not in self.MODES:
+            raise ValueError(f"DegeneratePolicy mode {mode!r}: expected one of {self.MODES}")
+        self.mode = self.name = mode
+
+    def program(self, spec: EnvSpec) -> str:
+        entry = spec.entry_point
+        if spec.runtime != "python" or not entry.isidentifier():
+            return ""
+        body = "return args[0] if args else None" if self.mode == "identity" else "pass"
+        return f"def {entry}(*args, **kwargs):\n    {body}\n"
+
+    def solutions(self, spec: EnvSpec, k: int, seed: int) -> list[str]:
+        return [self.program(spec)] * k
+
+
+class NoisyReferencePolicy(ScriptedPolicy):
+    """The reference with probability ``p``, else a mutant of it (a policy of tunable, known quality)."""
+
+    def __init__(self, p: float):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"NoisyReferencePolicy p={p}: must be in [0, 1]")
+        self.p = p
+        self.name = f"noisy:{p:g}"
+        self._fallback = DegeneratePolicy("noop")
+
+    def solutions(self, spec: EnvSpec, k: int, seed: int) -> list[str]:
+        rng = random.Random(f"{seed}:{spec.id}")
+        mutants = None
+        out = []
+        for _ in range(k):
+            if rng.random() < self.p:
+                out.append(spec.reference)
+                continue
+            if mutants is None:
+                mutants = list(get_verifier(spec.verifier_kind).mutants(spec)) or [self._fallback.program(spec)]
+            out.append(rng.choice(mutants))
+        return out
+
+
+class VLLMPolicy:
+    """Any checkpoint (HF dir) sampled with vLLM; the engine starts on first use and stops on ``close``."""
+
+    def __init__(self, policy_dir: str, temperature: float = 1.0, max_new_tokens: int = 64,
+                 rollout: RolloutConfig | None = None):
+        self.policy_dir = str(policy_dir)
+        self.name = self.policy_dir
+        self.temperature, self.max_new_tokens = temperature, max_new_tokens
+        self.rollout = rollout or RolloutConfig()
+        self._engine = None
+
+    def _started(self):
+        if self._engine is None:
+            from posttrain.rollout.engine import VLLMEngine
+
+            self._engine = VLLMEngine(self.policy_dir, self.rollout)
+        return self._engine
+
+    def solutions_many(self, specs: Sequence[EnvSpec], k: int, seed: int) -> list[list[str]]:
+        if not specs:
+            return []
+        groups = self._started().generate([spec.prompt for spec in specs], n=k, temperature=self.temperature,
+                                          max_tokens=self.max_new_tokens, top_p=self.rollout.top_p, seed=seed)
+        return [[get_verifier(spec.verifier_kind).extract_solution(sample.text) for sample in group]
+                for spec, group in zip(specs, groups)]
+
+    def solutions(self, spec: EnvSpec, k: int, seed: int) -> list[str]:
+        return self.solutions_many([spec], k, seed)[0]
+
+    def close(self) -> None:
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def make_policy(name: str, temperature: float = 1.0, max_new_tokens: int = 64,
+                rollout: RolloutConfig | None = None) -> SolutionPolicy:
+    """The policy a config string names: a scripted one (``SCRIPTED``) or a checkpoint directory."""
+    if name == "reference":
+        return ReferencePolicy()
+    if name in DegeneratePolicy.MODES:
+        return DegeneratePolicy(name)
+    if name.startswith("noisy:"):
+        try:
+            p = float(name.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(f"policy {name!r}: expected noisy:P with P a number in [0, 1]") from None
+        return NoisyReferencePolicy(p)
+    if Path(name).is_dir():
+        return VLLMPolicy(name, temperature=temperature, max_new_tokens=max_new_tokens, rollout=rollout)
+    raise ValueError(f"policy {name!r}: not a scripted policy ({', '.join(SCRIPTED)}) nor a checkpoint directory")
