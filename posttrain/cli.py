@@ -3,6 +3,7 @@
     posttrain demo-policy [OUT]        build the seeded demo policy (tokenizer + small Llama, SFT warm start)
     posttrain admit SUITE [--out DIR]  run admission on a suite folder; writes report.parquet/.html and check_stats,
                                        prints per-check statistics and every rejection (see --help for the checks)
+    posttrain import-jsonl FILE OUT    import HumanEval/MBPP-style JSONL into a suite folder of env specs
     posttrain doctor                   check that bwrap, dockerd + sandbox image, vLLM and DeepSpeed are usable
 
 Example:
@@ -16,6 +17,8 @@ import shutil
 import sys
 
 from posttrain.config import SandboxConfig, default_policy_dir
+from posttrain.envs.importers.jsonl import add_arguments as add_jsonl_arguments
+from posttrain.envs.importers.jsonl import import_jsonl_command
 
 
 def _demo_policy(args) -> int:
@@ -120,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, help="sandbox runs in flight")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_admit)
+    p = sub.add_parser("import-jsonl", help="import HumanEval/MBPP-style JSONL into a suite")
+    add_jsonl_arguments(p)
+    p.set_defaults(func=import_jsonl_command)
     p = sub.add_parser("doctor", help="check the real components are usable")
     p.set_defaults(func=_doctor)
     args = parser.parse_args(argv)
