@@ -50,12 +50,11 @@ def collect(
     policy_version: int,
     group_prefix: str,
     top_p: float = 1.0,
-    seed: int = 0,
 ) -> tuple[pd.DataFrame, RolloutStats]:
     """Sample ``n`` completions for each env's prompt; one Trajectories row per completion."""
     started = time.perf_counter()
     groups = engine.generate([e.prompt for e in envs], n=n, temperature=temperature, max_tokens=max_tokens,
-                             top_p=top_p, seed=seed)
+                             top_p=top_p)
     seconds = time.perf_counter() - started
     rows = []
     for env, group in zip(envs, groups):
@@ -94,7 +93,7 @@ def rollout_iteration(policy_dir: str, envs: list[EnvSpec], cfg: RolloutConfig, 
     from posttrain.rollout.engine import VLLMEngine
 
     chosen = pick_envs([e for e in envs if e.split == "train"], cfg.envs_per_iteration, seed=cfg.seed + iteration)
-    with VLLMEngine(policy_dir, cfg) as engine:
+    with VLLMEngine(policy_dir, cfg, seed=cfg.seed + iteration) as engine:
         return collect(engine, chosen, n=cfg.samples_per_env, temperature=cfg.temperature,
                        max_tokens=cfg.max_new_tokens, policy_version=policy_version, group_prefix=f"it{iteration}",
-                       top_p=cfg.top_p, seed=cfg.seed + iteration)
+                       top_p=cfg.top_p)

@@ -39,7 +39,7 @@ class Sample:
 
 class RolloutEngine(Protocol):
     def generate(
-        self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0, seed: int = 0
+        self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0
     ) -> list[list[Sample]]:
         """Return, for each prompt, a group of ``n`` samples."""
 
@@ -47,9 +47,13 @@ class RolloutEngine(Protocol):
 
 
 class VLLMEngine:
-    """A live vLLM engine over one HF policy directory; ``reload`` swaps weights in place."""
+    """A live vLLM engine over one HF policy directory; ``reload`` swaps weights in place.
 
-    def __init__(self, policy_dir: str, cfg: RolloutConfig):
+    Sampling is seeded once per engine (``seed``, default ``cfg.seed``): per-request seeds are not supported by
+    vLLM's CPU sampler, and one seeded engine per rollout makes a rollout reproducible for the same requests.
+    """
+
+    def __init__(self, policy_dir: str, cfg: RolloutConfig, seed: int | None = None):
         # Keep the CPU KV cache small by default (GiB); users with more memory raise it via the env var.
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         from vllm import LLM
@@ -61,17 +65,15 @@ class VLLMEngine:
                 dtype=cfg.dtype,
                 enable_prefix_caching=cfg.enable_prefix_caching,
                 max_model_len=cfg.max_model_len,
-                seed=cfg.seed,
+                seed=cfg.seed if seed is None else seed,
             )
 
     def generate(
-        self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0, seed: int = 0
+        self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0
     ) -> list[list[Sample]]:
         from vllm import SamplingParams
 
-        params = SamplingParams(
-            n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0, seed=seed
-        )
+        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0)
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [[_to_sample(out, choice) for choice in out.outputs] for out in outputs]
 

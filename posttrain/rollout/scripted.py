@@ -138,18 +138,18 @@ class VLLMPolicy:
         self.rollout = rollout or RolloutConfig()
         self._engine = None
 
-    def _started(self):
+    def _started(self, seed: int):
         if self._engine is None:
             from posttrain.rollout.engine import VLLMEngine
 
-            self._engine = VLLMEngine(self.policy_dir, self.rollout)
+            self._engine = VLLMEngine(self.policy_dir, self.rollout, seed=seed)
         return self._engine
 
     def solutions_many(self, specs: Sequence[EnvSpec], k: int, seed: int) -> list[list[str]]:
         if not specs:
             return []
-        groups = self._started().generate([spec.prompt for spec in specs], n=k, temperature=self.temperature,
-                                          max_tokens=self.max_new_tokens, top_p=self.rollout.top_p, seed=seed)
+        groups = self._started(seed).generate([spec.prompt for spec in specs], n=k, temperature=self.temperature,
+                                              max_tokens=self.max_new_tokens, top_p=self.rollout.top_p)
         return [[get_verifier(spec.verifier_kind).extract_solution(sample.text) for sample in group]
                 for spec, group in zip(specs, groups)]
 

@@ -30,7 +30,7 @@ def test_vllm_engine_collects_groups_with_logprobs_and_reloads_weights(tiny_poli
     envs = [_env(1), _env(2)]
     with VLLMEngine(str(tiny_policy), RolloutConfig(max_model_len=128)) as engine:
         table, stats = collect(engine, envs, n=4, temperature=1.0, max_tokens=12, policy_version=3,
-                               group_prefix="it1", seed=1)
+                               group_prefix="it1")
         engine.reload(str(tiny_policy))
         greedy_a = engine.generate([envs[0].prompt], n=1, temperature=0.0, max_tokens=8)[0][0]
         greedy_b = engine.generate([envs[0].prompt], n=1, temperature=0.0, max_tokens=8)[0][0]
