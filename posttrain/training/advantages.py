@@ -1,0 +1,65 @@
+"""GRPO advantages: each sample's reward normalized within its group (the n samples of one env).
+
+``grpo_advantages`` works on a dense ``[G, n]`` reward matrix; ``group_advantages`` takes the flat rewards and
+group ids of scored rollouts (groups may be ragged once infra failures are excluded) and returns one advantage
+per sample, in input order. The std is the population std (``correction=0``), so a group of one sample is
+well defined (advantage 0); a group whose rewards are all equal carries no signal and gets zeros.
+
+Example:
+    >>> import torch
+    >>> grpo_advantages(torch.tensor([[1.0, 0.0], [0.5, 0.5]]), eps=0.0)
+    tensor([[ 1., -1.],
+            [ 0.,  0.]])
+    >>> group_advantages([1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"], eps=0.0)
+    tensor([ 1., -1.,  0.,  0.])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+
+def grpo_advantages(rewards: Tensor, eps: float) -> Tensor:
+    """Group-normalized advantages ``(r - mean_g) / (std_g + eps)``.
+
+    Args:
+        rewards: ``[G, n]`` float, row g holds the n rewards of group g.
+        eps: added to the group std before dividing.
+
+    Returns:
+        ``[G, n]`` float advantages; rows whose rewards are all equal are exactly zero.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [G, n], got shape {tuple(rewards.shape)}")
+    rewards = rewards.float()
+    mean = rewards.mean(dim=1, keepdim=True)
+    std = rewards.std(dim=1, keepdim=True, correction=0)
+    centered = rewards - mean
+    flat = (rewards == rewards[:, :1]).all(dim=1, keepdim=True)
+    return torch.where(flat, torch.zeros_like(centered), centered / (std + eps))
+
+
+def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], eps: float) -> Tensor:
+    """Advantages for flat rewards grouped by ``group_ids`` (groups may differ in size).
+
+    Args:
+        rewards: N rewards.
+        group_ids: N group ids; samples sharing an id are normalized together.
+        eps: added to each group's std before dividing.
+
+    Returns:
+        ``[N]`` float advantages in the input order.
+    """
+    if len(rewards) != len(group_ids):
+        raise ValueError(f"{len(rewards)} rewards but {len(group_ids)} group ids")
+    out = torch.zeros(len(rewards))
+    members: dict[str, list[int]] = {}
+    for i, gid in enumerate(group_ids):
+        members.setdefault(gid, []).append(i)
+    for idx in members.values():
+        group = torch.tensor([float(rewards[i]) for i in idx]).unsqueeze(0)
+        out[idx] = grpo_advantages(group, eps).squeeze(0)
+    return out

@@ -1,0 +1,73 @@
+"""Turn rollout samples into right-padded training tensors aligned for next-token scoring.
+
+A sample is ``prompt_token_ids + completion_token_ids`` (length L_i). The model sees ``input_ids[:, :L]``
+and position t predicts token t+1, so every target-aligned tensor has ``L - 1`` columns: ``targets[b, t] =
+input_ids[b, t + 1]``; ``mask`` is 1 exactly where the target is a completion token, and
+``behavior_logprobs`` sits at the same positions (0 elsewhere).
+
+Example:
+    >>> b = pad_batch([([1, 5], [7, 2], [-0.5, -0.25])], advantages=[1.0], pad_id=0)
+    >>> b.input_ids.tolist(), b.targets.tolist(), b.mask.tolist()
+    ([[1, 5, 7, 2]], [[5, 7, 2]], [[0.0, 1.0, 1.0]])
+    >>> b.behavior_logprobs.tolist()
+    [[0.0, -0.5, -0.25]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Batch:
+    input_ids: Tensor  # [B, L] long, right-padded with pad_id
+    attention_mask: Tensor  # [B, L] long, 1 on real tokens
+    targets: Tensor  # [B, L-1] long, input_ids shifted left by one
+    mask: Tensor  # [B, L-1] float, 1 where the target is a completion token
+    behavior_logprobs: Tensor  # [B, L-1] float, the sampler's log-prob of each target completion token
+    advantages: Tensor  # [B] float
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.mask.sum().item())
+
+
+def pad_batch(
+    samples: Sequence[tuple[Sequence[int], Sequence[int], Sequence[float]]],
+    advantages: Sequence[float],
+    pad_id: int,
+) -> Batch:
+    """Right-pad ``(prompt_ids, completion_ids, behavior_logprobs)`` triples into one ``Batch``.
+
+    Raises ``ValueError`` when a prompt is empty or a sample's logprobs do not match its completion length.
+    """
+    if len(samples) != len(advantages):
+        raise ValueError(f"{len(samples)} samples but {len(advantages)} advantages")
+    width = max(len(p) + len(c) for p, c, _ in samples)
+    n = len(samples)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width - 1))
+    behavior = torch.zeros((n, width - 1))
+    for b, (prompt, completion, logprobs) in enumerate(samples):
+        if not prompt:
+            raise ValueError(f"sample {b}: empty prompt_token_ids (the BOS token at least is expected)")
+        if len(logprobs) != len(completion):
+            raise ValueError(f"sample {b}: {len(logprobs)} behavior logprobs for {len(completion)} completion tokens")
+        p, c = len(prompt), len(completion)
+        input_ids[b, : p + c] = torch.tensor(list(prompt) + list(completion), dtype=torch.long)
+        attention_mask[b, : p + c] = 1
+        mask[b, p - 1 : p - 1 + c] = 1.0
+        behavior[b, p - 1 : p - 1 + c] = torch.tensor(list(logprobs), dtype=torch.float)
+    return Batch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        targets=input_ids[:, 1:].clone(),
+        mask=mask,
+        behavior_logprobs=behavior,
+        advantages=torch.tensor(list(advantages), dtype=torch.float),
+    )

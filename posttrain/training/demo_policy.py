@@ -1,0 +1,170 @@
+"""The demo policy: a tiny Llama with its own byte-level BPE tokenizer, warm-started by supervised training.
+
+It is trained on the demo suite's *train* split only (BOS + prompt + reference + EOS, loss on the reference and
+EOS), small enough to build in about a minute on 2 CPU cores, and weak enough on the held-out eval split that RL
+has room to improve it. The result is an HF dir (fp32 safetensors, ``tokenizer.json``, config) that vLLM loads
+with ``dtype="bfloat16"``, plus ``posttrain_policy.json`` = ``{"version": 0, "demo_policy": <cfg>}``.
+
+Tensor shapes in the SFT loop: ``input_ids``/``labels`` ``[sft_batch_size, L]``, labels ``-100`` on prompt
+and padding.
+
+Example:
+    >>> from posttrain.config import DemoPolicyConfig
+    >>> pairs = [("# Write a function add_7(x) that returns x plus 7.\\n", "def add_7(x):\\n    return x + 7\\n")]
+    >>> path = build_demo_policy("/tmp/demo-policy", DemoPolicyConfig(sft_steps=5), pairs)   # doctest: +SKIP
+    >>> is_complete(path, DemoPolicyConfig(sft_steps=5))                                     # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from posttrain.config import DEMO_SUITE, DemoPolicyConfig
+from posttrain.training.checkpoints import POLICY_META
+
+SPECIAL_TOKENS = ("<s>", "</s>", "<pad>")  # ids 0, 1, 2
+WEIGHTS = "model.safetensors"
+
+
+def train_tokenizer(texts: Sequence[str], vocab_size: int):
+    """Byte-level BPE over ``texts`` whose post-processor prepends ``<s>`` (so HF and vLLM encode alike)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+def _model_config(cfg: DemoPolicyConfig, tokenizer):
+    from transformers import LlamaConfig
+
+    if cfg.hidden_size % cfg.num_heads:
+        raise ValueError(f"DemoPolicyConfig: hidden_size {cfg.hidden_size} not divisible by num_heads {cfg.num_heads}")
+    return LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_heads,
+        head_dim=cfg.hidden_size // cfg.num_heads, max_position_embeddings=cfg.max_position_embeddings,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+
+
+def _sft_examples(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], int]]:
+    """``(ids, prompt_len)`` per pair: ids = BOS + prompt + reference + EOS, prompt encoded as rollout does."""
+    out = []
+    for prompt, reference in pairs:
+        p = tokenizer(prompt).input_ids
+        r = tokenizer(reference, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        out.append((p + r, len(p)))
+    return out
+
+
+def _collate(examples: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    labels = torch.full_like(input_ids, -100)
+    for b, (ids, plen) in enumerate(examples):
+        input_ids[b, : len(ids)] = torch.tensor(ids)
+        attention[b, : len(ids)] = 1
+        labels[b, plen : len(ids)] = input_ids[b, plen : len(ids)]
+    return input_ids, attention, labels
+
+
+def build_demo_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -> Path:
+    """Train the tokenizer and the model on ``(prompt, reference)`` pairs and write the policy to ``out_dir``."""
+    if not pairs:
+        raise ValueError("build_demo_policy: no (prompt, reference) pairs to train on")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: the same reduction order, hence the same weights, on any machine
+    try:
+        return _build(Path(out_dir), cfg, pairs)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -> Path:
+    from transformers import LlamaForCausalLM, set_seed
+
+    start = time.perf_counter()
+    set_seed(cfg.seed)
+    tokenizer = train_tokenizer([t for pair in pairs for t in pair], cfg.vocab_size)
+    model = LlamaForCausalLM(_model_config(cfg, tokenizer))
+    examples = _sft_examples(tokenizer, pairs)
+    too_long = [i for i, (ids, _) in enumerate(examples) if len(ids) > cfg.max_position_embeddings]
+    if too_long:
+        raise ValueError(f"pairs {too_long} exceed max_position_embeddings={cfg.max_position_embeddings} tokens")
+    optim = torch.optim.AdamW(model.parameters(), lr=cfg.sft_learning_rate, weight_decay=0.0)
+    warmup = max(1, cfg.sft_steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (
+        1.0 + math.cos(math.pi * min(1.0, s / max(1, cfg.sft_steps)))))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    order: list[int] = []
+    model.train()
+    for _ in range(cfg.sft_steps):
+        while len(order) < cfg.sft_batch_size:
+            order += torch.randperm(len(examples), generator=gen).tolist()
+        idx, order = order[: cfg.sft_batch_size], order[cfg.sft_batch_size :]
+        input_ids, attention, labels = _collate([examples[i] for i in idx], tokenizer.pad_token_id)
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optim.step()
+        sched.step()
+        optim.zero_grad(set_to_none=True)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    model.save_pretrained(out, safe_serialization=True)  # fp32; vLLM casts to bf16 on load
+    tokenizer.save_pretrained(out)
+    meta = {"version": 0, "demo_policy": asdict(cfg), "num_pairs": len(pairs), "pairs_sha256": _digest(pairs),
+            "final_sft_loss": float(loss.detach()),
+            "build_seconds": round(time.perf_counter() - start, 1)}
+    (out / POLICY_META).write_text(json.dumps(meta, indent=2))  # written last: marks the dir complete
+    return out
+
+
+def _digest(pairs: Sequence[tuple[str, str]]) -> str:
+    return hashlib.sha256(json.dumps([list(p) for p in pairs]).encode()).hexdigest()
+
+
+def is_complete(out_dir: str | os.PathLike, cfg: DemoPolicyConfig,
+                pairs: Sequence[tuple[str, str]] | None = None) -> bool:
+    """True when ``out_dir`` holds a finished demo policy built with exactly ``cfg`` (and ``pairs``, if given)."""
+    out = Path(out_dir)
+    try:
+        meta = json.loads((out / POLICY_META).read_text())
+    except (OSError, ValueError):
+        return False
+    files = (WEIGHTS, "config.json", "tokenizer.json", "tokenizer_config.json")
+    same_data = pairs is None or meta.get("pairs_sha256") == _digest(pairs)
+    return meta.get("demo_policy") == asdict(cfg) and same_data and all((out / f).is_file() for f in files)
+
+
+def main_demo_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig | None = None,
+                     suite: str = DEMO_SUITE) -> Path:
+    """Build the demo policy from ``suite``'s train split into ``out_dir`` unless an identical one is there."""
+    from posttrain.envs.suite import load_suite
+
+    cfg = cfg or DemoPolicyConfig()
+    pairs = [(env.prompt, env.reference) for env in load_suite(suite).envs if env.split == "train"]
+    if is_complete(out_dir, cfg, pairs):
+        return Path(out_dir)
+    return build_demo_policy(out_dir, cfg, pairs)

@@ -1,0 +1,115 @@
+"""GRPO advantages, the PPO-clip loss and batch padding against hand-computed values."""
+
+import math
+
+import pytest
+import torch
+
+from posttrain.training.advantages import group_advantages, grpo_advantages
+from posttrain.training.batching import pad_batch
+from posttrain.training.losses import ppo_clip_loss, token_logprobs
+
+
+def test_grpo_advantages_hand_computed():
+    adv = grpo_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 2.0, 3.0, 2.0]]), eps=0.0)
+    # row 0: mean 0.5, population std 0.5; row 1: mean 2, std sqrt(0.5)
+    s = math.sqrt(0.5)
+    expected = torch.tensor([[1.0, -1.0, -1.0, 1.0], [-1 / s, 0.0, 1 / s, 0.0]])
+    assert torch.allclose(adv, expected, atol=1e-6)
+
+
+def test_grpo_advantages_eps_shrinks():
+    adv = grpo_advantages(torch.tensor([[1.0, 0.0]]), eps=0.5)
+    assert torch.allclose(adv, torch.tensor([[0.5, -0.5]]))
+
+
+def test_all_equal_group_is_zero():
+    adv = grpo_advantages(torch.tensor([[0.7, 0.7, 0.7], [0.0, 0.0, 0.0]]), eps=1e-6)
+    assert torch.equal(adv, torch.zeros(2, 3))
+
+
+def test_grpo_advantages_rejects_flat_input():
+    with pytest.raises(ValueError, match=r"\[G, n\]"):
+        grpo_advantages(torch.tensor([1.0, 0.0]), eps=0.0)
+
+
+def test_group_advantages_ragged_groups_keep_order():
+    adv = group_advantages([1.0, 5.0, 0.0, 5.0, 3.0, 2.0, 1.0], ["a", "b", "a", "b", "c", "d", "d"], eps=0.0)
+    assert torch.allclose(adv, torch.tensor([1.0, 0.0, -1.0, 0.0, 0.0, 1.0, -1.0]))
+
+
+def test_group_advantages_length_mismatch():
+    with pytest.raises(ValueError, match="2 rewards but 1 group ids"):
+        group_advantages([1.0, 0.0], ["a"], eps=0.0)
+
+
+def test_token_logprobs_matches_log_softmax():
+    logits = torch.tensor([[[0.0, math.log(3.0)], [2.0, 2.0]]])  # p = [1/4, 3/4], then [1/2, 1/2]
+    lp = token_logprobs(logits, torch.tensor([[1, 0]]))
+    assert torch.allclose(lp, torch.log(torch.tensor([[0.75, 0.5]])))
+
+
+def _ratios_case():
+    """Seq 0 has A=+1, seq 1 has A=-1; ratios chosen on both sides of the clip range (eps=0.2)."""
+    ratios = torch.tensor([[1.5, 0.5, 3.0], [0.5, 1.5, 1.0]])
+    behavior = torch.full((2, 3), -1.0)
+    logprobs = (behavior + torch.log(ratios)).requires_grad_(True)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # the 3.0 ratio is padding
+    return logprobs, behavior, torch.tensor([1.0, -1.0]), mask
+
+
+def test_ppo_clip_loss_hand_computed():
+    logprobs, behavior, adv, mask = _ratios_case()
+    loss, stats = ppo_clip_loss(logprobs, behavior, adv, mask, clip_eps=0.2)
+    # per token -min(rA, clip(r)A): A=+1: r=1.5 -> -1.2 (clipped high), r=0.5 -> -0.5;
+    # A=-1: r=0.5 -> +0.8 (clipped low), r=1.5 -> +1.5, r=1.0 -> +1.0; mean over 5 unmasked tokens
+    assert float(loss.detach()) == pytest.approx((-1.2 - 0.5 + 0.8 + 1.5 + 1.0) / 5, abs=1e-6)
+    assert stats["clip_fraction"] == pytest.approx(2 / 5)
+    assert stats["ratio_mean"] == pytest.approx((1.5 + 0.5 + 0.5 + 1.5 + 1.0) / 5, abs=1e-6)
+    k3 = lambda r: (r - 1) - math.log(r)  # noqa: E731
+    assert stats["approx_kl"] == pytest.approx((2 * k3(1.5) + 2 * k3(0.5)) / 5, abs=1e-6)
+
+
+def test_ppo_clip_gradient_zero_where_clipped_and_masked():
+    logprobs, behavior, adv, mask = _ratios_case()
+    loss, _ = ppo_clip_loss(logprobs, behavior, adv, mask, clip_eps=0.2)
+    loss.backward()
+    # d/dlogp of -r*A/N is -r*A/N for unclipped tokens; clipped and masked tokens get no gradient
+    expected = torch.tensor([[0.0, -0.5 / 5, 0.0], [0.0, 1.5 / 5, 1.0 / 5]])
+    assert torch.allclose(logprobs.grad, expected, atol=1e-6)
+
+
+def test_ppo_clip_on_policy_is_policy_gradient():
+    logprobs = torch.log(torch.tensor([[0.2, 0.4]]))
+    loss, stats = ppo_clip_loss(logprobs, logprobs.clone(), torch.tensor([2.0]), torch.ones(1, 2), clip_eps=0.2)
+    assert float(loss.detach()) == pytest.approx(-2.0)
+    assert stats == pytest.approx({"clip_fraction": 0.0, "approx_kl": 0.0, "ratio_mean": 1.0})
+
+
+def test_ppo_clip_empty_mask_is_zero():
+    lp = torch.zeros(2, 3, requires_grad=True)
+    loss, stats = ppo_clip_loss(lp, torch.zeros(2, 3), torch.tensor([1.0, -1.0]), torch.zeros(2, 3), 0.2)
+    assert float(loss.detach()) == 0.0 and stats["clip_fraction"] == 0.0
+
+
+def test_pad_batch_aligns_completion_tokens():
+    b = pad_batch([([0, 5, 6], [7, 1], [-0.5, -0.25]), ([0, 5], [9, 8, 1], [-1.0, -2.0, -3.0])],
+                  advantages=[1.0, -1.0], pad_id=2)
+    assert b.input_ids.tolist() == [[0, 5, 6, 7, 1], [0, 5, 9, 8, 1]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 1]]
+    assert b.targets.tolist() == [[5, 6, 7, 1], [5, 9, 8, 1]]
+    assert b.mask.tolist() == [[0, 0, 1, 1], [0, 1, 1, 1]]
+    assert b.behavior_logprobs.tolist() == [[0, 0, -0.5, -0.25], [0, -1.0, -2.0, -3.0]]
+    assert b.num_tokens == 5
+
+
+def test_pad_batch_pads_right():
+    b = pad_batch([([0, 5], [7], [-0.5]), ([0, 5, 6, 6], [1], [-0.1])], advantages=[1.0, 1.0], pad_id=2)
+    assert b.input_ids[0].tolist() == [0, 5, 7, 2, 2]
+    assert b.attention_mask[0].tolist() == [1, 1, 1, 0, 0]
+    assert b.mask[0].tolist() == [0, 1, 0, 0]
+
+
+def test_pad_batch_rejects_logprob_length_mismatch():
+    with pytest.raises(ValueError, match="sample 0: 1 behavior logprobs for 2 completion tokens"):
+        pad_batch([([0], [7, 1], [-0.5])], advantages=[1.0], pad_id=2)
