@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import NamedTuple
 
 import pandas as pd
-from flytekit import current_context, task
+from flytekit import task
 from pandera.typing import DataFrame
 
 from posttrain import tracking
@@ -20,6 +20,7 @@ from posttrain.envs.suite import suite_digest
 from posttrain.envs.table import envs_to_table
 from posttrain.schemas import AdmissionReport, Envs
 from posttrain.sandbox import make_sandbox
+from tasks.execution import execution_name
 from tasks.resources import CACHE_VERSION, stage
 
 Admission = NamedTuple("Admission", [("report", DataFrame[AdmissionReport]), ("envs", DataFrame[Envs]),
@@ -61,7 +62,7 @@ def admission_metrics(details: pd.DataFrame, stats: pd.DataFrame, wall_s: float)
 def log_admission(suite: str, digest: str, cfg: AdmissionConfig, details: pd.DataFrame, stats: pd.DataFrame,
                   wall_s: float, experiment: str) -> str:
     """One MLflow run per admission: config as params, the report (parquet + HTML), per-check stats and metrics."""
-    execution = str(current_context().execution_id.name)
+    execution = execution_name()
     run_id = tracking.start_run(experiment, run_name=f"admit-{execution}",
                                 params={"suite": suite, "suite_digest": digest, **asdict(cfg)},
                                 tags={"flyte.execution_id": execution, "posttrain.workflow": "admit"})

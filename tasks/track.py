@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from flytekit import current_context, task
+from flytekit import task
 from pandera.typing import DataFrame
 
 from posttrain import tracking
@@ -18,13 +18,14 @@ from posttrain.rollout.collect import RolloutStats
 from posttrain.schemas import AdmissionReport, Envs, EvalResults, Scored
 from posttrain.training.trainer import TrainStats
 from tasks.policy import PolicyDir
+from tasks.execution import execution_name
 from tasks.resources import stage
 
 
 @task(**stage("track"))
 def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport], envs: DataFrame[Envs]) -> str:
     """Open the parent run: config as params, the admission report as an artifact; returns the run id."""
-    execution = str(current_context().execution_id.name)
+    execution = execution_name()
     run_id = tracking.start_run(cfg.experiment, run_name=f"rl_loop-{execution}", params=asdict(cfg),
                                 tags={"flyte.execution_id": execution, "posttrain.workflow": "rl_loop"})
     tracking.log_dict(run_id, asdict(cfg), "config.json")
