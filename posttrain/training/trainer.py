@@ -51,7 +51,7 @@ class TrainStats:
     loss: float  # mean over optimizer steps (0.0 when no step ran)
     clip_fraction: float  # mean over steps
     approx_kl: float  # mean over steps
-    grad_norm: float  # mean pre-clip global grad norm over steps
+    grad_norm: float  # mean pre-clip global grad norm over steps (nan when the engine reports none)
     num_samples: int  # samples trained on, counted once per epoch
     num_tokens: int  # completion tokens trained on, counted once per epoch
     steps: int  # optimizer steps
@@ -115,10 +115,24 @@ class PolicyTrainer:
         _init_distributed()
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_dir)
         model = AutoModelForCausalLM.from_pretrained(self.policy_dir, dtype=torch.float32)
+        fp32 = {name: p.detach().clone() for name, p in model.named_parameters()} if cfg.bf16 else {}
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
             config=deepspeed_config(cfg))
+        self._restore_master_weights(fp32)
         self._epoch_seed = cfg.seed
+
+    def _restore_master_weights(self, fp32: dict[str, torch.Tensor]) -> None:
+        """Seed the optimizer's fp32 master copy with the checkpoint's fp32 values.
+
+        DeepSpeed builds the master copy from the bf16-cast module, which would re-round every weight to bf16
+        at each iteration and erase updates smaller than bf16's resolution.
+        """
+        from deepspeed.utils import safe_set_full_fp32_param
+
+        for name, param in self.engine.module.named_parameters():
+            if name in fp32:
+                safe_set_full_fp32_param(param, fp32[name].to(self.engine.device))
 
     def train_on(self, samples: Sequence[Any]) -> TrainStats:
         """One update on scored rollouts (``Sample`` objects, dicts or records with the same fields).
@@ -165,8 +179,8 @@ class PolicyTrainer:
                                     batch.mask.to(device), self.cfg.clip_eps)
         self.engine.backward(loss)
         self.engine.step()
-        grad_norm = self.engine.get_global_grad_norm()
-        return {"loss": float(loss.detach()), "grad_norm": float(grad_norm if grad_norm is not None else 0.0),
+        grad_norm = self.engine.get_global_grad_norm()  # None for fp32 without ZeRO: reported as nan
+        return {"loss": float(loss.detach()), "grad_norm": float("nan" if grad_norm is None else grad_norm),
                 **{k: stats[k] for k in ("clip_fraction", "approx_kl")}}
 
     def save(self, out_dir: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:

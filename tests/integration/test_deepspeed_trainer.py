@@ -53,7 +53,11 @@ def trainer(tiny_policy):
 
 def test_one_step_changes_weights_and_reports(trainer, tiny_policy):
     samples = _samples(tiny_policy, {"g0": [1.0, 0.0, 1.0, 0.0], "flat": [1.0, 1.0, 1.0]})
+    from transformers import AutoModelForCausalLM
+
     before = _master_weights(trainer)
+    checkpoint = dict(AutoModelForCausalLM.from_pretrained(tiny_policy, dtype=torch.float32).named_parameters())
+    assert all(torch.equal(w, checkpoint[n]) for n, w in before.items())  # fp32 master resumes losslessly
     start = time.perf_counter()
     stats = trainer.train_on(samples)
     print(f"\none DeepSpeed ZeRO-2 bf16 step on 4 samples: {time.perf_counter() - start:.3f} s ({stats})")
@@ -89,8 +93,9 @@ def test_save_reloads_with_same_weights_and_logits(trainer, tiny_policy, tmp_pat
         assert torch.equal(param.detach(), master[name]), name
 
     ids = torch.tensor([trainer.tokenizer("# Write a function add_2(x) that returns x plus 2.\n").input_ids])
+    served = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16).eval()  # bf16, as vLLM serves it
     trainer.engine.eval()
     with torch.no_grad():
-        live = trainer.engine(input_ids=ids).logits.float()
-        again = reloaded.to(torch.bfloat16)(input_ids=ids).logits.float()
-    torch.testing.assert_close(live, again, rtol=1.6e-2, atol=1e-5)  # identical bf16 weights; bf16 tolerance
+        live = trainer.engine(input_ids=ids).logits
+        again = served(input_ids=ids).logits
+    assert torch.equal(live, again)  # the engine's bf16 weights are the rounded fp32 master weights
