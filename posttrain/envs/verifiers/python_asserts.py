@@ -119,8 +119,7 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     if result.infra_error:
         return Verdict.infra(result, total)
     records = harness_records(result.stdout, nonce)
-    status = next((r for r in records if "compiled" in r), None)
-    compiled = bool(status and status["compiled"] is True)
+    status, compiled = python_common.harness_status(records)
     outcomes: dict[int, dict] = {}
     for record in records:
         index = record.get("test")
@@ -129,17 +128,11 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     passed = sum(1 for i in range(total) if outcomes.get(i, {}).get("ok") is True)
     failures = [f"test {i}: {str(outcomes[i].get('error', 'failed'))[:120]}" if i in outcomes else
                 f"test {i}: no result" for i in range(total) if outcomes.get(i, {}).get("ok") is not True]
-    if status is None:
-        how = "timed out" if result.timed_out else f"exit code {result.exit_code}"
-        detail = f"no harness output ({how}): {result.stderr.strip()[-160:]}"
-    elif not compiled:
-        detail = f"does not compile: {str(status.get('error', ''))[:160]}"
-    else:
+    detail = python_common.unjudged_detail(status, compiled, result)
+    if not detail:
         detail = f"{passed}/{total} asserts passed" + (" (timed out)" if result.timed_out else "")
         detail += f"; {failures[0]}" if failures else ""
-    return Verdict(reward=passed / total, passed=passed == total, compiled=compiled, tests_passed=passed,
-                   tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out, detail=detail,
-                   sandbox_ms=result.start_ms + result.run_ms)
+    return python_common.counted_verdict(result, passed, total, compiled, detail)
 
 
 def probes(spec: EnvSpec) -> dict[str, str]:

@@ -26,6 +26,8 @@ import re
 
 from posttrain.envs import mutation
 from posttrain.envs.spec import EnvSpec
+from posttrain.envs.verifiers.base import Verdict
+from posttrain.sandbox.base import ExecutionResult
 
 MAX_MUTANTS = mutation.DEFAULT_LIMIT
 
@@ -134,3 +136,26 @@ def python_probes(spec: EnvSpec, fake_lines: tuple[str, ...] = ()) -> dict[str, 
 def python_mutants(spec: EnvSpec, limit: int = MAX_MUTANTS) -> list[str]:
     """Single-point AST mutants of the reference program (operators, comparisons, constants +-1, returns)."""
     return mutation.python_mutants(program_for(spec, spec.reference), limit)
+
+
+def harness_status(records: list[dict]) -> tuple[dict | None, bool]:
+    """The harness's compile-status record (None if it printed none) and whether the solution compiled."""
+    status = next((r for r in records if "compiled" in r), None)
+    return status, bool(status and status["compiled"] is True)
+
+
+def unjudged_detail(status: dict | None, compiled: bool, result: ExecutionResult) -> str:
+    """Why the harness judged nothing: no output at all, or a solution that does not compile ("" otherwise)."""
+    if status is None:
+        how = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+        return f"no harness output ({how}): {result.stderr.strip()[-160:]}"
+    if not compiled:
+        return f"does not compile: {str(status.get('error', ''))[:160]}"
+    return ""
+
+
+def counted_verdict(result: ExecutionResult, passed: int, total: int, compiled: bool, detail: str) -> Verdict:
+    """The verdict of ``passed`` out of ``total`` host-judged tests of one execution."""
+    return Verdict(reward=passed / total, passed=passed == total, compiled=compiled, tests_passed=passed,
+                   tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out, detail=detail,
+                   sandbox_ms=result.start_ms + result.run_ms)

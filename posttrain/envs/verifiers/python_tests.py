@@ -139,8 +139,7 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     if result.infra_error:
         return Verdict.infra(result, total)
     records = harness_records(result.stdout, nonce)
-    status = next((r for r in records if "compiled" in r), None)
-    compiled = bool(status and status["compiled"] is True)
+    status, compiled = python_common.harness_status(records)
     answers: dict[int, dict] = {}
     for record in records:
         index = record.get("case")
@@ -160,18 +159,14 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
         else:
             failures.append(f"case {index}: {str(answer.get('error', 'no value'))[:80]}")
     detail = _detail(status, compiled, records, result, passed, total, failures)
-    return Verdict(reward=passed / total, passed=passed == total, compiled=compiled, tests_passed=passed,
-                   tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out, detail=detail,
-                   sandbox_ms=result.start_ms + result.run_ms)
+    return python_common.counted_verdict(result, passed, total, compiled, detail)
 
 
 def _detail(status, compiled, records, result, passed, total, failures) -> str:
     """One short line saying why the verdict is what it is."""
-    if status is None:
-        how = "timed out" if result.timed_out else f"exit code {result.exit_code}"
-        return f"no harness output ({how}): {result.stderr.strip()[-160:]}"
-    if not compiled:
-        return f"does not compile: {str(status.get('error', ''))[:160]}"
+    unjudged = python_common.unjudged_detail(status, compiled, result)
+    if unjudged:
+        return unjudged
     load = next((r for r in records if r.get("loaded") is False), None)
     if load is not None and passed == 0:
         return f"solution failed to load: {str(load.get('error', ''))[:160]}"
