@@ -1,7 +1,11 @@
 """Sandboxes: run untrusted programs with files, resource limits and a deadline, and report what happened.
 
 Two backends share one protocol (``base.Sandbox``): ``bwrap`` (bubblewrap namespaces; no daemon, the local
-default) and ``docker`` (a throwaway container per execution of the sandbox image). ``run_many`` runs a batch.
+default) and ``docker`` (a warm pool of hardened containers, ``docker_pool.DockerPool``; ``DockerSandbox`` is the
+cold one-container-per-execution variant). Both run the ``python``, ``node`` and ``bash`` runtimes, offer
+stateful sessions with snapshots (``box.session()``, ``session.py``) and leave nothing behind (``lifecycle.py``).
+``run_many`` runs a batch through the process-wide scheduler (``scheduler.py``): global concurrency limit,
+tiered slots for short and long work, per-execution deadlines and queue/start/run timings on every result.
 
 Example:
     >>> from posttrain.sandbox import Execution, make_sandbox, run_many
@@ -18,22 +22,33 @@ from __future__ import annotations
 from posttrain.config import SandboxConfig
 from posttrain.sandbox.base import Execution, ExecutionResult, Sandbox, SandboxStartError, truncate
 from posttrain.sandbox.runner import run_many
+from posttrain.sandbox.scheduler import Scheduler, configure_from, default_scheduler
+from posttrain.sandbox.session import SandboxSession, SessionError, Snapshot, StepLog
 
 BACKENDS = ("bwrap", "docker")
 
-__all__ = ["Execution", "ExecutionResult", "Sandbox", "SandboxStartError", "make_sandbox", "run_many", "truncate"]
+__all__ = ["Execution", "ExecutionResult", "Sandbox", "SandboxSession", "SandboxStartError", "Scheduler",
+           "SessionError", "Snapshot", "StepLog", "default_scheduler", "make_sandbox", "run_many", "truncate"]
 
 
 def make_sandbox(config_or_backend_name: SandboxConfig | str) -> Sandbox:
-    """The sandbox a config (or a bare backend name, with default settings) asks for."""
+    """The sandbox a config (or a bare backend name, with default settings) asks for.
+
+    A config also sets the process-wide scheduler's limits (``max_concurrency``, ``long_slots``, ...)."""
     cfg = (SandboxConfig(backend=config_or_backend_name) if isinstance(config_or_backend_name, str)
            else config_or_backend_name)
+    if cfg.backend not in BACKENDS:
+        raise ValueError(f"sandbox.backend={cfg.backend!r}: unknown, expected one of {BACKENDS}")
+    if not isinstance(config_or_backend_name, str):
+        configure_from(default_scheduler(), cfg)
     if cfg.backend == "bwrap":
         from posttrain.sandbox.bwrap import BwrapSandbox
 
-        return BwrapSandbox()
-    if cfg.backend == "docker":
-        from posttrain.sandbox.docker_backend import DockerSandbox  # imports the docker SDK only when asked
+        return BwrapSandbox(max_processes=cfg.max_processes, workspace_mb=cfg.workspace_mb, tmp_mb=cfg.tmp_mb,
+                            session_output_bytes=cfg.session_output_bytes)
+    from posttrain.sandbox.docker_pool import DockerPool  # imports the docker SDK only when asked
 
-        return DockerSandbox(cfg.docker_image)
-    raise ValueError(f"sandbox.backend={cfg.backend!r}: unknown, expected one of {BACKENDS}")
+    return DockerPool(cfg.docker_image, size=cfg.docker_pool_size, max_size=cfg.docker_pool_max,
+                      min_idle=cfg.docker_pool_min_idle, idle_s=cfg.docker_pool_idle_s, max_uses=cfg.docker_max_uses,
+                      memory_mb=cfg.memory_mb, cpus=cfg.docker_cpus, max_processes=cfg.max_processes,
+                      workspace_mb=cfg.workspace_mb, tmp_mb=cfg.tmp_mb, session_output_bytes=cfg.session_output_bytes)

@@ -1,7 +1,10 @@
 """The Sandbox protocol: run one untrusted program with files, limits and a deadline; report what happened.
 
 A backend never interprets the program's output: it reports exit code, captured (truncated) streams, whether the
-deadline killed it, and whether the sandbox itself failed (``infra_error``). Verifiers decide verdicts.
+deadline killed it, and whether the sandbox itself failed (``infra_error``). Verifiers decide verdicts. Results also
+say where the time went: ``queue_ms`` (waiting for a scheduler slot), ``start_ms`` (the backend getting an isolated
+environment ready), ``run_ms`` (the program). Backends that keep state for agents also offer ``session()``
+(``session.py``); every concrete backend is a context manager that closes itself.
 
 Example:
     >>> from posttrain.sandbox import make_sandbox, Execution
@@ -28,6 +31,8 @@ class Execution:
     runtime: str = "python"
     max_output_bytes: int = 1 << 20
     stdin: str = ""
+    tier: str = ""  # scheduling tier: "short", "long", or "" (decided from ``timeout_s`` by the scheduler)
+    queue_timeout_s: float | None = None  # give up (infra error) if not started this long after submission
 
 
 @dataclass
@@ -40,7 +45,8 @@ class ExecutionResult:
     output_truncated: bool = False
     start_ms: float = 0.0  # time to get an isolated environment ready
     run_ms: float = 0.0  # wall time of the program itself
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # backend details: attempts, tier, acquire_ms, oom_killed, ...
+    queue_ms: float = 0.0  # time spent waiting for a scheduler slot before the first attempt
 
     @property
     def ok(self) -> bool:
@@ -60,6 +66,21 @@ class Sandbox(Protocol):
 
     def close(self) -> None:
         """Release everything this sandbox holds (containers, processes, temp dirs)."""
+
+
+class SandboxBackend:
+    """Shared conveniences of the concrete backends: ``with make_sandbox(...) as box:`` closes on exit."""
+
+    name = "sandbox"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:  # pragma: no cover - overridden
+        pass
 
 
 def truncate(data: bytes, limit: int) -> tuple[str, bool]:

@@ -1,21 +1,28 @@
-"""The bubblewrap backend: one fresh set of namespaces per execution; no daemon, tens of milliseconds of overhead.
+"""The bubblewrap backend: one fresh set of namespaces per execution; no daemon, a few milliseconds of overhead.
 
-Each execution gets a fresh host temp dir (its files written there), bound read-write at ``/work``. Everything else
-is the host's ``/usr`` read-only (plus the ``/bin``, ``/lib``... links or dirs as this host has them), a new
-``/proc``, a minimal ``/dev``, a private ``/tmp`` and three generated files in ``/etc`` (passwd, group, hosts):
-nothing else of the host's ``/etc``, no ``/home``, ``/root`` or project files. All namespaces are new (user, pid,
-net with only its own loopback, ipc, uts, cgroup). As host root, bwrap itself runs as an unprivileged host uid
-(``host_uid``), so even an escape lands on ``nobody``.
+What a program sees: the host's ``/usr`` read-only (plus the ``/bin``, ``/lib``... links or dirs as this host has
+them), a new ``/proc``, a minimal read-only ``/dev`` with a small private ``/dev/shm``, a private size-capped
+``/tmp``, and three generated files in ``/etc`` (passwd, group, hosts): nothing else of the host's ``/etc``, no
+``/home``, ``/root`` or project files. The root itself is read-only. The workspace ``/work`` is a size-capped tmpfs
+made by bwrap and filled from in-memory files (``--file``), so a single execution leaves nothing on the host disk.
+Every namespace is new (user, pid, net with only its own loopback, ipc, uts, cgroup), nested user namespaces are
+disabled, a seccomp deny-list (``seccomp.py``) closes risky kernel interfaces, the environment is cleared,
+``--new-session`` detaches the controlling terminal (no ``TIOCSTI``), and ``--die-with-parent`` ties the sandbox to
+us. As host root, bwrap itself runs as an unprivileged host uid (``host_uid``), so even an escape lands on nobody.
 
 Limits are set inside the sandbox by ``prlimit`` (so ``RLIMIT_NPROC`` counts only this sandbox's processes):
 address space from ``memory_mb``, CPU seconds from the timeout, processes, file size, open files, no core dumps.
-The wall-clock deadline kills bwrap's process group; its init (``--die-with-parent``) and so the whole pid namespace
-die with it.
+The wall-clock deadline SIGKILLs the sandbox's init (bwrap's child, pid 1 of the sandbox's pid namespace), so the
+whole namespace, orphans included, dies with it and bwrap exits; if bwrap lingers, its process group is killed too
+and the init follows through ``--die-with-parent``. The same holds when a program exits early: its
+background processes die with the namespace.
 
 Whether the program started is read from bwrap's ``--json-status-fd``: bwrap reports ``exit-code`` only once its
 setup finished and the payload ran, so a bwrap failure (missing bind source, no user namespaces) is an
-``infra_error``, and no program can fake one by printing "bwrap: ...". (The status fd is visible inside; writing
-to it can only claim that the program started, which it then did.)
+``infra_error``, and no program can fake one by printing "bwrap: ...".
+
+Sessions (``session()``) keep their workspace in a host directory bound at ``/work`` instead: a size-capped tmpfs
+mount when we are root, removed on ``close()``; leftovers of a killed owner are reaped by the next process.
 
 Example:
     >>> from posttrain.sandbox.bwrap import BwrapSandbox
@@ -29,106 +36,133 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
 import os
+import re
 import signal
 import subprocess
-import tempfile
 import threading
 import time
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Sequence
 
-from posttrain.sandbox.base import Execution, ExecutionResult
-from posttrain.sandbox.capture import CappedBuffer, feed, pump_fd
-from posttrain.sandbox.workspace import (SANDBOX_GID, SANDBOX_UID, WORKDIR, checked_files, chown_tree,
-                                         remove_tree, resolve_command, runtime_of, sandbox_env, write_tree)
+from posttrain.sandbox import lifecycle, seccomp
+from posttrain.sandbox.base import Execution, ExecutionResult, SandboxBackend
+from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
+from posttrain.sandbox.session import SandboxSession
+from posttrain.sandbox.workspace import (SANDBOX_GID, SANDBOX_UID, WORKDIR, checked_files, memfd, prlimit_args,
+                                         resolve_command, runtime_of, sandbox_env)
 
 log = logging.getLogger(__name__)
 
 ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # a link into /usr, or a dir, or absent
 STATUS_CAP = 1 << 16  # bwrap writes < 1 KB of status; only a running program can write more
+CHILD_PID = re.compile(rb'"child-pid"\s*:\s*(\d+)')  # the sandbox's init, as a host pid
 ETC_FILES = {
     "passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:sandbox:{workdir}:/usr/sbin/nologin\n"
               "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
     "group": "root:x:0:\nsandbox:x:{gid}:\nnogroup:x:65534:\n",
     "hosts": "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost ip6-loopback\n",
 }
+ETC_DATA = {name: text.format(uid=SANDBOX_UID, gid=SANDBOX_GID, workdir=WORKDIR).encode()
+            for name, text in ETC_FILES.items()}
 DRAIN_GRACE_S = 5.0  # how long to wait for output pipes to close once the sandbox is gone
+SHM_MB = 16
 
 
-class BwrapSandbox:
+def _supports(bwrap: str, option: str) -> bool:
+    try:
+        return option in subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+class BwrapSandbox(SandboxBackend):
     """Runs executions under ``bwrap``; thread-safe, one process tree per ``run`` call."""
 
     name = "bwrap"
 
     def __init__(self, *, bwrap: str = "/usr/bin/bwrap", prlimit: str = "/usr/bin/prlimit",
                  host_uid: int = 65534, host_gid: int = 65534, max_processes: int = 64,
-                 max_open_files: int = 256, max_file_mb: int = 64,
-                 extra_ro_binds: Sequence[tuple[str, str]] = (), workspace_root: str | None = None):
+                 max_open_files: int = 256, max_file_mb: int = 64, workspace_mb: int = 64, tmp_mb: int = 64,
+                 extra_ro_binds: Sequence[tuple[str, str]] = (), workspace_root: str | None = None,
+                 use_seccomp: bool = True, session_output_bytes: int = 16384):
         """``host_uid``/``host_gid``: who bwrap runs as when we are root (ignored otherwise).
         ``extra_ro_binds``: (host path, sandbox path) pairs bound read-only, e.g. a Python prefix outside /usr.
-        ``workspace_root``: where per-execution temp dirs are made (default: the system temp dir); as root it
-        must be searchable by ``host_uid``."""
+        ``workspace_root``: where session workspaces are made (default: the system temp dir); as root, every
+        directory above it must be searchable by ``host_uid`` (the workspace itself is made so)."""
         self.bwrap, self.prlimit = bwrap, prlimit
         self.host_uid, self.host_gid = host_uid, host_gid
         self.max_processes, self.max_open_files, self.max_file_mb = max_processes, max_open_files, max_file_mb
+        self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
         self.extra_ro_binds = list(extra_ro_binds)
         self.workspace_root = workspace_root
-        self._live: set[subprocess.Popen] = set()
+        self.session_output_bytes = session_output_bytes
+        self._seccomp = seccomp.program() if use_seccomp else None
+        self._disable_userns = _supports(bwrap, "--disable-userns")
+        self._live: dict[subprocess.Popen, CappedBuffer] = {}  # running bwrap -> its status stream
+        self._sessions: set[BwrapSession] = set()
         self._lock = threading.Lock()
 
     def run(self, execution: Execution) -> ExecutionResult:
         """Run ``execution`` to completion or its deadline; program failures are results, never exceptions."""
         t0 = time.monotonic()
         try:
-            runtime = runtime_of(execution)
-            argv = resolve_command(execution)
             files = checked_files(execution.files)
+            runtime_of(execution)
+            size = sum(len(content.encode("utf-8")) for _, content in files)
+            if size > self.workspace_mb << 20:
+                raise ValueError(f"files: {size} bytes do not fit the {self.workspace_mb} MB workspace")
         except ValueError as exc:
             return self._infra(f"invalid execution: {exc}", t0)
-        if not os.access(runtime.path, os.X_OK):
-            return self._infra(f"runtime {execution.runtime!r}: {runtime.path} is not installed on this host", t0)
+        fds: list[int] = []
         try:
-            scratch = Path(tempfile.mkdtemp(prefix="posttrain-sbx-", dir=self.workspace_root))
-        except OSError as exc:
-            return self._infra(f"cannot make a workspace: {exc}", t0)
-        try:
-            _write_etc(scratch)
-            write_tree(scratch / "work", files)
-            if owner := self._owner():
-                chown_tree(scratch, *owner)  # bwrap runs as ``owner``; inside, the program's uid maps onto it
-            address_space = (execution.memory_mb + runtime.reserve_mb) << 20
-            return self._spawn(execution, scratch, sandbox_env(execution), address_space, argv, t0)
+            layout = ["--size", str(self.workspace_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR]
+            made: set[str] = set()
+            for name, content in files:
+                for parent in reversed(PurePosixPath(name).parents[:-1]):
+                    if str(parent) not in made:
+                        made.add(str(parent))
+                        layout += ["--perms", "0755", "--dir", f"{WORKDIR}/{parent}"]
+                fds.append(memfd("file", content.encode("utf-8")))
+                layout += ["--perms", "0644", "--file", str(fds[-1]), f"{WORKDIR}/{name}"]
+            return self.spawn(execution, layout, fds, t0).result()
         except OSError as exc:
             return self._infra(f"bwrap sandbox failed to start: {exc}", t0)
         finally:
-            try:
-                remove_tree(scratch)
-            except OSError as exc:
-                log.warning("could not remove sandbox workspace %s: %s", scratch, exc)
+            for fd in fds:
+                os.close(fd)
+
+    def session(self, *, runtime: str = "bash", timeout_s: float = 30.0, memory_mb: int = 512,
+                output_bytes: int | None = None) -> "BwrapSession":
+        """A stateful session whose workspace lives in a host directory (see ``session.SandboxSession``)."""
+        return BwrapSession(self, runtime=runtime, timeout_s=timeout_s, memory_mb=memory_mb,
+                            output_bytes=output_bytes or self.session_output_bytes)
 
     def close(self) -> None:
-        """Kill every sandbox still running (from other threads); later ``run`` calls still work."""
+        """Kill every sandbox still running (from other threads) and close open sessions; later runs still work."""
         with self._lock:
-            live = list(self._live)
-        for proc in live:
-            _kill_group(proc)
+            live, sessions = list(self._live.items()), list(self._sessions)
+        for session in sessions:
+            session.close()
+        for proc, status in live:
+            _kill_sandbox(proc, status)
 
+    # ---- internals shared with sessions -----------------------------------------------------------------------
     def _infra(self, message: str, t0: float) -> ExecutionResult:
         return ExecutionResult(exit_code=None, infra_error=message, start_ms=_ms_since(t0),
                                extra={"backend": self.name})
 
-    def _owner(self) -> tuple[int, int] | None:
+    def owner(self) -> tuple[int, int] | None:
         return (self.host_uid, self.host_gid) if os.geteuid() == 0 else None
 
-    def _command(self, scratch: Path, env: dict[str, str], address_space: int, execution: Execution,
-                 argv: list[str], status_fd: int) -> list[str]:
-        cpu = math.ceil(execution.timeout_s) + 1
+    def _command(self, execution: Execution, layout: list[str], status_fd: int, fds: list[int]) -> list[str]:
+        runtime = runtime_of(execution)
         cmd = [self.bwrap, "--json-status-fd", str(status_fd), "--unshare-all", "--unshare-user", "--unshare-cgroup",
                "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox",
                "--new-session", "--die-with-parent", "--clearenv"]
-        for key, value in env.items():
+        if self._disable_userns:
+            cmd.append("--disable-userns")
+        for key, value in sandbox_env(execution).items():
             cmd += ["--setenv", key, value]
         cmd += ["--ro-bind", "/usr", "/usr"]
         for path in ROOT_LINKS:
@@ -138,68 +172,143 @@ class BwrapSandbox:
                 cmd += ["--ro-bind", path, path]
         for source, dest in self.extra_ro_binds:
             cmd += ["--ro-bind", source, dest]
-        for name in ETC_FILES:
-            cmd += ["--ro-bind", str(scratch / name), f"/etc/{name}"]
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-                "--bind", str(scratch / "work"), WORKDIR, "--chdir", WORKDIR, "--",
-                self.prlimit, f"--as={address_space}", f"--cpu={cpu}:{cpu + 1}", f"--nproc={self.max_processes}",
-                f"--fsize={self.max_file_mb << 20}", f"--nofile={self.max_open_files}", "--core=0", "--", *argv]
+        cmd += ["--dir", "/etc"]
+        for name, data in ETC_DATA.items():
+            fds.append(memfd(name, data))
+            cmd += ["--perms", "0644", "--ro-bind-data", str(fds[-1]), f"/etc/{name}"]
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm",
+                "--size", str(self.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp", *layout,
+                "--remount-ro", "/dev", "--remount-ro", "/"]
+        if self._seccomp is not None:
+            fds.append(memfd("seccomp", self._seccomp))
+            cmd += ["--seccomp", str(fds[-1])]
+        address_space = (execution.memory_mb + runtime.reserve_mb) << 20
+        cmd += ["--chdir", WORKDIR, "--",
+                *prlimit_args(self.prlimit, execution, max_open_files=self.max_open_files,
+                              max_file_mb=self.max_file_mb, address_space=address_space,
+                              max_processes=self.max_processes),
+                "--", *resolve_command(execution)]
         return cmd
 
-    def _spawn(self, execution: Execution, scratch: Path, env: dict[str, str], address_space: int,
-               argv: list[str], t0: float) -> ExecutionResult:
+    def spawn(self, execution: Execution, layout: list[str], fds: list[int], t0: float,
+              stdin: bytes | None = None, track: set | None = None) -> RawRun:
         """Start bwrap, feed stdin, capture (capped) stdout, stderr and bwrap's status, enforce the deadline."""
-        (out_r, out_w), (err_r, err_w), (status_r, status_w) = os.pipe(), os.pipe(), os.pipe()
-        cmd = self._command(scratch, env, address_space, execution, argv, status_w)
-        owner = self._owner()
-        drop = {"user": owner[0], "group": owner[1], "extra_groups": []} if owner else {}
+        runtime = runtime_of(execution)
+        if not os.access(runtime.path, os.X_OK):
+            return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
+                          infra_error=f"runtime {execution.runtime!r}: {runtime.path} is not installed on this host",
+                          extra={"backend": self.name})
+        fds = list(fds)
+        own_fds: list[int] = []
+        (in_r, in_w), (out_r, out_w), (err_r, err_w), (status_r, status_w) = os.pipe(), os.pipe(), os.pipe(), os.pipe()
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=out_w, stderr=err_w, pass_fds=(status_w,),
-                                    start_new_session=True, cwd="/", **drop)
-        except OSError:
-            for fd in (out_r, err_r, status_r):
+            cmd = self._command(execution, layout, status_w, own_fds)
+            owner = self.owner()
+            drop = {"user": owner[0], "group": owner[1], "extra_groups": []} if owner else {}
+            # env={}: bwrap's own processes (the sandbox's pid 1 among them, whose /proc/1/environ the program can
+            # read) must not carry our environment; the program's comes from --setenv after --clearenv.
+            proc = subprocess.Popen(cmd, stdin=in_r, stdout=out_w, stderr=err_w, env={},
+                                    pass_fds=(status_w, *fds, *own_fds), start_new_session=True, cwd="/", **drop)
+        except BaseException:
+            for fd in (in_w, out_r, err_r, status_r):
                 os.close(fd)
             raise
         finally:
-            for fd in (out_w, err_w, status_w):
+            for fd in (in_r, out_w, err_w, status_w, *own_fds):
                 os.close(fd)
-        with self._lock:
-            self._live.add(proc)
         t_start = time.monotonic()
         out, err = CappedBuffer(execution.max_output_bytes), CappedBuffer(execution.max_output_bytes)
         status = CappedBuffer(STATUS_CAP)
-        pumps = [pump_fd(out_r, out), pump_fd(err_r, err), pump_fd(status_r, status)]
-        feed(proc.stdin.write, proc.stdin.close, execution.stdin.encode("utf-8"))
+        with self._lock:
+            self._live[proc] = status
+            if track is not None:
+                track.add(proc)
+        data = execution.stdin.encode("utf-8") if stdin is None else stdin
         timed_out = False
-        try:
-            proc.wait(timeout=execution.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            proc.wait()
+        try:  # one thread does it all: feed stdin, read the three pipes to EOF (they close when the sandbox is gone)
+            timed_out = pump_pipes([(out_r, out), (err_r, err), (status_r, status)], in_w, data,
+                                   t_start + execution.timeout_s, lambda: _kill_sandbox(proc, status, wait=False),
+                                   DRAIN_GRACE_S)
+            try:
+                proc.wait(timeout=DRAIN_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass  # killed below
         finally:
+            if proc.returncode is None:  # an exception in this thread, or bwrap outlived its pipes
+                _kill_sandbox(proc, status)
             with self._lock:
-                self._live.discard(proc)
+                self._live.pop(proc, None)
+                if track is not None:
+                    track.discard(proc)
         run_ms = _ms_since(t_start)
-        for pump in pumps:
-            pump.join(DRAIN_GRACE_S)
-        stdout, out_cut = out.result()
-        stderr, err_cut = err.result()
-        result = ExecutionResult(exit_code=None if timed_out else proc.returncode, stdout=stdout, stderr=stderr,
-                                 timed_out=timed_out, output_truncated=out_cut or err_cut,
-                                 start_ms=(t_start - t0) * 1000, run_ms=run_ms, extra={"backend": self.name})
+        raw = RawRun(exit_code=proc.returncode, stdout=out, stderr=err, timed_out=timed_out,
+                     start_ms=(t_start - t0) * 1000, run_ms=run_ms, extra={"backend": self.name})
         started = b'"exit-code"' in status.getvalue() or status.total > STATUS_CAP
         if not timed_out and not started:
-            result.exit_code = None
-            result.infra_error = f"bwrap setup failed (exit {proc.returncode}): {stderr.strip()[-2000:]}"
-        return result
+            raw.infra_error = f"bwrap setup failed (exit {proc.returncode}): {err.result()[0].strip()[-2000:]}"
+        return raw
 
 
-def _write_etc(scratch: Path) -> None:
-    """The only /etc the program sees: who it is (``sandbox``, like in the docker image) and where localhost is."""
-    for name, text in ETC_FILES.items():
-        (scratch / name).write_text(text.format(uid=SANDBOX_UID, gid=SANDBOX_GID, workdir=WORKDIR))
-        os.chmod(scratch / name, 0o644)
+class BwrapSession(SandboxSession):
+    """A bwrap session: the workspace is a host directory (tmpfs when root) bound at ``/work`` in every step."""
+
+    backend = "bwrap"
+
+    def __init__(self, box: BwrapSandbox, **kw):
+        from posttrain.sandbox.scheduler import default_scheduler
+
+        super().__init__(workspace_mb=box.workspace_mb, scheduler=default_scheduler(), **kw)
+        self.box = box
+        self._running: set[subprocess.Popen] = set()
+        if lifecycle.once(f"workspaces:{box.workspace_root}"):
+            lifecycle.reap_workspaces(box.workspace_root)
+        self.root = lifecycle.workspace_dir(box.workspace_root)
+        self.work = self.root / "work"
+        try:
+            self.work.mkdir(mode=0o755)
+            owner = box.owner()
+            self.quota = owner is not None and lifecycle.mount_tmpfs(self.work, box.workspace_mb, *owner)
+            if owner and not self.quota:
+                os.chown(self.work, *owner)
+            if owner:
+                os.chmod(self.root, 0o711)  # bwrap (as host_uid) must reach the workspace, nothing more
+        except BaseException:
+            lifecycle.release_workspace(self.root)
+            raise
+        with box._lock:
+            box._sessions.add(self)
+        lifecycle.track(self)
+
+    def _exec(self, execution: Execution, stdin: bytes, trusted: bool = False) -> RawRun:
+        return self.box.spawn(execution, ["--bind", str(self.work), WORKDIR], [], time.monotonic(), stdin=stdin,
+                              track=self._running)
+
+    def _release(self) -> None:
+        with self.box._lock:
+            self.box._sessions.discard(self)
+            running = [(proc, self.box._live.get(proc, CappedBuffer(0))) for proc in self._running]
+        for proc, status in running:
+            _kill_sandbox(proc, status)
+        lifecycle.release_workspace(self.root)
+
+
+def _kill_sandbox(proc: subprocess.Popen, status: CappedBuffer, wait: bool = True) -> None:
+    """Kill the sandbox's init first (its pid namespace, and so every process in it, dies with it) and let bwrap
+    reap it and exit; only if bwrap lingers, kill bwrap's process group too. Killing bwrap first would orphan its
+    init to the host's pid 1 for reaping. ``wait=False``: signal only (the caller drains the pipes, then waits)."""
+    match = CHILD_PID.search(status.getvalue())
+    if match:
+        try:
+            os.kill(int(match.group(1)), signal.SIGKILL)
+            if not wait:
+                return
+            proc.wait(timeout=2.0)
+            return
+        except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+            pass
+    _kill_group(proc)
+    if wait:
+        proc.wait()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -212,3 +321,4 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def _ms_since(t: float) -> float:
     return (time.monotonic() - t) * 1000
+

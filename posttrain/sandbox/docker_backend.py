@@ -1,14 +1,16 @@
-"""The Docker backend: one throwaway container per execution, through the Docker SDK (never the CLI).
+"""The cold Docker backend: one throwaway container per execution, through the Docker SDK (never the CLI).
 
-Each container runs the sandbox image (``containers/build-sandbox-image.sh``) as the unprivileged ``sandbox`` user
-with no network, a memory cgroup without swap, a pid limit, one CPU, every capability dropped and
-``no-new-privileges``. Files are put into ``/work`` before start; stdout and stderr are read, capped, from an attach
-stream opened before start (the container logs nothing to disk). The deadline kills the container; the container is
-always removed. Anything Docker itself fails at (daemon unreachable, image missing, API error) is an
-``infra_error``; a command that does not exist in the image is a program failure with exit code 127, as under bwrap.
+Each container is hardened as ``docker_common.host_config`` says (no network, read-only root, tmpfs workspace,
+no capabilities, ``no-new-privileges``, default seccomp, memory/CPU/pids limits) and runs the launcher as the
+unprivileged ``sandbox`` user: the workspace arrives as a tar on stdin, the program's stdin follows it. stdout and
+stderr are read, capped, from an attach stream opened before start (the container logs nothing to disk). The
+deadline kills the container; the container is always removed. Anything Docker itself fails at (daemon
+unreachable, image missing, API error, workspace not unpacked) is an ``infra_error``; a command that does not
+exist in the image is a program failure with exit code 127, as under bwrap.
 
-Containers carry the labels ``posttrain.sandbox=1`` and ``posttrain.owner=<our pid>``, so leftovers of a crashed
-process can be found: ``docker ps -a --filter label=posttrain.sandbox=1``.
+This is the slow path (a container start per execution, ~0.5 s): ``DockerPool`` (``docker_pool.py``) keeps
+containers warm and is what ``make_sandbox("docker")`` returns. Containers carry owner labels
+(``lifecycle.owner_labels``); leftovers of a dead process are reaped by the next one.
 
 Example:
     >>> from posttrain.sandbox.docker_backend import DockerSandbox
@@ -21,62 +23,60 @@ Example:
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import socket
-import struct
 import threading
 import time
 
 import docker
 import requests
 
-from posttrain.sandbox.base import Execution, ExecutionResult, SandboxStartError
-from posttrain.sandbox.capture import CHUNK, CappedBuffer, feed
-from posttrain.sandbox.workspace import (SANDBOX_GID, SANDBOX_UID, WORKDIR, checked_files, resolve_command,
+from posttrain.sandbox import lifecycle
+from posttrain.sandbox.base import Execution, ExecutionResult, SandboxBackend, SandboxStartError
+from posttrain.sandbox.capture import CappedBuffer, FrameDemux, RawRun, feed, pump_socket
+from posttrain.sandbox.docker_common import (DOCKER_ERRORS, READY, USER, close_socket, host_config,
+                                             launcher_argv, make_client, oom_kills)
+from posttrain.sandbox.workspace import (WORKDIR, checked_files, prlimit_args, resolve_command, runtime_of,
                                          sandbox_env, tar_archive)
 
-NOT_FOUND = re.compile(r'exec: "[^"]*": (executable file not found|stat [^:]*: no such file or directory)')
-FRAME_HEADER = struct.Struct(">BxxxL")  # attach stream frames: stream id (1 stdout, 2 stderr), 3 pad, length
-STDERR = 2
 DRAIN_GRACE_S = 5.0  # how long to wait for the attach stream to end once the container stopped
-DOCKER_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 
 
-class DockerSandbox:
+class DockerSandbox(SandboxBackend):
     """Runs executions in fresh containers of ``image``; thread-safe, one container per ``run`` call."""
 
     name = "docker"
 
     def __init__(self, image: str = "posttrain-sandbox:latest", *, base_url: str | None = None,
                  cpus: float = 1.0, max_processes: int = 64, max_open_files: int = 256, max_file_mb: int = 64,
-                 api_timeout_s: float = 60.0):
+                 workspace_mb: int = 64, tmp_mb: int = 64, api_timeout_s: float = 60.0):
         """``base_url``: the daemon socket (default: ``DOCKER_HOST`` or the local socket); the client is made
         lazily, so constructing a sandbox never fails, and an unreachable daemon is each run's ``infra_error``."""
         self.image, self.base_url, self.cpus = image, base_url, cpus
         self.max_processes, self.max_open_files, self.max_file_mb = max_processes, max_open_files, max_file_mb
+        self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
         self.api_timeout_s = api_timeout_s
         self._client: docker.APIClient | None = None
         self._live: set[str] = set()
         self._lock = threading.Lock()
+        lifecycle.track(self)
 
     def run(self, execution: Execution) -> ExecutionResult:
         """Run ``execution`` in a new container to completion or its deadline, then remove the container."""
         t0 = time.monotonic()
         try:
+            runtime_of(execution)
             env = sandbox_env(execution)
-            argv = resolve_command(execution)
+            argv = prlimit_args("/usr/bin/prlimit", execution, max_open_files=self.max_open_files,
+                                max_file_mb=self.max_file_mb) + ["--", *resolve_command(execution)]
             archive = tar_archive(checked_files(execution.files))
         except ValueError as exc:
             return self._infra(f"invalid execution: {exc}", t0)
         cid = None
         try:
             api = self._api()
-            cid = self._create(api, execution, argv, env)
-            if not api.put_archive(cid, WORKDIR, archive):
-                raise SandboxStartError(f"could not put the workspace files into {WORKDIR}")
-            return self._start_and_wait(api, cid, execution, t0)
+            cid = self._create(api, execution, launcher_argv(len(archive), argv), env)
+            return self._start_and_wait(api, cid, execution, archive, t0).result()
         except (SandboxStartError, OSError, *DOCKER_ERRORS) as exc:
             return self._infra(f"docker sandbox failed: {type(exc).__name__}: {exc}", t0)
         finally:
@@ -93,59 +93,40 @@ class DockerSandbox:
             client.close()
 
     def _infra(self, message: str, t0: float) -> ExecutionResult:
-        return ExecutionResult(exit_code=None, infra_error=message, start_ms=_ms_since(t0),
+        return ExecutionResult(exit_code=None, infra_error=message, start_ms=(time.monotonic() - t0) * 1000,
                                extra={"backend": self.name})
 
     def _api(self) -> docker.APIClient:
         with self._lock:
             if self._client is None:
-                try:
-                    timeout = int(self.api_timeout_s)
-                    self._client = (docker.APIClient(base_url=self.base_url, timeout=timeout) if self.base_url
-                                    else docker.from_env(timeout=timeout).api)
-                except docker.errors.DockerException as exc:
-                    raise SandboxStartError(f"docker daemon unreachable: {exc}") from exc
+                self._client = make_client(self.base_url, self.api_timeout_s)
             return self._client
 
     def _create(self, api: docker.APIClient, execution: Execution, argv: list[str], env: dict[str, str]) -> str:
-        cpu = math.ceil(execution.timeout_s) + 1
-        limits = [docker.types.Ulimit(name="cpu", soft=cpu, hard=cpu + 1),
-                  docker.types.Ulimit(name="nofile", soft=self.max_open_files, hard=self.max_open_files),
-                  docker.types.Ulimit(name="fsize", soft=self.max_file_mb << 20, hard=self.max_file_mb << 20),
-                  docker.types.Ulimit(name="core", soft=0, hard=0)]
-        host_config = api.create_host_config(
-            network_mode="none", mem_limit=f"{execution.memory_mb}m", memswap_limit=f"{execution.memory_mb}m",
-            pids_limit=self.max_processes, nano_cpus=int(self.cpus * 1e9), cap_drop=["ALL"],
-            security_opt=["no-new-privileges"], ulimits=limits, log_config={"type": "none"},
-            tmpfs={"/tmp": f"size={self.max_file_mb}m"})
-        container = api.create_container(
-            self.image, argv, user=f"{SANDBOX_UID}:{SANDBOX_GID}", working_dir=WORKDIR, hostname="sandbox",
-            environment=env, stdin_open=bool(execution.stdin), host_config=host_config,
-            labels={"posttrain.sandbox": "1", "posttrain.owner": str(os.getpid())})
-        cid = container["Id"]
-        with self._lock:
+        config = host_config(api, memory_mb=execution.memory_mb, cpus=self.cpus, max_processes=self.max_processes,
+                             max_open_files=self.max_open_files, max_file_mb=self.max_file_mb,
+                             workspace_mb=self.workspace_mb, tmp_mb=self.tmp_mb)
+        labels = {**lifecycle.owner_labels(), "posttrain.kind": "cold"}
+        with self._lock:  # registered before it exists, so close() from another thread cannot miss it
+            container = api.create_container(
+                self.image, argv, user=USER, working_dir=WORKDIR, hostname="sandbox", environment=env,
+                stdin_open=True, host_config=config, labels=labels)  # attached stdin: StdinOnce
+            cid = container["Id"]
             self._live.add(cid)
         return cid
 
-    def _start_and_wait(self, api: docker.APIClient, cid: str, execution: Execution, t0: float) -> ExecutionResult:
-        params = {"stdout": 1, "stderr": 1, "stream": 1, "stdin": int(bool(execution.stdin))}
-        stream = api.attach_socket(cid, params=params)
+    def _start_and_wait(self, api: docker.APIClient, cid: str, execution: Execution, archive: bytes,
+                        t0: float) -> RawRun:
+        stream = api.attach_socket(cid, params={"stdout": 1, "stderr": 1, "stream": 1, "stdin": 1})
         raw = getattr(stream, "_sock", stream)  # the SDK wraps the socket; half-closing needs the real one
         raw.settimeout(execution.timeout_s + self.api_timeout_s)
         out, err = CappedBuffer(execution.max_output_bytes), CappedBuffer(execution.max_output_bytes)
-        reader = threading.Thread(target=_read_frames, args=(raw, out, err), daemon=True)
+        demux = FrameDemux(out, err, READY)
         try:
-            reader.start()
-            try:
-                api.start(cid)
-            except docker.errors.APIError as exc:
-                if NOT_FOUND.search(str(exc.explanation)):
-                    return ExecutionResult(exit_code=127, stderr=str(exc.explanation), start_ms=_ms_since(t0),
-                                           extra={"backend": self.name})
-                raise
+            reader = pump_socket(raw, demux)
+            api.start(cid)
             t_start = time.monotonic()
-            if execution.stdin:
-                feed(raw.sendall, lambda: raw.shutdown(socket.SHUT_WR), execution.stdin.encode("utf-8"))
+            feed(raw.sendall, lambda: raw.shutdown(socket.SHUT_WR), archive + execution.stdin.encode("utf-8"))
             timed_out = False
             try:
                 status = api.wait(cid, timeout=execution.timeout_s)
@@ -155,18 +136,19 @@ class DockerSandbox:
                 timed_out = True
                 _kill(api, cid)
                 status = api.wait(cid, timeout=self.api_timeout_s)
-            run_ms = _ms_since(t_start)
+            run_ms = (time.monotonic() - t_start) * 1000
             reader.join(DRAIN_GRACE_S)
         finally:
-            stream.close()
-            raw.close()
-        oom = bool(api.inspect_container(cid)["State"].get("OOMKilled"))
-        stdout, out_cut = out.result()
-        stderr, err_cut = err.result()
-        return ExecutionResult(exit_code=None if timed_out else status["StatusCode"], stdout=stdout, stderr=stderr,
-                               timed_out=timed_out, output_truncated=out_cut or err_cut,
-                               start_ms=(t_start - t0) * 1000, run_ms=run_ms,
-                               extra={"backend": self.name, "oom_killed": oom})
+            close_socket(stream, raw)
+        state = api.inspect_container(cid)["State"]
+        oom = bool(state.get("OOMKilled")) or bool(oom_kills(cid))
+        result = RawRun(exit_code=status["StatusCode"], stdout=out, stderr=err, timed_out=timed_out,
+                        start_ms=(t_start - t0) * 1000, run_ms=run_ms,
+                        extra={"backend": self.name, "oom_killed": oom, "owner": os.getpid()})
+        if not timed_out and not demux.ready:
+            result.infra_error = (f"the program did not start (exit {status['StatusCode']}): "
+                                  f"{err.result()[0].strip()[-1000:]}")
+        return result
 
     def _remove(self, cid: str, client: docker.APIClient | None = None) -> None:
         """Force-remove a container; a container already gone is fine, other failures leave it labelled."""
@@ -175,27 +157,10 @@ class DockerSandbox:
             if client is not None:
                 client.remove_container(cid, force=True)
         except DOCKER_ERRORS:
-            pass  # already removed, or the daemon is gone: ``docker ps --filter label=posttrain.sandbox=1`` finds it
+            pass  # already removed, or the daemon is gone: the next process's reaper finds it by its labels
         finally:
             with self._lock:
                 self._live.discard(cid)
-
-
-def _read_frames(sock: socket.socket, out: CappedBuffer, err: CappedBuffer) -> None:
-    """Demultiplex the attach stream (8-byte headers: stream id, 3 pad bytes, big-endian length) until it ends."""
-    pending = bytearray()
-    try:
-        while chunk := sock.recv(CHUNK):
-            pending += chunk
-            while len(pending) >= FRAME_HEADER.size:
-                stream_id, size = FRAME_HEADER.unpack_from(pending)
-                end = FRAME_HEADER.size + size
-                if len(pending) < end:
-                    break
-                (err if stream_id == STDERR else out).write(bytes(pending[FRAME_HEADER.size:end]))
-                del pending[:end]
-    except OSError:
-        pass  # closed under us or timed out: what was read is kept
 
 
 def _kill(api: docker.APIClient, cid: str) -> None:
@@ -203,7 +168,3 @@ def _kill(api: docker.APIClient, cid: str) -> None:
         api.kill(cid)
     except docker.errors.APIError:
         pass  # it exited on its own between the deadline and the kill
-
-
-def _ms_since(t: float) -> float:
-    return (time.monotonic() - t) * 1000

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import io
+import math
 import os
 import shutil
 import stat
@@ -50,7 +51,8 @@ RUNTIMES = {
     # V8 reserves ~800 MB of address space (code range, pointer cage) up front; its heap is capped instead.
     "node": Runtime("/usr/bin/node", ("node", "nodejs"), reserve_mb=1024,
                     env={"NODE_OPTIONS": "--max-old-space-size={memory_mb}"}),
-    "bash": Runtime("/bin/bash", ("bash",)),
+    # A script may start any interpreter, node included, so it gets node's address-space reserve too.
+    "bash": Runtime("/bin/bash", ("bash",), reserve_mb=1024),
 }
 
 
@@ -145,3 +147,38 @@ def _tarinfo(name: str, kind: bytes, mode: int, uid: int, gid: int, mtime: float
     info = tarfile.TarInfo(name)
     info.type, info.mode, info.uid, info.gid, info.mtime = kind, mode, uid, gid, mtime
     return info
+
+
+def prlimit_args(prlimit: str, execution: Execution, *, max_open_files: int, max_file_mb: int,
+                 address_space: int | None = None, max_processes: int | None = None) -> list[str]:
+    """``prlimit`` options that apply an execution's limits to the program it then executes.
+
+    CPU seconds follow the deadline (plus one), so a CPU-bound program is stopped by the kernel even if the
+    wall-clock kill were late; there are no core dumps. ``address_space`` and ``max_processes`` are for backends
+    without a memory cgroup or pid cgroup (bwrap).
+
+    >>> prlimit_args("/usr/bin/prlimit", Execution({}, ["x"], timeout_s=2.5), max_open_files=64, max_file_mb=1)
+    ['/usr/bin/prlimit', '--cpu=4:5', '--fsize=1048576', '--nofile=64', '--core=0']
+    """
+    cpu = math.ceil(execution.timeout_s) + 1
+    args = [prlimit, f"--cpu={cpu}:{cpu + 1}", f"--fsize={max_file_mb << 20}", f"--nofile={max_open_files}",
+            "--core=0"]
+    if address_space is not None:
+        args.insert(1, f"--as={address_space}")
+    if max_processes is not None:
+        args.append(f"--nproc={max_processes}")
+    return args
+
+
+def memfd(name: str, data: bytes) -> int:
+    """An anonymous in-memory file holding ``data``, positioned at its start (the caller closes it)."""
+    fd = os.memfd_create(name, 0)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd

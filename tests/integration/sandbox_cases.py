@@ -2,7 +2,8 @@
 
 A backend's test module subclasses ``SandboxCases`` (pytest collects the subclass, not this base) and provides
 two fixtures: ``sandbox`` (a working backend) and ``broken_sandbox`` (one whose sandbox cannot start); it may
-override ``leftovers(token)``, which lists anything of a run still alive after it returned.
+override ``leftovers(token)``, which lists anything of a run still alive after it returned. Backends that offer
+sessions (``sandbox.session()``) also get ``SessionCases``.
 
 Example (tests/integration/test_sandbox_bwrap.py):
     @pytest.fixture(scope="module")
@@ -21,7 +22,9 @@ import socket
 import time
 import uuid
 
-from posttrain.sandbox import Execution, ExecutionResult, run_many
+import pytest
+
+from posttrain.sandbox import Execution, ExecutionResult, SessionError, run_many
 
 
 def py(code: str, **kw) -> Execution:
@@ -172,3 +175,98 @@ class SandboxCases:
     def test_program_failures_are_not_retried(self, sandbox):
         [r] = run_many(sandbox, [py("raise SystemExit(5)")], start_retries=2)
         assert (r.exit_code, r.extra["attempts"]) == (5, 1)
+
+    def test_results_carry_scheduler_timings(self, sandbox):
+        runs = [py("print(1)"), py("print(2)"), py("print(3)")]
+        results = run_many(sandbox, runs, concurrency=1)
+        assert [r.stdout for r in results] == ["1\n", "2\n", "3\n"]
+        for r in results:
+            assert r.queue_ms >= 0 and r.start_ms > 0 and r.run_ms > 0, r
+            assert r.extra["tier"] == "short" and r.extra["attempts"] == 1
+        assert results[2].queue_ms > results[0].queue_ms  # the third waited for the first two (concurrency 1)
+
+    def test_node_and_bash_see_their_limits(self, sandbox):
+        node = sandbox.run(Execution(files={"a.js": "const a = []; for (;;) a.push(new Array(1e6).fill(1));"},
+                                     command=["node", "a.js"], runtime="node", memory_mb=128, timeout_s=20))
+        assert node.exit_code not in (0, None) and not node.infra_error and not node.timed_out, node
+        bash = sandbox.run(Execution(files={}, command=["bash", "-c", "while :; do :; done"], runtime="bash",
+                                     timeout_s=1))
+        assert bash.timed_out and not bash.infra_error
+
+
+def sandbox_processes() -> str:
+    """A bash program listing the processes of the sandbox user other than itself and pid 1 (a backend's init)."""
+    return ('for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$$" ] || [ "$p" = 1 ] && continue; '
+            'u=$(awk \'/^Uid:/ {print $2}\' "$d/status" 2>/dev/null); '
+            '[ "$u" = "$(id -u)" ] && [ "$p" != "$BASHPID" ] && tr "\\0" " " < "$d/cmdline" && echo; done; true')
+
+
+class SessionCases:
+    """Sessions of a backend (fixture ``sandbox`` with a ``session()`` method)."""
+
+    def test_session_keeps_the_workspace_and_logs_every_step(self, sandbox):
+        with sandbox.session(timeout_s=10) as s:
+            s.write_file("src/app.py", "print('v1')\n")
+            first = s.run("python3 src/app.py && echo made > out.txt")
+            second = s.run(["cat", "out.txt"])
+            assert (first.stdout, second.stdout) == ("v1\n", "made\n")
+            assert s.read_file("out.txt") == "made\n"
+            assert [step.kind for step in s.log] == ["write", "run", "run", "read"]
+            step = s.log[1]
+            assert step.command == "bash -c 'python3 src/app.py && echo made > out.txt'"
+            assert (step.exit_code, step.stdout_bytes, step.truncated, step.timed_out) == (0, 3, False, False)
+            assert step.duration_ms > 0 and [e.index for e in s.log] == [0, 1, 2, 3]
+
+    def test_snapshot_and_restore_roll_the_workspace_back(self, sandbox):
+        with sandbox.session(timeout_s=10) as s:
+            s.write_file("keep.txt", "original")
+            s.run("mkdir -p d/e && echo deep > d/e/f.txt && ln -s keep.txt link")
+            snap = s.snapshot()
+            assert snap.size > 0
+            changed = s.run("echo changed > keep.txt; rm -r d; echo new > new.txt; mkdir locked; chmod 0 locked")
+            assert changed.exit_code == 0
+            s.restore(snap)
+            listing = s.run("find . -printf '%p %y\\n' | sort; cat keep.txt link d/e/f.txt").stdout
+            assert listing.splitlines() == [". d", "./d d", "./d/e d", "./d/e/f.txt f", "./keep.txt f", "./link l",
+                                            "originaloriginaldeep"]
+            s.restore(snap)  # a snapshot can be restored again
+            assert s.read_file("keep.txt") == "original"
+            assert [step.kind for step in s.log].count("restore") == 2
+
+    def test_step_output_is_truncated_to_the_budget_with_a_marker(self, sandbox):
+        with sandbox.session(timeout_s=10, output_bytes=1000) as s:
+            r = s.run("head -c 100000 /dev/zero | tr '\\0' x; echo tail >&2")
+            assert r.output_truncated and r.stdout == "x" * 1000 + "\n[... output truncated at 1000 bytes ...]"
+            assert r.stderr == "tail\n"
+            assert (s.log[-1].stdout_bytes, s.log[-1].truncated) == (100000, True)
+
+    def test_processes_and_tmp_do_not_outlive_a_step(self, sandbox):
+        token = f"pt-step-{uuid.uuid4().hex}"
+        with sandbox.session(timeout_s=10) as s:
+            s.run(f"(exec -a {token} sleep 300) & echo x > /tmp/scratch; echo started")
+            after = s.run(sandbox_processes() + "; ls -A /tmp")
+            assert after.exit_code == 0 and token not in after.stdout and "scratch" not in after.stdout, after
+            timed = s.run("sleep 30", timeout_s=1)
+            assert timed.timed_out and s.log[-1].timed_out and s.log[-1].exit_code is None
+            assert s.run("echo alive").stdout == "alive\n"  # the session survives a step's deadline
+        assert processes_with(token) == []
+
+    def test_file_operations_never_follow_links_onto_the_host(self, sandbox, tmp_path):
+        secret = tmp_path / "host-secret.txt"
+        secret.write_text("HOST-SECRET-CONTENT")
+        with sandbox.session(timeout_s=10) as s:
+            s.run(f"ln -s {secret} leak; ln -s {tmp_path} dirleak")
+            with pytest.raises(SessionError):
+                s.read_file("leak")
+            with pytest.raises(SessionError):
+                s.write_file("dirleak/planted.txt", "pwned")
+            with pytest.raises(SessionError):
+                s.write_file("../escape.txt", "x")
+        assert secret.read_text() == "HOST-SECRET-CONTENT" and sorted(os.listdir(tmp_path)) == ["host-secret.txt"]
+
+    def test_a_closed_session_refuses_work(self, sandbox):
+        s = sandbox.session(timeout_s=5)
+        s.close()
+        s.close()  # idempotent
+        with pytest.raises(SessionError, match="closed"):
+            s.run("true")

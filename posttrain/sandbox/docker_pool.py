@@ -1,0 +1,385 @@
+"""The warm Docker pool: pre-started hardened containers, one execution at a time each, reset between uses.
+
+Containers are started ahead of demand (``size`` of them) with the hardening of ``docker_common.host_config`` (the
+unprivileged sandbox user, no capabilities, no network, read-only root, tmpfs workspace, default seccomp, limits).
+Their pid 1 is the agent (``agent_main.py``), attached to us through the container's stdio (``docker_agent``): an
+execution takes an idle container (``acquire``: a list pop, microseconds), sends the agent one request (workspace
+tar, argv, limits, stdin) and reads the program's output and exit back; no ``docker exec``, no runc start per
+program. A container is never reused dirty: after every use the agent kills every other process in the container
+and empties ``/work``, ``/tmp``, ``/dev/shm``, POSIX queues and SysV IPC; when the daemon is local the host then
+checks the container's cgroup holds nothing but the agent (``docker_host``). A failed reset, a container that
+served ``max_uses`` executions, or one whose agent missed a deadline is removed and replaced. Memory limits follow
+each execution (``docker update`` when one asks for a different ``memory_mb`` than the container has).
+
+Sizing: the pool keeps ``size`` containers (busy + ready) while in use, grows up to ``max_size`` when more
+executions wait, and after ``idle_s`` without an acquisition shrinks to ``min_idle``; refills happen in background
+threads. ``close()`` waits for those threads and removes every container of the pool (found by label, so even one
+created while closing). A pool is closed at interpreter exit if its owner forgot; if its owner is killed, the
+agents see their channel close and exit, and the containers remove themselves (``auto_remove``); anything left is
+reaped by the next process (``lifecycle``).
+
+Sessions: ``session()`` takes one container for a multi-step agent (``docker_session.DockerSession``).
+
+Example:
+    >>> from posttrain.sandbox.docker_pool import DockerPool
+    >>> from posttrain.sandbox.base import Execution
+    >>> with DockerPool("posttrain-sandbox:latest", size=2) as pool:                       # doctest: +SKIP
+    ...     pool.wait_ready(2)
+    ...     r = pool.run(Execution(files={"main.py": "print(6 * 7)"}, command=["python3", "main.py"]))
+    >>> r.stdout, r.extra["acquire_ms"] < 10                                                # doctest: +SKIP
+    ('42\\n', True)
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from dataclasses import dataclass
+
+import docker
+
+from posttrain.sandbox import lifecycle
+from posttrain.sandbox.base import Execution, ExecutionResult, SandboxBackend, SandboxStartError
+from posttrain.sandbox.capture import RawRun
+from posttrain.sandbox.docker_agent import AGENT_COMMAND, AgentChannel, agent_run, reset_box
+from posttrain.sandbox.docker_common import DOCKER_ERRORS, USER, Closing, host_config, make_client, oom_kills
+from posttrain.sandbox.docker_host import HostView
+from posttrain.sandbox.workspace import (WORKDIR, checked_files, resolve_command, runtime_of, sandbox_env,
+                                         tar_archive)
+
+log = logging.getLogger(__name__)
+_pool_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Box:
+    """One pooled container."""
+
+    cid: str
+    memory_mb: int
+    channel: AgentChannel
+    uses: int = 0
+    idle_since: float = 0.0
+    view: HostView | None = None  # the host's view of it when the daemon is local (docker_host.py)
+    requests: int = 0
+
+    def next_id(self) -> int:
+        self.requests += 1
+        return self.requests
+
+
+class DockerPool(SandboxBackend):
+    """A ``Sandbox`` backed by warm containers; thread-safe."""
+
+    name = "docker"
+
+    def __init__(self, image: str = "posttrain-sandbox:latest", *, size: int = 4, max_size: int = 16,
+                 min_idle: int = 1, idle_s: float = 60.0, max_uses: int = 200, memory_mb: int = 512,
+                 cpus: float = 1.0, max_processes: int = 64, max_open_files: int = 256, max_file_mb: int = 64,
+                 workspace_mb: int = 64, tmp_mb: int = 64, base_url: str | None = None, api_timeout_s: float = 60.0,
+                 acquire_timeout_s: float = 60.0, parallel_starts: int = 2, session_output_bytes: int = 16384,
+                 host_checks: bool = True):
+        """Constructing never fails and never blocks: containers start in the background (``wait_ready``).
+        ``host_checks``: also check and kill from the host when the daemon is local (``docker_host``)."""
+        self.image, self.base_url = image, base_url
+        self.size, self.max_size = max(0, size), max(1, max_size, size)
+        self.min_idle, self.idle_s, self.max_uses = min(min_idle, self.size), idle_s, max_uses
+        self.memory_mb, self.cpus = memory_mb, cpus
+        self.max_processes, self.max_open_files, self.max_file_mb = max_processes, max_open_files, max_file_mb
+        self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
+        self.api_timeout_s, self.acquire_timeout_s = api_timeout_s, acquire_timeout_s
+        self.parallel_starts = max(1, parallel_starts)
+        self.session_output_bytes = session_output_bytes
+        self.host_checks = host_checks
+        self.pool_id = f"{uuid.uuid4().hex[:12]}-{next(_pool_ids)}"
+        self.stats = {"created": 0, "removed": 0, "resets": 0, "reset_failures": 0, "acquired": 0, "waited": 0,
+                      "create_failures": 0}
+        self.last_error = ""
+        self._cond = threading.Condition()
+        self._client: docker.APIClient | None = None
+        self._idle: deque[Box] = deque()
+        self._boxes: dict[str, Box] = {}  # every live container of the pool (idle, busy, resetting)
+        self._starting = 0  # containers being created
+        self._resetting = 0  # containers being reset
+        self._waiters = 0
+        self._closing = False
+        self._sessions: weakref.WeakSet = weakref.WeakSet()  # open DockerSessions, closed with the pool
+        self._last_acquire = time.monotonic()
+        self._backoff_until = 0.0
+        self._threads = Closing()
+        self._threads.start(self._maintain, name=f"docker-pool-{self.pool_id}")
+        lifecycle.track(self)
+
+    # ---- Sandbox protocol ---------------------------------------------------------------------------------------
+    def run(self, execution: Execution) -> ExecutionResult:
+        """Run ``execution`` in a warm container; never raises for program failures."""
+        t0 = time.monotonic()
+        try:
+            runtime_of(execution)
+            env = sandbox_env(execution)
+            argv = resolve_command(execution)
+            archive = tar_archive(checked_files(execution.files))
+        except ValueError as exc:
+            return self._infra(f"invalid execution: {exc}", t0)
+        try:
+            box = self.acquire()
+        except SandboxStartError as exc:
+            return self._infra(str(exc), t0)
+        acquire_ms = (time.monotonic() - t0) * 1000
+        healthy = False
+        try:
+            raw = self.execute(box, execution, argv, env, archive, execution.stdin.encode("utf-8"), t0)
+            raw.extra.update(acquire_ms=round(acquire_ms, 3))
+            healthy = not raw.extra.get("overdue")
+            return raw.result()
+        except (SandboxStartError, OSError, *DOCKER_ERRORS) as exc:
+            return self._infra(f"docker pool run failed: {type(exc).__name__}: {exc}", t0)
+        finally:
+            self.release(box, healthy=healthy)
+
+    def execute(self, box: Box, execution: Execution, argv: list[str], env: dict[str, str], archive: bytes,
+                stdin: bytes, t0: float) -> RawRun:
+        """One program in ``box`` through its agent (raises ``AgentClosed`` when the container fails)."""
+        api = self._api()
+        self._fit_memory(api, box, execution.memory_mb)
+        before = oom_kills(box.cid)
+        cpu = math.ceil(execution.timeout_s) + 1
+        limits = {"cpu": [cpu, cpu + 1], "fsize": [self.max_file_mb << 20] * 2,
+                  "nofile": [self.max_open_files] * 2, "core": [0, 0]}
+        raw = agent_run(box.channel, box.next_id(), execution, argv, env, archive, stdin, limits, t0,
+                        on_overdue=box.view.kill_all if box.view else None)
+        after = oom_kills(box.cid)
+        raw.extra.update(container=box.cid[:12],
+                         oom_killed=bool(before is not None and after is not None and after > before))
+        return raw
+
+    def session(self, *, runtime: str = "bash", timeout_s: float = 30.0, memory_mb: int | None = None,
+                output_bytes: int | None = None) -> "DockerSession":
+        """A stateful session holding one container until ``close()`` (see ``session.SandboxSession``)."""
+        from posttrain.sandbox.docker_session import DockerSession
+
+        session = DockerSession(self, runtime=runtime, timeout_s=timeout_s, memory_mb=memory_mb or self.memory_mb,
+                                output_bytes=output_bytes or self.session_output_bytes)
+        self._sessions.add(session)
+        return session
+
+    def close(self) -> None:
+        """Close open sessions, stop refilling, wait for background work, remove every container; idempotent."""
+        for session in list(self._sessions):
+            session.close()
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._threads.close(timeout_s=self.api_timeout_s)
+        with self._cond:
+            boxes, self._boxes = list(self._boxes.values()), {}
+            self._idle.clear()
+            client, self._client = self._client, None
+        if client is None:
+            return
+        for box in boxes:
+            box.channel.close()
+            self._remove_cid(client, box.cid)
+        try:  # anything created by a thread that outlived the join, found by the pool's label
+            for info in client.containers(all=True, filters={"label": f"posttrain.pool={self.pool_id}"}):
+                self._remove_cid(client, info["Id"])
+        except DOCKER_ERRORS:
+            pass
+        client.close()
+
+    # ---- acquiring and giving back ------------------------------------------------------------------------------
+    def wait_ready(self, count: int | None = None, timeout_s: float = 120.0) -> bool:
+        """Block until ``count`` (default ``size``) containers are ready; False on timeout or repeated failures."""
+        want = self.size if count is None else count
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while len(self._idle) < want:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closing:
+                    return False
+                self._cond.wait(min(left, 0.5))
+            return True
+
+    def acquire(self) -> Box:
+        """A clean, started container for one execution (or session); ``SandboxStartError`` if none can be had."""
+        deadline = time.monotonic() + self.acquire_timeout_s
+        with self._cond:
+            self._waiters += 1
+            self._last_acquire = time.monotonic()
+            waited = False
+            try:
+                while True:
+                    if self._closing:
+                        raise SandboxStartError("the docker pool is closed")
+                    if self._idle:
+                        box = self._idle.pop()  # most recently used: the oldest idle ones age out first
+                        self.stats["acquired"] += 1
+                        self.stats["waited"] += waited
+                        return box
+                    failing = self.last_error and time.monotonic() < self._backoff_until
+                    if failing and not self._boxes and not self._starting:
+                        raise SandboxStartError(f"no sandbox container can be started: {self.last_error}")
+                    if self._supply() < self._waiters and len(self._boxes) + self._starting < self.max_size:
+                        self._start_one()
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise SandboxStartError(f"no sandbox container became free within {self.acquire_timeout_s} s")
+                    waited = True
+                    self._cond.wait(min(left, 1.0))
+            finally:
+                self._waiters -= 1
+
+    def release(self, box: Box, healthy: bool = True) -> None:
+        """Give a container back: it is reset in the background (or removed when unhealthy or worn out)."""
+        box.uses += 1
+        if healthy and box.uses < self.max_uses:
+            with self._cond:
+                self._resetting += 1
+            if self._threads.start(self._reset, box, name="docker-pool-reset") is not None:
+                return
+            with self._cond:
+                self._resetting -= 1
+        self._discard(box)
+
+    # ---- internals ------------------------------------------------------------------------------------------------
+    def _infra(self, message: str, t0: float) -> ExecutionResult:
+        return ExecutionResult(exit_code=None, infra_error=message, start_ms=(time.monotonic() - t0) * 1000,
+                               extra={"backend": self.name})
+
+    def _api(self) -> docker.APIClient:
+        with self._cond:
+            client = self._client
+        if client is None:
+            client = make_client(self.base_url, self.api_timeout_s, pool_size=self.max_size * 3 + 8)
+            with self._cond:
+                if self._client is None:
+                    self._client = client
+                client = self._client
+        return client
+
+    def _supply(self) -> int:
+        """Containers that will be ready soon without a new start: idle, starting, being reset."""
+        return len(self._idle) + self._starting + self._resetting
+
+    def _start_one(self) -> None:
+        """Start one container in the background (caller holds the lock)."""
+        self._starting += 1
+        if self._threads.start(self._create, name="docker-pool-start") is None:
+            self._starting -= 1
+
+    def _create(self) -> None:
+        cid = None
+        try:
+            api = self._api()
+            config = host_config(api, memory_mb=self.memory_mb, cpus=self.cpus, max_processes=self.max_processes,
+                                 max_open_files=self.max_open_files, max_file_mb=self.max_file_mb,
+                                 workspace_mb=self.workspace_mb, tmp_mb=self.tmp_mb, init=False, auto_remove=True)
+            labels = {**lifecycle.owner_labels(), "posttrain.kind": "pool", "posttrain.pool": self.pool_id}
+            cid = api.create_container(self.image, AGENT_COMMAND, user=USER, working_dir=WORKDIR,
+                                       hostname="sandbox", host_config=config, labels=labels, stdin_open=True,
+                                       environment={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})["Id"]
+            channel = AgentChannel.attach(api, cid)  # before start: the agent's hello must not be missed
+            try:
+                api.start(cid)
+                channel.hello()
+            except BaseException:
+                channel.close()
+                raise
+            view = HostView.attach(api, cid) if self.host_checks else None
+        except (SandboxStartError, OSError, *DOCKER_ERRORS) as exc:
+            with self._cond:
+                self._starting -= 1
+                self.stats["create_failures"] += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self._backoff_until = time.monotonic() + min(30.0, 2.0 ** min(self.stats["create_failures"], 5))
+                self._cond.notify_all()
+            if cid is not None:
+                self._remove_cid(self._client, cid)
+            log.warning("docker pool: cannot start a container: %s", exc)
+            return
+        box = Box(cid=cid, memory_mb=self.memory_mb, channel=channel, idle_since=time.monotonic(), view=view)
+        with self._cond:
+            self._starting -= 1
+            if self._closing:
+                closing = True
+            else:
+                closing = False
+                self.stats["created"] += 1
+                self.last_error = ""
+                self._boxes[cid] = box
+                self._idle.appendleft(box)
+                self._cond.notify_all()
+        if closing:
+            channel.close()
+            self._remove_cid(self._client, cid)
+
+    def _reset(self, box: Box) -> None:
+        """Kill everything of the sandbox user in ``box`` and wipe it; back to idle, or removed if that fails."""
+        ok = reset_box(box, full=True)
+        with self._cond:
+            self._resetting -= 1
+            self.stats["resets"] += 1
+            self.stats["reset_failures"] += not ok
+            if ok and not self._closing and box.cid in self._boxes:
+                box.idle_since = time.monotonic()
+                self._idle.append(box)
+                self._cond.notify_all()
+                return
+        self._discard(box)
+
+    def _discard(self, box: Box) -> None:
+        box.channel.close()
+        with self._cond:
+            self._boxes.pop(box.cid, None)
+            try:
+                self._idle.remove(box)
+            except ValueError:
+                pass
+            self._cond.notify_all()
+        if self._threads.start(self._remove_cid, self._client, box.cid, name="docker-pool-remove") is None:
+            self._remove_cid(self._client, box.cid)
+
+    def _remove_cid(self, client, cid: str) -> None:
+        try:
+            if client is not None:
+                client.remove_container(cid, force=True)
+                with self._cond:
+                    self.stats["removed"] += 1
+        except DOCKER_ERRORS:
+            pass  # already gone; or the daemon is unreachable and the next reaper removes it by its labels
+
+    def _fit_memory(self, api: docker.APIClient, box: Box, memory_mb: int) -> None:
+        if box.memory_mb != memory_mb:
+            api.update_container(box.cid, mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m")
+            box.memory_mb = memory_mb
+
+    def _maintain(self) -> None:
+        """Background: keep ``size`` containers while in use, shrink to ``min_idle`` when idle, refill."""
+        while True:
+            to_remove: list[Box] = []
+            with self._cond:
+                if self._closing:
+                    return
+                now = time.monotonic()
+                idle_pool = now - self._last_acquire > self.idle_s
+                target = self.min_idle if idle_pool else self.size
+                total = len(self._boxes) + self._starting
+                if total < target and now >= self._backoff_until and self._starting < self.parallel_starts:
+                    self._start_one()
+                    continue
+                while len(self._idle) > 0 and len(self._boxes) > target and \
+                        now - self._idle[0].idle_since > (self.idle_s if idle_pool else 5.0):
+                    box = self._idle.popleft()
+                    self._boxes.pop(box.cid, None)
+                    to_remove.append(box)
+                if not to_remove:
+                    self._cond.wait(0.5)
+            for box in to_remove:
+                box.channel.close()
+                self._remove_cid(self._client, box.cid)
