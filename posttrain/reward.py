@@ -35,6 +35,7 @@ class RewardStats:
     timeouts: int = 0
     sandbox_p50_ms: float = 0.0
     sandbox_p99_ms: float = 0.0
+    learnable_fraction: float = 0.0  # groups with a pass rate strictly in (0, 1): all that GRPO learns from
 
 
 def percentile(values, q: float) -> float:
@@ -64,6 +65,18 @@ def score(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: Sandbox
     return Scored.validate(scored)
 
 
+def learnable_fraction(scored: pd.DataFrame) -> float:
+    """Learnability for the current policy: the share of groups it neither always nor never solves.
+
+    >>> learnable_fraction(pd.DataFrame({"group_id": ["a", "a", "b", "b"], "reward": [1.0, 0.0, 1.0, 1.0]}))
+    0.5
+    """
+    if not len(scored):
+        return 0.0
+    solved = (scored["reward"] >= 1.0).groupby(scored["group_id"]).mean()
+    return float(((solved > 0) & (solved < 1)).mean())
+
+
 def reward_stats(scored: pd.DataFrame) -> RewardStats:
     usable = trainable_rows(scored)
     return RewardStats(
@@ -74,4 +87,5 @@ def reward_stats(scored: pd.DataFrame) -> RewardStats:
         timeouts=int(scored["timed_out"].sum()),
         sandbox_p50_ms=percentile(scored["sandbox_ms"].tolist(), 50),
         sandbox_p99_ms=percentile(scored["sandbox_ms"].tolist(), 99),
+        learnable_fraction=learnable_fraction(usable),
     )
