@@ -40,7 +40,7 @@ def _docker_unavailable() -> str:
     return ""
 
 
-@pytest.fixture(scope="session", params=["bwrap", "docker"])
+@pytest.fixture(scope="module", params=["bwrap", "docker"])
 def box(request):
     if request.param == "bwrap" and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap (bwrap) is not installed")
