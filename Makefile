@@ -59,6 +59,7 @@ mlflow-ui: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sandbox.py
+	$(BIN)/python benchmarks/admission.py
 
 doctor: $(STAMP)
 	$(BIN)/posttrain doctor
