@@ -2,7 +2,8 @@
 # Build the offline Debian base image that every posttrain container starts FROM (no registry pull needed).
 #
 # Idempotent: does nothing when the image already exists. Otherwise it imports a root filesystem:
-# an existing one from $BASE_ROOTFS, or a fresh `debootstrap --variant=minbase` of bookworm with python3 and nodejs.
+# an existing one from $BASE_ROOTFS, or a fresh `debootstrap --variant=minbase` of bookworm with python3, nodejs and
+# make (the terminal suite has a make-the-build-pass env).
 #
 # Example:
 #   containers/base-image.sh                                   # -> posttrain-base:bookworm
@@ -26,7 +27,7 @@ else
     command -v debootstrap >/dev/null || { echo "base-image: debootstrap is not installed" >&2; exit 1; }
     rootfs="$(mktemp -d /tmp/posttrain-rootfs.XXXXXX)"
     trap 'rm -rf "$rootfs"' EXIT
-    debootstrap --variant=minbase --include=python3,nodejs "$SUITE" "$rootfs" "$DEBIAN_MIRROR"
+    debootstrap --variant=minbase --include=python3,nodejs,make "$SUITE" "$rootfs" "$DEBIAN_MIRROR"
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
 fi
 
