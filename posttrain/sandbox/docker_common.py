@@ -140,3 +140,16 @@ class Closing:
         deadline = time.monotonic() + timeout_s
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def docker_unavailable_reason(image: str) -> str:
+    """Why the docker backend cannot serve ``image`` here ("" when it can): daemon unreachable or image missing."""
+    try:
+        client = docker.from_env(timeout=10)
+        try:
+            client.images.get(image)
+        finally:
+            client.close()
+    except Exception as exc:  # any reason docker cannot serve is the answer, not a crash
+        return f"docker backend unavailable: {exc}"
+    return ""

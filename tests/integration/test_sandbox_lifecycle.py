@@ -20,23 +20,14 @@ import pytest
 from sandbox_cases import processes_with
 
 from posttrain.config import SandboxConfig
+from posttrain.sandbox.docker_common import docker_unavailable_reason
 from posttrain.sandbox import Execution, lifecycle, make_sandbox, run_many
 
 BWRAP = shutil.which("bwrap") is not None
 
 
 def docker_reason() -> str:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=10)
-        try:
-            client.images.get(SandboxConfig().docker_image)
-        finally:
-            client.close()
-    except Exception as exc:  # noqa: BLE001
-        return f"docker backend unavailable: {exc}"
-    return ""
+    return docker_unavailable_reason(SandboxConfig().docker_image)
 
 
 DOCKER = docker_reason()

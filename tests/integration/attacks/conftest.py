@@ -23,21 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/integra
 from sandbox_cases import processes_with  # noqa: E402
 
 from posttrain.config import SandboxConfig  # noqa: E402
+from posttrain.sandbox.docker_common import docker_unavailable_reason  # noqa: E402
 from posttrain.sandbox import Execution, make_sandbox, run_many  # noqa: E402
 
 
 def _docker_unavailable() -> str:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=10)
-        try:
-            client.images.get(SandboxConfig().docker_image)
-        finally:
-            client.close()
-    except Exception as exc:  # noqa: BLE001 - any reason docker cannot serve is a skip reason
-        return f"docker backend unavailable: {exc}"
-    return ""
+    return docker_unavailable_reason(SandboxConfig().docker_image)
 
 
 @pytest.fixture(scope="module", params=["bwrap", "docker"])
