@@ -69,11 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--envs", type=int, default=200)
     parser.add_argument("--skip-demo", action="store_true")
-    parser.add_argument("--concurrency", type=int, default=AdmissionConfig().concurrency)
+    parser.add_argument("--concurrency", type=int, default=AdmissionConfig().batch_concurrency)
     parser.add_argument("--backend", default="bwrap")
     parser.add_argument("--progress", action="store_true")
     args = parser.parse_args(argv)
-    cfg = AdmissionConfig(concurrency=args.concurrency)
+    cfg = AdmissionConfig(batch_concurrency=args.concurrency)
     sandbox_cfg = SandboxConfig(backend=args.backend)
     out: dict = {}
     if not args.skip_demo:

@@ -23,11 +23,11 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,14 +107,13 @@ def main() -> None:
     docker_error = ""
     if not args.skip_docker:
         try:
-            from posttrain.sandbox.docker_backend import DockerSandbox
-            from posttrain.sandbox.docker_pool import DockerPool
+            from posttrain.sandbox.docker import DockerPool, DockerSandbox
 
-            pool = DockerPool(CFG.docker_image, size=4, max_size=4, memory_mb=CFG.memory_mb)
+            pool = DockerPool(replace(CFG.docker, size=4, max_size=4), memory_mb=CFG.memory_mb)
             if not pool.wait_ready(4, timeout_s=180):
                 raise RuntimeError(f"the warm pool did not fill: {pool.last_error}")
             modes["docker_warm"] = pool
-            modes["docker_cold"] = DockerSandbox(CFG.docker_image)
+            modes["docker_cold"] = DockerSandbox(CFG.docker.image)
         except Exception as exc:  # noqa: BLE001 - report it and benchmark what we can
             docker_error = f"{type(exc).__name__}: {exc}"
             print(f"docker skipped: {docker_error}", file=sys.stderr)

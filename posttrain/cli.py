@@ -4,6 +4,7 @@
     posttrain admit SUITE [--out DIR]  run admission on a suite folder; writes report.parquet/.html and check_stats,
                                        prints per-check statistics and every rejection (see --help for the checks)
     posttrain import-jsonl FILE OUT    import HumanEval/MBPP-style JSONL into a suite folder of env specs
+    posttrain reason-codes [--write F] print every admission reason code as a Markdown table, or rewrite F's block
     posttrain doctor                   check that bwrap, dockerd + sandbox image, vLLM and DeepSpeed are usable
 
 Example:
@@ -43,7 +44,7 @@ def _admission_config(args):
     flags = {"checks": args.checks.split(",") if args.checks else None, "repeats": args.repeats, "k": args.k,
              "weak_policy": args.weak, "strong_policy": args.strong, "learnability_policy": args.learnability,
              "filter_learnability": args.filter_learnability or None, "max_mutants": args.max_mutants,
-             "mutation_threshold": args.mutation_threshold, "concurrency": args.concurrency}
+             "mutation_threshold": args.mutation_threshold, "batch_concurrency": args.concurrency}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     return replace(AdmissionConfig(), **overrides)
 
@@ -75,6 +76,16 @@ def _admit(args) -> int:
     return 0
 
 
+def _reason_codes(args) -> int:
+    from posttrain.admission.reasons import markdown_table, write_table
+
+    if not args.write:
+        print(markdown_table())
+    for path in args.write:
+        print(f"{path}: {'updated' if write_table(path) else 'up to date'}")
+    return 0
+
+
 def _doctor(args) -> int:
     checks = {"bwrap": shutil.which("bwrap") is not None}
     try:
@@ -82,7 +93,7 @@ def _doctor(args) -> int:
 
         client = docker.from_env()
         client.ping()
-        client.images.get(SandboxConfig().docker_image)
+        client.images.get(SandboxConfig().docker.image)
         checks["docker + sandbox image"] = True
     except Exception as exc:  # any failure here is what the doctor reports
         checks["docker + sandbox image"] = False
@@ -120,12 +131,16 @@ def main(argv: list[str] | None = None) -> int:
                                                                       "always or never solves")
     p.add_argument("--max-mutants", type=int)
     p.add_argument("--mutation-threshold", type=float)
-    p.add_argument("--concurrency", type=int, help="sandbox runs in flight")
+    p.add_argument("--concurrency", type=int, help="sandbox runs of one batch in flight")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_admit)
     p = sub.add_parser("import-jsonl", help="import HumanEval/MBPP-style JSONL into a suite")
     add_jsonl_arguments(p)
     p.set_defaults(func=import_jsonl_command)
+    p = sub.add_parser("reason-codes", help="the admission reason codes as a Markdown table")
+    p.add_argument("--write", action="append", default=[], metavar="FILE",
+                   help="rewrite the reason-codes block of FILE (e.g. README.md) instead of printing")
+    p.set_defaults(func=_reason_codes)
     p = sub.add_parser("doctor", help="check the real components are usable")
     p.set_defaults(func=_doctor)
     args = parser.parse_args(argv)

@@ -28,17 +28,33 @@ def default_policy_dir() -> str:
 
 
 @dataclass
+class DockerPoolConfig:
+    """The Docker backend's warm pool (``posttrain.sandbox.docker.DockerPool``): image, sizing, daemon."""
+
+    image: str = "posttrain-sandbox:latest"
+    size: int = 4  # containers kept started and clean, ready to take an execution
+    max_size: int = 16  # containers at most (ready + busy) during a burst
+    min_idle: int = 1  # containers kept once the pool has been idle for idle_s
+    idle_s: float = 60.0  # no acquisition for this long: shrink to min_idle
+    max_uses: int = 200  # executions one container serves before it is replaced
+    cpus: float = 1.0  # CPU quota of one container
+    parallel_starts: int = 2  # containers started at once in the background
+    acquire_timeout_s: float = 60.0  # no container free this long: the execution is an infra error
+    api_timeout_s: float = 60.0  # one call to the Docker daemon
+    base_url: str = ""  # the daemon's socket; "" means DOCKER_HOST or the local socket
+
+
+@dataclass
 class SandboxConfig:
     backend: str = "bwrap"  # "bwrap" (no daemon) or "docker" (needs dockerd and the sandbox image)
     timeout_s: float = 10.0  # wall-clock limit of one execution, unless the env asks for less
     memory_mb: int = 512  # address-space / cgroup memory limit per execution
     max_output_bytes: int = 1 << 20  # stdout/stderr kept per execution; the rest is cut and flagged
-    concurrency: int = 2  # executions in flight at once
+    batch_concurrency: int = 2  # executions of one batch (``run_many`` call) in flight at once
     start_retries: int = 2  # retries of a sandbox that failed to *start* (infra), never of a failing program
-    docker_image: str = "posttrain-sandbox:latest"
     # Scheduling (posttrain.sandbox.scheduler): one process-wide scheduler sits in front of every backend.
-    max_concurrency: int = 16  # in flight at once over all batches and sessions (``concurrency`` caps one batch)
-    long_slots: int = 0  # slots long executions may hold; 0 means half of max_concurrency (at least 1)
+    global_concurrency: int = 16  # in flight at once over all batches and sessions of this process
+    long_slots: int = 0  # slots long executions may hold; 0 means half of global_concurrency (at least 1)
     short_timeout_s: float = 30.0  # deadline at most this: a "short" execution, never queued behind long ones
     queue_timeout_s: float = 0.0  # not started this long after submission: an infra error; 0 means no limit
     hang_grace_s: float = 120.0  # a backend still silent this long past a deadline is reported hung (infra)
@@ -46,14 +62,8 @@ class SandboxConfig:
     workspace_mb: int = 64  # size cap of the writable workspace (/work) of one execution or session
     tmp_mb: int = 64  # size cap of the private /tmp
     max_processes: int = 64  # processes (and threads) one execution may have
-    # Docker warm pool (make_sandbox(backend="docker") returns a DockerPool).
-    docker_pool_size: int = 4  # containers kept started and clean, ready to take an execution
-    docker_pool_max: int = 16  # containers at most (ready + busy) during a burst
-    docker_pool_min_idle: int = 1  # containers kept once the pool has been idle for docker_pool_idle_s
-    docker_pool_idle_s: float = 60.0  # no acquisition for this long: shrink to docker_pool_min_idle
-    docker_max_uses: int = 200  # executions one container serves before it is replaced
-    docker_cpus: float = 1.0  # CPU quota of one container
     session_output_bytes: int = 16384  # output kept per session step (stdout and stderr each); the rest is cut, marked
+    docker: DockerPoolConfig = field(default_factory=DockerPoolConfig)  # backend "docker" only
 
 
 @dataclass
@@ -80,6 +90,11 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     advantage_eps: float = 1e-6  # added to the group std before dividing
     seed: int = 0
+    # The algorithm, by registered name (posttrain.training.algorithms); the defaults are GRPO + PPO-clip.
+    advantage_estimator: str = "grpo"  # advantages per sample: "grpo" (reward normalized within its group)
+    policy_loss: str = "ppo_clip"  # per-token loss: "ppo_clip" (clip range clip_eps)
+    loss_aggregation: str = "token_mean"  # or "seq_mean_token_mean", "seq_mean_token_sum_norm" (Dr. GRPO)
+    loss_norm_len: int = 0  # seq_mean_token_sum_norm's divisor, e.g. rollout max_new_tokens; 0: the batch's width
 
 
 @dataclass
@@ -124,7 +139,7 @@ class AdmissionConfig:
     k: int = 4  # samples per env and policy (discrimination, learnability)
     learnability_policy: str = ""  # "" = learnability not measured
     filter_learnability: bool = False  # reject envs the learnability policy always or never solves
-    concurrency: int = 8  # sandbox runs in flight (short runs are latency-bound, not CPU-bound); 0: sandbox's
+    batch_concurrency: int = 8  # sandbox runs of one batch in flight (short runs are latency-bound); 0: sandbox's
     min_timeout_s: float = 0.5  # a spec's limits below these cannot run a program: consistency rejects them
     min_memory_mb: int = 64
     temperature: float = 1.0  # sampling settings of checkpoint (vLLM) policies

@@ -126,3 +126,48 @@ class EvalResults(pa.DataFrameModel):
 
     class Config:
         coerce = True
+
+
+class TrainRows(Scored):
+    """Scored plus each sample's ``advantage`` (``TrainConfig.advantage_estimator``): the table the update trains on.
+
+    Advantages are computed over the trainable rows only; an ``infra_error`` row has none (NaN).
+    """
+
+    advantage: Series[float] = pa.Field(nullable=True)
+
+    @pa.dataframe_check
+    def advantage_exactly_on_trainable_rows(cls, df):
+        return df["advantage"].isna() == (df["infra_error"] != "")
+
+
+ADMISSION_STATUSES = ("pass", "fail", "infra", "skipped", "not_applicable", "reported")
+
+
+class AdmissionDetails(AdmissionReport):
+    """The admission report plus each row's status, reason code and measured value (``posttrain.admission.report``):
+    what ``posttrain admit`` writes and MLflow stores."""
+
+    status: Series[str] = pa.Field(isin=list(ADMISSION_STATUSES))
+    code: Series[str]
+    value: Series[float] = pa.Field(nullable=True)  # mutation score, pass-rate gap, ...; NaN: the check has none
+
+
+class AdmissionCheckStats(pa.DataFrameModel):
+    """Per admission check: envs, rows by status, pass rate among judged rows, mean value, wall seconds (NaN: none)."""
+
+    check: Series[str] = pa.Field(unique=True)
+    envs: Series[int] = pa.Field(ge=0)
+    passed_rows: Series[int] = pa.Field(ge=0, alias="pass")
+    fail: Series[int] = pa.Field(ge=0)
+    infra: Series[int] = pa.Field(ge=0)
+    skipped: Series[int] = pa.Field(ge=0)
+    not_applicable: Series[int] = pa.Field(ge=0)
+    reported: Series[int] = pa.Field(ge=0)
+    pass_rate: Series[float] = pa.Field(nullable=True, ge=0.0, le=1.0)
+    value_mean: Series[float] = pa.Field(nullable=True)
+    seconds: Series[float] = pa.Field(nullable=True, ge=0.0)
+
+    class Config:
+        strict = True
+        coerce = True

@@ -3,8 +3,19 @@
 The tracking URI comes from ``MLFLOW_TRACKING_URI`` (default ``sqlite:///<cwd>/mlflow.db``); artifacts of experiments
 created here go to ``<cwd>/mlartifacts`` so ``make mlflow-ui`` over the same store shows them. Run ids are passed
 explicitly between Flyte tasks (no global "active run"), so the same code works when tasks run in different pods.
+The metric dicts the Flyte tasks log are shaped here, by pure functions (``admission_counts``, ``admission_metrics``,
+``iteration_metrics``): names are ``<stage>/<field>``, e.g. ``rollout/tokens_per_s``, ``reward/mean``,
+``sandbox/p50_ms``, ``train/loss``, ``admission/coverage/pass_rate``.
 
 Example:
+    >>> import pandas as pd
+    >>> report = pd.DataFrame({"env_id": ["a", "a", "b"], "check": ["solvability", "coverage", "solvability"],
+    ...                        "passed": [True, False, True], "detail": ["solvability.ok", "coverage.x", "-"]})
+    >>> admission_counts(report)
+    {'admission/envs': 2, 'admission/admitted': 1, 'admission/rejected': 1}
+    >>> from posttrain.reward import RewardStats
+    >>> stage_metrics("reward", RewardStats(reward_mean=0.5, sandbox_p50_ms=12.0))["reward/mean"]
+    0.5
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp(); os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{d}/m.db"   # doctest: +SKIP
     >>> parent = start_run("posttrain-doc", run_name="demo", params={"iterations": 1})           # doctest: +SKIP
@@ -17,11 +28,24 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from posttrain.admission.render import stats_json
+from posttrain.admission.report import admitted_ids
+from posttrain.evaluation.results import summarize
+
+if TYPE_CHECKING:
+    from posttrain.reward import RewardStats
+    from posttrain.rollout.collect import RolloutStats
+    from posttrain.training.trainer import TrainStats
+
 POLICY_MODEL_NAME = "posttrain-policy"
+# Per-check columns of the admission statistics logged as ``admission/<check>/<column>``.
+ADMISSION_STAT_METRICS = ("pass", "fail", "infra", "skipped", "pass_rate", "value_mean", "seconds")
 
 
 def tracking_uri() -> str:
@@ -114,6 +138,40 @@ def log_iteration(parent_run_id: str, iteration: int, metrics: dict[str, float],
 
 def finish_run(run_id: str, status: str = "FINISHED") -> None:
     client().set_terminated(run_id, status=status)
+
+
+def admission_counts(report: pd.DataFrame) -> dict[str, int]:
+    """Envs in an admission report (or its details table), admitted (all rows passed) and rejected."""
+    envs = int(report["env_id"].nunique())
+    admitted = len(admitted_ids(report))
+    return {"admission/envs": envs, "admission/admitted": admitted, "admission/rejected": envs - admitted}
+
+
+def admission_metrics(details: pd.DataFrame, stats: pd.DataFrame, wall_s: float) -> dict[str, float]:
+    """Metrics of one admission: env counts, wall time, and per check its row counts, rates and seconds."""
+    metrics = {**admission_counts(details), "admission/wall_s": wall_s}
+    for check, values in stats_json(stats).items():
+        for key in ADMISSION_STAT_METRICS:
+            if values.get(key) is not None:
+                metrics[f"admission/{check}/{key}"] = float(values[key])
+    return metrics
+
+
+def stage_metrics(stage: str, stats) -> dict[str, float]:
+    """A stage's stats dataclass as ``<stage>/<field>`` metrics; a field's own ``<stage>_`` prefix is dropped and
+    the reward stage's ``sandbox_*`` fields go under ``sandbox/`` (``sandbox_p50_ms`` -> ``sandbox/p50_ms``)."""
+    metrics = {}
+    for key, value in asdict(stats).items():
+        group = "sandbox" if key.startswith("sandbox_") else stage
+        metrics[f"{group}/{key.removeprefix(group + '_')}"] = value
+    return metrics
+
+
+def iteration_metrics(results: pd.DataFrame, rollout: RolloutStats, reward: RewardStats,
+                      train: TrainStats) -> dict[str, float]:
+    """One RL iteration's metrics: the evaluation summary (``eval/...``), then rollout, reward, sandbox, train."""
+    return {**summarize(results), **stage_metrics("rollout", rollout), **stage_metrics("reward", reward),
+            **stage_metrics("train", train)}
 
 
 def _flatten(data: dict, prefix: str = "") -> dict:

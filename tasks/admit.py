@@ -7,24 +7,23 @@ import tempfile
 from dataclasses import asdict
 from typing import NamedTuple
 
-import pandas as pd
 from flytekit import task
 from pandera.typing import DataFrame
 
 from posttrain import tracking
 from posttrain.admission import admit
-from posttrain.admission.render import stats_json, write_report
-from posttrain.admission.report import admitted_ids
+from posttrain.admission.render import write_report
 from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.envs.suite import suite_digest
 from posttrain.envs.table import envs_to_table
-from posttrain.schemas import AdmissionReport, Envs
+from posttrain.schemas import AdmissionCheckStats, AdmissionDetails, AdmissionReport, Envs
 from posttrain.sandbox import make_sandbox
 from tasks.execution import execution_name
 from tasks.resources import CACHE_VERSION, stage
 
 Admission = NamedTuple("Admission", [("report", DataFrame[AdmissionReport]), ("envs", DataFrame[Envs]),
-                                     ("details", pd.DataFrame), ("stats", pd.DataFrame), ("wall_s", float)])
+                                     ("details", DataFrame[AdmissionDetails]),
+                                     ("stats", DataFrame[AdmissionCheckStats]), ("wall_s", float)])
 
 
 @task(**stage("track"))
@@ -45,22 +44,9 @@ def admit_suite(suite: str, digest: str, sandbox: SandboxConfig, cfg: AdmissionC
                      stats=result.stats, wall_s=result.wall_s)
 
 
-def admission_metrics(details: pd.DataFrame, stats: pd.DataFrame, wall_s: float) -> dict[str, float]:
-    """MLflow metrics of one admission: envs admitted/rejected, wall time, and per check its row counts and time."""
-    envs = int(details["env_id"].nunique())
-    admitted = len(admitted_ids(details))
-    metrics = {"admission/envs": envs, "admission/admitted": admitted, "admission/rejected": envs - admitted,
-               "admission/wall_s": wall_s}
-    for check, values in stats_json(stats).items():
-        for key in ("pass", "fail", "infra", "skipped", "pass_rate", "value_mean", "seconds"):
-            if values.get(key) is not None:
-                metrics[f"admission/{check}/{key}"] = float(values[key])
-    return metrics
-
-
 @task(**stage("track"))
-def log_admission(suite: str, digest: str, cfg: AdmissionConfig, details: pd.DataFrame, stats: pd.DataFrame,
-                  wall_s: float, experiment: str) -> str:
+def log_admission(suite: str, digest: str, cfg: AdmissionConfig, details: DataFrame[AdmissionDetails],
+                  stats: DataFrame[AdmissionCheckStats], wall_s: float, experiment: str) -> str:
     """One MLflow run per admission: config as params, the report (parquet + HTML), per-check stats and metrics."""
     execution = execution_name()
     run_id = tracking.start_run(experiment, run_name=f"admit-{execution}",
@@ -68,7 +54,7 @@ def log_admission(suite: str, digest: str, cfg: AdmissionConfig, details: pd.Dat
                                 tags={"flyte.execution_id": execution, "posttrain.workflow": "admit"})
     tracking.log_table(run_id, details, "admission_report", html=True)
     tracking.log_table(run_id, stats, "admission_check_stats", html=True)
-    tracking.log_metrics(run_id, admission_metrics(details, stats, wall_s), step=0)
+    tracking.log_metrics(run_id, tracking.admission_metrics(details, stats, wall_s), step=0)
     with tempfile.TemporaryDirectory() as tmp:
         write_report(tmp, details, stats, title=suite, wall_s=wall_s)
         tracking.client().log_artifacts(run_id, tmp, artifact_path="admission")

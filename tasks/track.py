@@ -15,7 +15,7 @@ from posttrain.config import LoopConfig
 from posttrain.evaluation.results import summarize
 from posttrain.reward import RewardStats
 from posttrain.rollout.collect import RolloutStats
-from posttrain.schemas import AdmissionReport, Envs, EvalResults, Scored
+from posttrain.schemas import AdmissionReport, EvalResults, Scored
 from posttrain.training.trainer import TrainStats
 from tasks.policy import PolicyDir
 from tasks.execution import execution_name
@@ -23,15 +23,14 @@ from tasks.resources import stage
 
 
 @task(**stage("track"))
-def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport], envs: DataFrame[Envs]) -> str:
+def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport]) -> str:
     """Open the parent run: config as params, the admission report as an artifact; returns the run id."""
     execution = execution_name()
     run_id = tracking.start_run(cfg.experiment, run_name=f"rl_loop-{execution}", params=asdict(cfg),
                                 tags={"flyte.execution_id": execution, "posttrain.workflow": "rl_loop"})
     tracking.log_dict(run_id, asdict(cfg), "config.json")
     tracking.log_table(run_id, report, "admission_report", html=True)
-    rejected = report.groupby("env_id")["passed"].all().eq(False).sum()
-    tracking.log_metrics(run_id, {"admission/admitted": len(envs), "admission/rejected": int(rejected)}, step=0)
+    tracking.log_metrics(run_id, tracking.admission_counts(report), step=0)
     return run_id
 
 
@@ -46,15 +45,7 @@ def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir
 def log_iteration(run_id: str, iteration: int, rollout_stats: RolloutStats, scored: DataFrame[Scored],
                   reward_stats: RewardStats, train_stats: TrainStats, results: DataFrame[EvalResults],
                   policy: PolicyDir) -> str:
-    metrics = {
-        **summarize(results),
-        **{f"rollout/{k}": v for k, v in asdict(rollout_stats).items()},
-        **{f"reward/{k.removeprefix('reward_')}": v for k, v in asdict(reward_stats).items()
-           if not k.startswith("sandbox_")},
-        "sandbox/p50_ms": reward_stats.sandbox_p50_ms,
-        "sandbox/p99_ms": reward_stats.sandbox_p99_ms,
-        **{f"train/{k}": v for k, v in asdict(train_stats).items()},
-    }
+    metrics = tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats)
     return tracking.log_iteration(run_id, iteration, metrics, tables={"scored": scored, "eval_results": results},
                                   policy_dir=policy.download(), policy_version=iteration)
 

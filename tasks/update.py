@@ -1,4 +1,8 @@
-"""Flyte task: one GRPO update of policy v_k with DeepSpeed on the scored rollouts, writing v_{k+1}."""
+"""Flyte task: one RL update of policy v_k with DeepSpeed on the scored rollouts, writing v_{k+1}.
+
+The steps: 1. advantages, a column of the table (``TrainRows``, logged to MLflow); 2. train on the trainable rows;
+3. save the next policy version.
+"""
 
 from __future__ import annotations
 
@@ -11,23 +15,24 @@ from pandera.typing import DataFrame
 
 from posttrain.config import TrainConfig
 from posttrain.reward import trainable_rows
-from posttrain.schemas import Scored
-from posttrain.training.samples import samples_from_scored
+from posttrain.schemas import Scored, TrainRows
+from posttrain.training.samples import train_samples, with_advantages
 from posttrain.training.trainer import PolicyTrainer, TrainStats
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 
-Update = NamedTuple("Update", [("policy", PolicyDir), ("stats", TrainStats)])
+Update = NamedTuple("Update", [("policy", PolicyDir), ("stats", TrainStats), ("train_rows", DataFrame[TrainRows])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("update"))
 def update(policy: PolicyDir, scored: DataFrame[Scored], cfg: TrainConfig, policy_version: int) -> Update:
     """Train on every non-infra-error sample; save the result as policy version ``policy_version``."""
     out = Path(current_context().working_directory) / f"policy-v{policy_version}"
+    rows = with_advantages(scored, cfg)
     trainer = PolicyTrainer(policy.download(), cfg)
     try:
-        stats = trainer.train_on(samples_from_scored(trainable_rows(scored)))
+        stats = trainer.train_on(train_samples(trainable_rows(rows)))
         trainer.save(out, metadata={"version": policy_version})
     finally:
         trainer.close()
-    return Update(policy=FlyteDirectory(str(out)), stats=stats)
+    return Update(policy=FlyteDirectory(str(out)), stats=stats, train_rows=rows)

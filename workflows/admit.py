@@ -1,4 +1,4 @@
-"""Admit a suite on its own and log the report to MLflow (the weekly admission refresh runs this).
+"""Admit a suite on its own and log the report to MLflow.
 
     pyflyte run workflows/admit.py admit --suite posttrain/envs/suites/demo_python
     pyflyte run workflows/admit.py admit --suite tests/fixtures/broken_suite --cfg '{"repeats": 5, "k": 8}'

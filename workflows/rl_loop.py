@@ -38,7 +38,7 @@ def iterate(cfg: LoopConfig, envs: DataFrame[Envs], policy: PolicyDir, run_id: s
         updated = update(policy=policy, scored=scored.scored, cfg=cfg.train, policy_version=k)
         results = evaluate(policy=updated.policy, envs=envs, cfg=cfg.eval, rollout=cfg.rollout,
                            sandbox=cfg.sandbox, policy_version=k)
-        this_log = log_iteration(run_id=run_id, iteration=k, rollout_stats=sampled.stats, scored=scored.scored,
+        this_log = log_iteration(run_id=run_id, iteration=k, rollout_stats=sampled.stats, scored=updated.train_rows,
                                  reward_stats=scored.stats, train_stats=updated.stats, results=results,
                                  policy=updated.policy)
         logged >> this_log  # MLflow iteration runs are written in order
@@ -52,7 +52,7 @@ def rl_loop(cfg: LoopConfig = LoopConfig()) -> PolicyDir:
     digest = fingerprint_suite(suite=cfg.suite)
     admission = admit_suite(suite=cfg.suite, digest=digest, sandbox=cfg.sandbox, cfg=cfg.admission)
     policy = prepare_policy(policy=cfg.policy)
-    run_id = start_tracking(cfg=cfg, report=admission.report, envs=admission.envs)
+    run_id = start_tracking(cfg=cfg, report=admission.report)
     final = iterate(cfg=cfg, envs=admission.envs, policy=policy, run_id=run_id)
     finish_tracking(run_id=run_id, final_policy=final)
     return final

@@ -7,14 +7,14 @@ The checks (``AdmissionConfig.checks`` selects them), in the order they run:
    prompt, limits sane, verifier config valid. See ``admission.consistency``.
 2. ``solvability``: the reference passes in the sandbox (``admission.solvability``).
 3. ``reproducibility``: ``repeats`` runs of the reference give identical verdicts and rewards.
-4. ``anti_hacking``: every ``verifier.probes(spec)`` cheat fails (``admission.hacking``).
+4. ``anti_hacking``: every ``verifier.probes(spec)`` cheat fails (``admission.anti_hacking``).
 5. ``coverage``: mutation score of ``verifier.mutants(spec)`` >= ``mutation_threshold`` (``admission.coverage``).
 6. ``discrimination``: strong - weak pass rate >= ``spec.min_gap`` over ``k`` samples
    (``admission.discrimination``); plus ``learnability`` when ``learnability_policy`` is set.
 
 Coverage, discrimination and learnability build on the reference, so they run only for envs whose reference
 passed reproducibly; for the others their rows say ``<check>.skipped``. Every check's sandbox work is one
-``verify_many`` batch over all envs (``concurrency`` in flight), with a shared verdict cache (``admission.batch``)
+``verify_many`` batch over all envs (``batch_concurrency`` in flight), with a shared verdict cache (``admission.batch``)
 and a progress bar. An env is admitted iff all its rows pass. A sandbox infra failure fails the row with reason code
 ``infra`` and detail ``infra: ...``: the env is not admitted this time, but the sandbox, not the env, was at fault.
 
@@ -35,18 +35,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from posttrain.admission.anti_hacking import anti_hacking_row
 from posttrain.admission.batch import SandboxBatches
 from posttrain.admission.consistency import consistency_rows
 from posttrain.admission.coverage import coverage_row, select_mutants
 from posttrain.admission.discrimination import discrimination_row, learnability_row, policy_failure_row
-from posttrain.admission.hacking import anti_hacking_row
+from posttrain.admission.policies import SolutionPolicy, make_policy
 from posttrain.admission.report import INFRA, CheckRow, admitted_ids, check_stats, details_frame, to_frame
 from posttrain.admission.solvability import reference_is_sound, reproducibility_row, solvability_row
 from posttrain.config import ADMISSION_CHECKS, AdmissionConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.suite import Suite, load_suite
 from posttrain.envs.verifiers import get_verifier
-from posttrain.rollout.scripted import SolutionPolicy, make_policy
 
 CHECK_ORDER = (*ADMISSION_CHECKS, "learnability")
 REFERENCE_CHECKS = ("coverage", "discrimination", "learnability")  # need a sound reference
@@ -108,7 +108,7 @@ def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: Admission
     """Every configured check on every env of a loaded suite: the rows, and the batches (timings, executions)."""
     _validate(cfg)
     checks, envs, given = set(cfg.checks), suite.envs, dict(policies or {})
-    run_cfg = replace(sandbox_cfg, concurrency=cfg.concurrency or sandbox_cfg.concurrency)
+    run_cfg = replace(sandbox_cfg, batch_concurrency=cfg.batch_concurrency or sandbox_cfg.batch_concurrency)
     batches = SandboxBatches(sandbox, run_cfg, progress=progress)
     rows: list[CheckRow] = []
     try:

@@ -1,23 +1,8 @@
 """The consistency check (host only, no sandbox): is the spec well-formed and does it agree with itself?
 
 One ``consistency`` row per spec file that failed to load (its ``Rejection``s, mapped to reason codes) and one per
-loaded env. Reason codes (the first problem found names the row; the detail lists all of them):
-
-- from the loader: ``consistency.malformed_yaml``, ``.unreadable``, ``.missing_field``, ``.unknown_field``,
-  ``.wrong_type``, ``.unknown_runtime``, ``.unknown_kind``, ``.unknown_split``, ``.unknown_verifier``,
-  ``.invalid_id``, ``.empty_prompt``, ``.out_of_range``, ``.limits_too_large`` / ``.limits_too_small`` (outside the
-  loader's bounds), ``.no_tests`` (no test cases), ``.runtime_mismatch`` (the verifier cannot run this runtime),
-  ``.invalid_entry_point``, ``.contradictory_spec`` (e.g. expected values that break a declared formula),
-  ``.no_asserts`` (a test snippet without an assert), ``.invalid_verifier`` (any other verifier-config problem),
-  ``.duplicate_id``;
-- on loaded envs: ``consistency.entry_point_not_in_prompt``, ``.entry_point_mismatch`` (the reference does not
-  define the entry point), ``.entry_point_not_in_reference`` (non-Python runtimes), ``.entry_point_not_in_tests``
-  (a verifier with test code that never mentions it), ``.contradictory_kind`` (a single-turn env graded by
-  ``workspace_tests`` without a ``solution_file``, i.e. an agent's edit script), ``.missing_file`` (the reference
-  or tests read a relative path that is neither in the workspace nor named in the prompt), ``.no_asserts`` (a
-  ``workspace_tests`` test that cannot fail; from the loader: a ``python_asserts`` snippet without an assert),
-  ``.limits_too_large`` (more time or memory than the sandbox grants: it would silently cut them),
-  ``.limits_too_small`` (below ``AdmissionConfig.min_timeout_s`` / ``min_memory_mb``).
+loaded env. The first problem found names the row's reason code (loader rejections mapped by ``rejection_code``,
+then ``spec_problems``); the detail lists all of them. Every code and its meaning: ``admission.reasons``.
 
 Example:
     >>> from posttrain.config import AdmissionConfig, SandboxConfig
@@ -42,10 +27,9 @@ from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.suite import Rejection, Suite
 from posttrain.envs.verifiers import get_verifier
+from posttrain.envs.verifiers.base import TrustedSource
 
 CHECK = "consistency"
-# Verifiers that grade a workspace after an agent episode: a single-turn env cannot be graded by them.
-AGENT_VERIFIERS = frozenset({"workspace_tests"})
 # Calls whose first literal argument is a path the program reads.
 FILE_READERS = frozenset({"open", "Path", "read_csv", "read_json", "read_parquet", "read_table", "read_excel",
                           "loadtxt", "genfromtxt", "load", "fromfile", "imread", "ZipFile", "TarFile", "listdir",
@@ -53,10 +37,6 @@ FILE_READERS = frozenset({"open", "Path", "read_csv", "read_json", "read_parquet
 _SHELL_READ = re.compile(r"(?:^|[\s;|&(])(?:cat|head|tail|wc|source|sort|diff|jq|python3?|node|bash|sh)"
                          r"(?:\s+-\S+)*\s+([\w./-]+\.\w+)|(?<![<\w])<\s*([\w./-]*\.\w+)(?![\w(])", re.MULTILINE)
 _JS_READ = re.compile(r"""(?:readFileSync|readFile|createReadStream|require)\(\s*['"]([^'"]+)['"]""")
-_LANGUAGES = {".py": "python", ".sh": "shell", ".bash": "shell", ".js": "javascript", ".cjs": "javascript",
-              ".mjs": "javascript"}
-_RUNTIME_LANGUAGES = {"python": "python", "bash": "shell", "node": "javascript"}
-_TEST_KEYS = ("test", "script", "check")  # keys whose strings are test code, for verifier kinds not known here
 _NUMBER = re.compile(r"got (-?[\d.]+(?:e[+-]?\d+)?)")
 
 _LOADER_CODES = {"malformed_yaml": "malformed_yaml", "unreadable": "unreadable", "missing_field": "missing_field",
@@ -98,11 +78,6 @@ def _literal_path(call: ast.Call) -> str | None:
     return call.args[0].value
 
 
-def language_of(name: str) -> str:
-    """``python`` / ``shell`` / ``javascript`` from a file name's suffix, or ``""`` (not scanned)."""
-    return _LANGUAGES.get(Path(name).suffix, "")
-
-
 def referenced_files(source: str, language: str = "python") -> list[str]:
     """Relative paths a program reads through literal arguments: Python calls like ``open('x')``, shell commands
     like ``cat x.txt`` / ``< x.txt``, JavaScript ``readFileSync('x')`` / ``require('./x.js')``."""
@@ -129,78 +104,6 @@ def referenced_files(source: str, language: str = "python") -> list[str]:
     return list(dict.fromkeys(p for p in clean if p not in (".", "..") and not p.startswith("../")))
 
 
-def test_sources(spec: EnvSpec) -> list[tuple[str, str, str]]:
-    """(field, text, language) of the trusted test code in a spec's verifier config (none for data-only tests like
-    ``python_tests`` cases): ``python_asserts`` asserts and setup, ``workspace_tests`` files and commands, and for
-    other kinds every string under a ``*test*`` / ``*script*`` / ``*check*`` key (language unknown)."""
-    config = spec.verifier
-    if spec.verifier_kind == "python_tests":
-        return []
-    if spec.verifier_kind == "python_asserts":
-        out = [(f"verifier.asserts[{i}]", a, "python") for i, a in enumerate(config.get("asserts", []))
-               if isinstance(a, str)]
-        return out + ([("verifier.setup", config["setup"], "python")] if isinstance(config.get("setup"), str) else [])
-    if spec.verifier_kind == "workspace_tests":
-        out = [(f"verifier.files.{name}", text, language_of(name))
-               for name, text in sorted(config.get("files", {}).items()) if isinstance(text, str)]
-        for i, test in enumerate(config.get("tests", [])):
-            cmd = test.get("cmd") if isinstance(test, dict) else None
-            cmd = " ".join(map(str, cmd)) if isinstance(cmd, list) else cmd
-            if isinstance(cmd, str):
-                out.append((f"verifier.tests[{i}].cmd", cmd, "shell"))
-        return out
-    return [(where, text, "") for where, text in _keyed_strings(config, "verifier")]
-
-
-def _keyed_strings(config: dict, prefix: str) -> list[tuple[str, str]]:
-    out = []
-    for key, value in config.items():
-        where = f"{prefix}.{key}"
-        if isinstance(value, dict):
-            out += _keyed_strings(value, where)
-        elif any(word in str(key).lower() for word in _TEST_KEYS):
-            values = value if isinstance(value, list) else [value]
-            out += [(where if len(values) == 1 else f"{where}[{i}]", v) for i, v in enumerate(values)
-                    if isinstance(v, str) and v.strip()]
-    return out
-
-
-def vacuous_tests(spec: EnvSpec) -> list[str]:
-    """``workspace_tests`` tests that cannot fail: no expected stdout, and a command that is a no-op or only runs
-    Python test files without any assertion. Returns their names."""
-    if spec.verifier_kind != "workspace_tests":
-        return []
-    files = spec.verifier.get("files", {}) if isinstance(spec.verifier.get("files"), dict) else {}
-    vacuous = []
-    for test in spec.verifier.get("tests", []):
-        if not isinstance(test, dict) or "stdout" in test:
-            continue
-        cmd = test.get("cmd", "")
-        cmd = " ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd)
-        used = [name for name in files if name in cmd]
-        if cmd.strip() in ("true", ":", "exit 0", "/bin/true") or (
-                used and all(name.endswith(".py") and _has_assertion(files[name]) is False for name in used)):
-            vacuous.append(str(test.get("name", cmd)))
-    return vacuous
-
-
-def _has_assertion(source: str) -> bool | None:
-    """Whether Python test source asserts anything (assert, assert*/fail calls, raise, exit); None if not Python."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assert, ast.Raise)):
-            return True
-        if isinstance(node, ast.Call):
-            func = node.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            if name.startswith("assert") or name in ("fail", "exit", "_exit", "check", "expect"):
-                return True
-    return False
-
-
 def _top_level_names(source: str) -> list[str] | None:
     try:
         tree = ast.parse(source)
@@ -218,27 +121,19 @@ def _top_level_names(source: str) -> list[str] | None:
     return names
 
 
-def _present_files(spec: EnvSpec, sandbox_cfg: SandboxConfig) -> set[str]:
+def _present_files(spec: EnvSpec) -> set[str]:
     """Files the sandbox will hold for this env: the workspace plus the verifier's own (harness, solution...)."""
-    files = set(spec.workspace)
-    if isinstance(spec.verifier.get("solution_file"), str):
-        files.add(spec.verifier["solution_file"])
-    try:
-        files |= set(get_verifier(spec.verifier_kind).build_execution(spec, spec.reference, sandbox_cfg, "0").files)
-    except Exception:  # host-only verifiers refuse to build executions; a broken spec is reported elsewhere
-        pass
-    return files
+    return set(spec.workspace) | set(get_verifier(spec.verifier_kind).own_files(spec))
 
 
-def _entry_point_problems(spec: EnvSpec, tests: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
+def _entry_point_problems(spec: EnvSpec, tests: list[TrustedSource]) -> list[tuple[str, str]]:
     entry = spec.entry_point
     word = re.compile(rf"(?<![\w.]){re.escape(entry)}\b")
     problems = []
     if not word.search(spec.prompt):
         problems.append((f"{CHECK}.entry_point_not_in_prompt", f"entry point {entry!r} is not named in the prompt"))
     if spec.runtime == "python":
-        source = spec.prompt + spec.reference if spec.verifier.get("complete_prompt") else spec.reference
-        names = _top_level_names(source)
+        names = _top_level_names(get_verifier(spec.verifier_kind).reference_program(spec))
         if names is not None and entry not in names:
             shown = ", ".join(n for n in names if not n.startswith("_")) or "nothing"
             problems.append((f"{CHECK}.entry_point_mismatch",
@@ -271,26 +166,22 @@ def _limit_problems(spec: EnvSpec, sandbox_cfg: SandboxConfig, cfg: AdmissionCon
 
 def spec_problems(spec: EnvSpec, sandbox_cfg: SandboxConfig, cfg: AdmissionConfig) -> list[tuple[str, str]]:
     """(code, text) problems of a loaded spec, in a fixed order; empty when consistent."""
-    tests = test_sources(spec)
+    verifier = get_verifier(spec.verifier_kind)
+    tests = verifier.test_sources(spec)
     problems = _entry_point_problems(spec, tests) if spec.entry_point else []
-    if spec.kind == "single_turn" and spec.verifier_kind in AGENT_VERIFIERS \
-            and not spec.verifier.get("solution_file"):
+    agent_only = verifier.agent_only(spec)
+    if spec.kind == "single_turn" and agent_only:
         problems.append((f"{CHECK}.contradictory_kind", f"kind 'single_turn' but verifier {spec.verifier_kind!r} "
-                                                        "without a solution_file grades an agent's edit script"))
-    present = _present_files(spec, sandbox_cfg)
-    sources = tests
-    if getattr(get_verifier(spec.verifier_kind), "needs_sandbox", True):  # a program, not an answer
-        solution_file = spec.verifier.get("solution_file")
-        language = (language_of(solution_file) if isinstance(solution_file, str)
-                    else _RUNTIME_LANGUAGES.get(spec.runtime, ""))
-        sources = [("reference", spec.reference, language)] + tests
+                                                        f"{agent_only}"))
+    present = _present_files(spec)
+    sources = [TrustedSource("reference", spec.reference, verifier.solution_language(spec)), *tests]
     for where, text, language in sources:
         for path in referenced_files(text, language):
             if path not in present and not any(p.startswith(path.rstrip("/") + "/") for p in present) \
                     and path not in spec.prompt:
                 problems.append((f"{CHECK}.missing_file", f"{where} reads {path!r}, which is neither in the "
                                                           "workspace nor named in the prompt"))
-    for name in vacuous_tests(spec):
+    for name in verifier.vacuous_tests(spec):
         problems.append((f"{CHECK}.no_asserts", f"test {name!r} has no expected stdout and its command asserts "
                                                 "nothing: it passes whenever it runs"))
     return problems + _limit_problems(spec, sandbox_cfg, cfg)

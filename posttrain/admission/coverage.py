@@ -2,10 +2,8 @@
 variants (AST mutants: operators, comparisons, constants +-1, returns; perturbed values for data verifiers); the
 tests must *kill* (fail) at least ``mutation_threshold`` of them.
 
-Reason codes: ``coverage.ok``, ``coverage.mutants_survived`` (score below the threshold; the surviving mutants'
-changed lines are listed), ``coverage.not_applicable`` (no mutants: nothing to measure, not a rejection), ``infra``.
 The row's value is the mutation score, killed / total, over at most ``max_mutants`` mutants spread evenly over the
-verifier's list.
+verifier's list; a surviving mutant is shown by its changed line. Reason codes: ``admission.reasons``.
 
 Example:
     >>> ref = "def f(x):\\n    return x + 1\\n"

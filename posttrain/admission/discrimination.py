@@ -5,13 +5,11 @@ scripted or any checkpoint through vLLM). Decision: an env is rejected iff ``str
 ``min_gap`` 0 (the default) never rejects, the rates are still reported. A weak policy that passes sometimes is
 *not* by itself a rejection: a weak checkpoint legitimately solves easy envs, and degenerate cheats are the
 anti-hacking check's job; "too easy" means the weak policy gets within ``min_gap`` of the strong one.
-Reason codes: ``discrimination.ok``, ``discrimination.gap_too_small``, ``infra`` (a sample's sandbox or the policy
-engine failed). Value: the gap.
+Value: the gap.
 
 **Learnability** (only when ``learnability_policy`` is set): the current policy's pass rate must be strictly between
-0 and 1 for the env to give a GRPO learning signal. Codes: ``learnability.ok``, ``learnability.solved`` (always
-passes), ``learnability.unsolved`` (never passes), ``infra``. Those rows reject only with ``filter_learnability``;
-otherwise they pass with status ``reported``. Value: the pass rate.
+0 and 1 for the env to give a GRPO learning signal. Its rows reject only with ``filter_learnability``; otherwise
+they pass with status ``reported``. Value: the pass rate. Reason codes of both checks: ``admission.reasons``.
 
 Example:
     >>> gap_decision(weak=0.5, strong=1.0, min_gap=0.6)

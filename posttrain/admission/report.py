@@ -32,11 +32,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from posttrain.schemas import AdmissionReport
+from posttrain.schemas import ADMISSION_STATUSES as STATUSES
+from posttrain.schemas import AdmissionCheckStats, AdmissionDetails, AdmissionReport
 
 COLUMNS = ("env_id", "check", "passed", "detail")
 DETAIL_COLUMNS = ("env_id", "check", "passed", "status", "code", "value", "detail")
-STATUSES = ("pass", "fail", "infra", "skipped", "not_applicable", "reported")
 STATS_COLUMNS = ("check", "envs", *STATUSES, "pass_rate", "value_mean", "seconds")
 INFRA = "infra"
 
@@ -78,11 +78,11 @@ def status_of(passed: bool, code: str) -> str:
 
 
 def details_frame(rows: list[CheckRow]) -> pd.DataFrame:
-    """The rows with status, code and value: the full report written to parquet/HTML and logged to MLflow."""
+    """The rows with status, code and value (``AdmissionDetails``): the full report written to parquet/HTML and logged
+    to MLflow."""
     records = [(r.env_id, r.check, bool(r.passed), status_of(r.passed, r.code), r.code, float(r.value), r.detail)
                for r in rows]
-    return pd.DataFrame(records, columns=list(DETAIL_COLUMNS)).astype(
-        {"env_id": str, "check": str, "passed": bool, "status": str, "code": str, "value": float, "detail": str})
+    return AdmissionDetails.validate(pd.DataFrame(records, columns=list(DETAIL_COLUMNS)))
 
 
 def to_frame(rows_or_details: list[CheckRow] | pd.DataFrame) -> pd.DataFrame:
@@ -107,7 +107,8 @@ def admitted_ids(frame: pd.DataFrame) -> set[str]:
 
 
 def check_stats(frame: pd.DataFrame, seconds: dict[str, float] | None = None) -> pd.DataFrame:
-    """Per check: rows by status, pass rate among evaluated envs (pass / (pass + fail)), mean value, seconds."""
+    """Per check (``AdmissionCheckStats``): rows by status, pass rate among evaluated envs (pass / (pass + fail)),
+    mean value, seconds."""
     details = with_status(frame) if "status" not in frame else frame
     records = []
     for check, group in details.groupby("check", sort=False):
@@ -120,7 +121,7 @@ def check_stats(frame: pd.DataFrame, seconds: dict[str, float] | None = None) ->
         row["value_mean"] = float(values.mean()) if len(values) else math.nan
         row["seconds"] = float((seconds or {}).get(check, math.nan))
         records.append(row)
-    return pd.DataFrame(records, columns=list(STATS_COLUMNS))
+    return AdmissionCheckStats.validate(pd.DataFrame(records, columns=list(STATS_COLUMNS)))
 
 
 def rejection_reasons(frame: pd.DataFrame) -> pd.DataFrame:

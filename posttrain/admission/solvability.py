@@ -1,10 +1,7 @@
 """The solvability and reproducibility checks: the reference passes, and passes the same way every time.
 
-Reason codes: ``solvability.ok``, ``solvability.reference_failed`` (the reference does not pass its own tests;
-the detail says why), ``reproducibility.ok``, ``reproducibility.flaky`` (R runs of the reference gave different
-verdicts: pass/fail, reward, cases passed, exit code, timeout or the failure message, e.g. a reference that
-returns time- or randomness-dependent values), ``reproducibility.not_applicable`` (fewer than 2 repeats), and
-``infra`` when the sandbox failed.
+Runs of the reference are compared by ``fingerprint`` (a reference that returns time- or randomness-dependent
+values is flaky). Reason codes: ``admission.reasons``.
 
 Example:
     >>> from posttrain.envs.verifiers.base import Verdict

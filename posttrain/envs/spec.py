@@ -2,7 +2,7 @@
 
 Specs are YAML files in a suite folder; ``posttrain.envs.suite.load_suite`` parses and validates them. Every field
 and each verifier kind's config is documented in ``docs/env-spec.md``; ``posttrain/envs/spec_schema.json`` is the
-same format as a JSON Schema (``python -m posttrain.envs.schema`` regenerates it).
+same format as a JSON Schema (``python -m posttrain.envs.spec_json_schema`` regenerates it).
 
 Example:
     >>> spec = EnvSpec(id="demo/add_3", prompt="...", entry_point="add_3",

@@ -1,9 +1,7 @@
 """Collect one iteration's rollouts: pick envs, sample a group of n completions per env, build Trajectories.
 
 Example:
-    >>> from posttrain.rollout.collect import pick_envs
-    >>> from posttrain.config import RolloutConfig
-from posttrain.envs.spec import EnvSpec
+    >>> from posttrain.envs.spec import EnvSpec
     >>> envs = [EnvSpec(id=f"e{i}", prompt="p", verifier={"kind": "python_tests"}, reference="") for i in range(5)]
     >>> [e.id for e in pick_envs(envs, count=3, seed=7)] == [e.id for e in pick_envs(envs, count=3, seed=7)]
     True

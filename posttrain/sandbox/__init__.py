@@ -1,9 +1,10 @@
 """Sandboxes: run untrusted programs with files, resource limits and a deadline, and report what happened.
 
 Two backends share one protocol (``base.Sandbox``): ``bwrap`` (bubblewrap namespaces; no daemon, the local
-default) and ``docker`` (a warm pool of hardened containers, ``docker_pool.DockerPool``; ``DockerSandbox`` is the
-cold one-container-per-execution variant). Both run the ``python``, ``node`` and ``bash`` runtimes, offer
-stateful sessions with snapshots (``box.session()``, ``session.py``) and leave nothing behind (``lifecycle.py``).
+default) and ``docker`` (the ``docker`` subpackage: a warm pool of hardened containers, ``DockerPool``, set by
+``SandboxConfig.docker``; ``DockerSandbox`` is the cold one-container-per-execution variant). Both run the
+``python``, ``node`` and ``bash`` runtimes, offer stateful sessions with snapshots (``box.session()``,
+``session.py``) and leave nothing behind (``lifecycle.py``).
 ``run_many`` runs a batch through the process-wide scheduler (``scheduler.py``): global concurrency limit,
 tiered slots for short and long work, per-execution deadlines and queue/start/run timings on every result.
 
@@ -34,21 +35,19 @@ __all__ = ["Execution", "ExecutionResult", "Sandbox", "SandboxSession", "Sandbox
 def make_sandbox(config_or_backend_name: SandboxConfig | str) -> Sandbox:
     """The sandbox a config (or a bare backend name, with default settings) asks for.
 
-    A config also sets the process-wide scheduler's limits (``max_concurrency``, ``long_slots``, ...)."""
+    A config also sets the process-wide scheduler's limits (``global_concurrency``, ``long_slots``, ...)."""
     cfg = (SandboxConfig(backend=config_or_backend_name) if isinstance(config_or_backend_name, str)
            else config_or_backend_name)
     if cfg.backend not in BACKENDS:
         raise ValueError(f"sandbox.backend={cfg.backend!r}: unknown, expected one of {BACKENDS}")
     if not isinstance(config_or_backend_name, str):
         configure_from(default_scheduler(), cfg)
+    limits = {"max_processes": cfg.max_processes, "workspace_mb": cfg.workspace_mb, "tmp_mb": cfg.tmp_mb,
+              "session_output_bytes": cfg.session_output_bytes}  # what every backend applies
     if cfg.backend == "bwrap":
         from posttrain.sandbox.bwrap import BwrapSandbox
 
-        return BwrapSandbox(max_processes=cfg.max_processes, workspace_mb=cfg.workspace_mb, tmp_mb=cfg.tmp_mb,
-                            session_output_bytes=cfg.session_output_bytes)
-    from posttrain.sandbox.docker_pool import DockerPool  # imports the docker SDK only when asked
+        return BwrapSandbox(**limits)
+    from posttrain.sandbox.docker import DockerPool  # imports the docker SDK only when asked
 
-    return DockerPool(cfg.docker_image, size=cfg.docker_pool_size, max_size=cfg.docker_pool_max,
-                      min_idle=cfg.docker_pool_min_idle, idle_s=cfg.docker_pool_idle_s, max_uses=cfg.docker_max_uses,
-                      memory_mb=cfg.memory_mb, cpus=cfg.docker_cpus, max_processes=cfg.max_processes,
-                      workspace_mb=cfg.workspace_mb, tmp_mb=cfg.tmp_mb, session_output_bytes=cfg.session_output_bytes)
+    return DockerPool(cfg.docker, memory_mb=cfg.memory_mb, **limits)

@@ -46,11 +46,11 @@ from pathlib import PurePosixPath
 from typing import Sequence
 
 from posttrain.sandbox import lifecycle, seccomp
-from posttrain.sandbox.base import Execution, ExecutionResult, SandboxBackend
+from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
 from posttrain.sandbox.session import SandboxSession
-from posttrain.sandbox.workspace import (SANDBOX_GID, SANDBOX_UID, WORKDIR, checked_files, memfd, prlimit_args,
-                                         resolve_command, runtime_of, sandbox_env)
+from posttrain.sandbox.workspace import (SANDBOX_GID, SANDBOX_UID, WORKDIR, memfd, prlimit_args, resolve_command,
+                                         runtime_of, sandbox_env)
 
 log = logging.getLogger(__name__)
 
@@ -103,22 +103,20 @@ class BwrapSandbox(SandboxBackend):
         self._sessions: set[BwrapSession] = set()
         self._lock = threading.Lock()
 
-    def run(self, execution: Execution) -> ExecutionResult:
-        """Run ``execution`` to completion or its deadline; program failures are results, never exceptions."""
-        t0 = time.monotonic()
-        try:
-            files = checked_files(execution.files)
-            runtime_of(execution)
-            size = sum(len(content.encode("utf-8")) for _, content in files)
-            if size > self.workspace_mb << 20:
-                raise ValueError(f"files: {size} bytes do not fit the {self.workspace_mb} MB workspace")
-        except ValueError as exc:
-            return self._infra(f"invalid execution: {exc}", t0)
+    def _prepare(self, execution: Execution) -> Prepared:
+        prepared = super()._prepare(execution)
+        size = sum(len(content.encode("utf-8")) for _, content in prepared.files)
+        if size > self.workspace_mb << 20:
+            raise ValueError(f"files: {size} bytes do not fit the {self.workspace_mb} MB workspace")
+        return prepared
+
+    def _run(self, execution: Execution, prepared: Prepared, t0: float) -> ExecutionResult:
+        """The workspace as a size-capped tmpfs filled from memfds, then ``spawn``."""
         fds: list[int] = []
         try:
             layout = ["--size", str(self.workspace_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR]
             made: set[str] = set()
-            for name, content in files:
+            for name, content in prepared.files:
                 for parent in reversed(PurePosixPath(name).parents[:-1]):
                     if str(parent) not in made:
                         made.add(str(parent))
@@ -148,10 +146,6 @@ class BwrapSandbox(SandboxBackend):
             _kill_sandbox(proc, status)
 
     # ---- internals shared with sessions -----------------------------------------------------------------------
-    def _infra(self, message: str, t0: float) -> ExecutionResult:
-        return ExecutionResult(exit_code=None, infra_error=message, start_ms=_ms_since(t0),
-                               extra={"backend": self.name})
-
     def owner(self) -> tuple[int, int] | None:
         return (self.host_uid, self.host_gid) if os.geteuid() == 0 else None
 

@@ -27,9 +27,9 @@ def run_many(sandbox: Sandbox, executions: Sequence[Execution], concurrency: int
              retry_delay_s: float = 0.2) -> list[ExecutionResult]:
     """Run ``executions`` in ``sandbox`` with at most ``concurrency`` in flight; one result per execution, in order.
 
-    The process-wide scheduler also caps the total across concurrent batches and sessions (``max_concurrency``)
-    and keeps short executions from waiting behind long ones. ``retry_delay_s`` grows linearly with the attempt
-    number (0.2 s, 0.4 s, ...) to let a busy daemon recover.
+    The process-wide scheduler also caps the total across concurrent batches and sessions
+    (``SandboxConfig.global_concurrency``) and keeps short executions from waiting behind long ones.
+    ``retry_delay_s`` grows linearly with the attempt number (0.2 s, 0.4 s, ...) to let a busy daemon recover.
     """
     return default_scheduler().run_many(sandbox, executions, concurrency=concurrency, start_retries=start_retries,
                                         retry_delay_s=retry_delay_s)

@@ -295,6 +295,6 @@ def default_scheduler() -> Scheduler:
 
 def configure_from(scheduler: Scheduler, cfg) -> Scheduler:
     """Apply a ``SandboxConfig``'s scheduling fields to ``scheduler``."""
-    return scheduler.configure(max_concurrency=cfg.max_concurrency, long_slots=cfg.long_slots,
+    return scheduler.configure(max_concurrency=cfg.global_concurrency, long_slots=cfg.long_slots,
                                short_timeout_s=cfg.short_timeout_s, queue_timeout_s=cfg.queue_timeout_s,
                                hang_grace_s=cfg.hang_grace_s)

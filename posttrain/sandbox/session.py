@@ -10,7 +10,7 @@ output is cut to ``output_bytes`` per stream with ``base.truncate``'s marker. St
 scheduler, so sessions share its concurrency limit with batches (long steps take long slots).
 
 Backends subclass ``SandboxSession`` and implement ``_exec`` (run argv in the workspace, return a ``RawRun``) and
-``_release``. Get one from a backend: ``make_sandbox("bwrap").session()`` or ``DockerPool.session()``.
+``_release``. Get one from a backend: ``make_sandbox("bwrap").session()`` or ``make_sandbox("docker").session()``.
 
 Example:
     >>> from posttrain.sandbox import make_sandbox

@@ -1,25 +1,33 @@
 """GRPO advantages: each sample's reward normalized within its group (the n samples of one env).
 
-``grpo_advantages`` works on a dense ``[G, n]`` reward matrix; ``group_advantages`` takes the flat rewards and
-group ids of scored rollouts (groups may be ragged once infra failures are excluded) and returns one advantage
-per sample, in input order. The std is the population std (``correction=0``), so a group of one sample is
-well defined (advantage 0); a group whose rewards are all equal carries no signal and gets zeros.
+``grpo_advantages`` works on a dense ``[G, n]`` reward matrix; ``group_advantages`` (registered as the ``grpo``
+advantage estimator, ``TrainConfig.advantage_estimator``) takes the flat rewards and group ids of scored rollouts
+(groups may be ragged once infra failures are excluded) and returns one advantage per sample, in input order.
+The std is the population std (``correction=0``), so a group of one sample is well defined (advantage 0); a group
+whose rewards are all equal carries no signal and gets zeros.
 
 Example:
     >>> import torch
     >>> grpo_advantages(torch.tensor([[1.0, 0.0], [0.5, 0.5]]), eps=0.0)
     tensor([[ 1., -1.],
             [ 0.,  0.]])
-    >>> group_advantages([1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"], eps=0.0)
+    >>> from posttrain.config import TrainConfig
+    >>> group_advantages([1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"], TrainConfig(advantage_eps=0.0))
     tensor([ 1., -1.,  0.,  0.])
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+from posttrain.training.algorithms import register_advantage
+
+if TYPE_CHECKING:
+    from posttrain.config import TrainConfig
 
 
 def grpo_advantages(rewards: Tensor, eps: float) -> Tensor:
@@ -42,13 +50,14 @@ def grpo_advantages(rewards: Tensor, eps: float) -> Tensor:
     return torch.where(flat, torch.zeros_like(centered), centered / (std + eps))
 
 
-def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], eps: float) -> Tensor:
+@register_advantage("grpo")
+def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], cfg: TrainConfig) -> Tensor:
     """Advantages for flat rewards grouped by ``group_ids`` (groups may differ in size).
 
     Args:
         rewards: N rewards.
         group_ids: N group ids; samples sharing an id are normalized together.
-        eps: added to each group's std before dividing.
+        cfg: ``cfg.advantage_eps`` is added to each group's std before dividing.
 
     Returns:
         ``[N]`` float advantages in the input order.
@@ -61,5 +70,5 @@ def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], eps: fl
         members.setdefault(gid, []).append(i)
     for idx in members.values():
         group = torch.tensor([float(rewards[i]) for i in idx]).unsqueeze(0)
-        out[idx] = grpo_advantages(group, eps).squeeze(0)
+        out[idx] = grpo_advantages(group, cfg.advantage_eps).squeeze(0)
     return out

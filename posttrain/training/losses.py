@@ -1,24 +1,34 @@
 """Policy-gradient losses (pure torch): per-token log-probabilities and the PPO-clip surrogate.
 
-Shapes: B sequences, T token positions, V vocabulary. ``mask[b, t] = 1`` marks a completion token that is
-trained on; prompt and padding positions are 0. The loss is the token-level mean over *all* unmasked tokens
-of the batch (DAPO-style), so long completions are not down-weighted by a per-sequence mean.
+Shapes: B sequences, T token positions (``L - 1`` in the trainer), V vocabulary. ``mask[b, t] = 1`` marks a
+completion token that is trained on; prompt and padding positions are 0. ``ppo_clip_loss`` is registered as the
+``ppo_clip`` policy loss (``TrainConfig.policy_loss``): it returns the per-token loss and detached token-mean stats;
+``algorithms.aggregate`` turns the per-token loss into the scalar (``TrainConfig.loss_aggregation``).
 
 Example:
     >>> import torch
+    >>> from posttrain.config import TrainConfig
     >>> logits = torch.zeros(1, 2, 4)                      # uniform over 4 tokens
     >>> token_logprobs(logits, torch.tensor([[0, 3]])).exp()
     tensor([[0.2500, 0.2500]])
     >>> logp = torch.log(torch.tensor([[0.5, 0.5]]))
-    >>> loss, stats = ppo_clip_loss(logp, logp, torch.tensor([2.0]), torch.ones(1, 2), clip_eps=0.2)
-    >>> float(loss), stats["clip_fraction"], stats["ratio_mean"]
-    (-2.0, 0.0, 1.0)
+    >>> cfg = TrainConfig(clip_eps=0.2)
+    >>> per_token, stats = ppo_clip_loss(logp, logp, torch.tensor([2.0]), torch.ones(1, 2), cfg)
+    >>> per_token, float(stats["clip_fraction"]), float(stats["ratio_mean"])
+    (tensor([[-2., -2.]]), 0.0, 1.0)
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
+
+from posttrain.training.algorithms import register_policy_loss
+
+if TYPE_CHECKING:
+    from posttrain.config import TrainConfig
 
 
 def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
@@ -35,13 +45,14 @@ def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
     return logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
 
 
+@register_policy_loss("ppo_clip")
 def ppo_clip_loss(
     logprobs: Tensor,
     behavior_logprobs: Tensor,
     advantages: Tensor,
     mask: Tensor,
-    clip_eps: float,
-) -> tuple[Tensor, dict[str, float]]:
+    cfg: TrainConfig,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO-clip surrogate ``-min(r A, clip(r, 1-eps, 1+eps) A)`` with ``r = exp(logp - behavior_logp)``.
 
     Args:
@@ -49,13 +60,14 @@ def ppo_clip_loss(
         behavior_logprobs: ``[B, T]`` log-probs under the policy that sampled the tokens (no gradient).
         advantages: ``[B]`` one advantage per sequence, broadcast over its tokens.
         mask: ``[B, T]`` 1 for trained tokens, 0 elsewhere.
-        clip_eps: clip range.
+        cfg: ``cfg.clip_eps`` is the clip range eps.
 
     Returns:
-        ``(loss, stats)``: the scalar loss (token mean over unmasked tokens; 0 when the mask is empty) and
-        floats ``clip_fraction`` (share of tokens whose gradient the clip removes), ``approx_kl``
-        (k3 estimate of KL(behavior || policy)) and ``ratio_mean``.
+        ``(per_token, stats)``: the ``[B, T]`` loss per token (masked positions hold ``-A``: ratio 1) and detached
+        0-dim tensors, token means over the mask (0 when it is empty): ``clip_fraction`` (share of tokens whose
+        gradient the clip removes), ``approx_kl`` (k3 estimate of KL(behavior || policy)) and ``ratio_mean``.
     """
+    clip_eps = cfg.clip_eps
     mask = mask.to(logprobs.dtype)
     log_ratio = (logprobs - behavior_logprobs.to(logprobs.dtype)) * mask
     ratio = torch.exp(log_ratio)
@@ -63,13 +75,12 @@ def ppo_clip_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
     per_token = -torch.minimum(unclipped, clipped)
-    n_tokens = mask.sum().clamp(min=1.0)
-    loss = (per_token * mask).sum() / n_tokens
     with torch.no_grad():
+        n_tokens = mask.sum().clamp(min=1.0)
         is_clipped = ((ratio < 1.0 - clip_eps) & (adv < 0)) | ((ratio > 1.0 + clip_eps) & (adv > 0))
         stats = {
-            "clip_fraction": float((is_clipped.to(mask.dtype) * mask).sum() / n_tokens),
-            "approx_kl": float((((ratio - 1.0) - log_ratio) * mask).sum() / n_tokens),
-            "ratio_mean": float((ratio * mask).sum() / n_tokens),
+            "clip_fraction": (is_clipped.to(mask.dtype) * mask).sum() / n_tokens,
+            "approx_kl": (((ratio - 1.0) - log_ratio) * mask).sum() / n_tokens,
+            "ratio_mean": (ratio * mask).sum() / n_tokens,
         }
-    return loss, stats
+    return per_token, stats

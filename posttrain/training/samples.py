@@ -1,29 +1,71 @@
-"""Scored rollout rows -> the update's training samples (infra failures already excluded by the caller).
+"""The update's input: the scored table gains an ``advantage`` column, and its rows become ``TrainSample``s.
+
+``with_advantages`` is the first step of the update stage: it runs ``TrainConfig.advantage_estimator`` over the
+trainable rows (infra failures excluded; they keep a NaN advantage) and returns a ``TrainRows`` table, which is
+also what MLflow logs. ``train_samples`` decodes trainable rows into what ``PolicyTrainer.train_on`` consumes.
 
 Example:
     >>> import pandas as pd
-    >>> row = {"prompt_token_ids": "[1, 5]", "completion_token_ids": "[7, 2]", "behavior_logprobs": "[-0.1, -0.2]",
-    ...        "reward": 1.0, "group_id": "it1/demo/add_1"}
-    >>> samples_from_scored(pd.DataFrame([row]))[0].completion_token_ids
-    [7, 2]
+    >>> from posttrain.config import TrainConfig
+    >>> row = {"env_id": "demo/add_1", "group_id": "it1/demo/add_1", "sample_idx": 0, "policy_version": 0,
+    ...        "prompt": "p", "completion": "c", "prompt_token_ids": "[1, 5]", "completion_token_ids": "[7, 2]",
+    ...        "behavior_logprobs": "[-0.1, -0.2]", "steps": 1, "tool_calls": 0, "finish_reason": "stop",
+    ...        "tokens": 2, "reward": 1.0, "compiled": True, "tests_passed": 1, "tests_total": 1, "exit_code": 0,
+    ...        "timed_out": False, "infra_error": "", "sandbox_ms": 5.0}
+    >>> scored = pd.DataFrame([row, {**row, "sample_idx": 1, "reward": 0.0},
+    ...                        {**row, "sample_idx": 2, "infra_error": "sandbox did not start"}])
+    >>> rows = with_advantages(scored, TrainConfig(advantage_eps=0.0))
+    >>> rows["advantage"].tolist()
+    [1.0, -1.0, nan]
+    >>> train_samples(rows.iloc[:2])[1]
+    TrainSample(prompt_token_ids=[1, 5], completion_token_ids=[7, 2], behavior_logprobs=[-0.1, -0.2], \
+advantage=-1.0, group_id='it1/demo/add_1')
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
-from posttrain.schemas import decode_floats, decode_ints
-from posttrain.training.trainer import Sample
+from posttrain.config import TrainConfig
+from posttrain.reward import trainable_rows
+from posttrain.schemas import TrainRows, decode_floats, decode_ints
+from posttrain.training.algorithms import get_advantage_estimator
 
 
-def samples_from_scored(scored: pd.DataFrame) -> list[Sample]:
+@dataclass
+class TrainSample:
+    """One scored rollout with its advantage, as the trainer consumes it."""
+
+    prompt_token_ids: list[int]  # includes the BOS token
+    completion_token_ids: list[int]  # includes EOS when the generation finished
+    behavior_logprobs: list[float]  # one per completion token, from the sampler (vLLM)
+    advantage: float
+    group_id: str  # the samples of one env prompt; a group whose advantages are all 0 is skipped
+
+
+def with_advantages(scored: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
+    """``scored`` (a ``Scored`` table) plus ``advantage``: validated ``TrainRows``, same rows in the same order."""
+    estimate = get_advantage_estimator(cfg.advantage_estimator)
+    rows = scored.reset_index(drop=True)
+    usable = trainable_rows(rows)
+    rows["advantage"] = float("nan")
+    if len(usable):
+        advantages = estimate(usable["reward"].astype(float).tolist(), usable["group_id"].astype(str).tolist(), cfg)
+        rows.loc[usable.index, "advantage"] = advantages.tolist()
+    return TrainRows.validate(rows)
+
+
+def train_samples(rows: pd.DataFrame) -> list[TrainSample]:
+    """Decode trainable ``TrainRows`` rows (the caller excludes infra failures) into ``TrainSample``s."""
     return [
-        Sample(
+        TrainSample(
             prompt_token_ids=decode_ints(row.prompt_token_ids),
             completion_token_ids=decode_ints(row.completion_token_ids),
             behavior_logprobs=decode_floats(row.behavior_logprobs),
-            reward=float(row.reward),
+            advantage=float(row.advantage),
             group_id=str(row.group_id),
         )
-        for row in scored.itertuples()
+        for row in rows.itertuples()
     ]

@@ -1,15 +1,20 @@
-"""The policy update: GRPO advantages + PPO-clip loss, optimized by a real DeepSpeed engine (ZeRO, bf16).
+"""The policy update: a registered policy loss (PPO-clip by default), optimized by a real DeepSpeed engine.
 
 ``PolicyTrainer`` loads an HF causal-LM dir, wraps it in ``deepspeed.initialize`` with a config built from
 ``TrainConfig``, trains on one iteration's scored rollouts and writes the next policy as an HF safetensors dir
 (fp32 master weights) that vLLM loads with ``dtype="bfloat16"``. On a CPU machine set ``DS_ACCELERATOR=cpu``;
 the process group is gloo, single rank unless the launcher set ``RANK``/``WORLD_SIZE``.
 
-Example (``samples`` come from scored rollouts; infra failures already excluded):
+The algorithm is named by ``TrainConfig`` (``policy_loss``, ``loss_aggregation``; see ``algorithms.py``); the
+advantages arrive with the samples (``samples.with_advantages``). Tensor shapes in a step: ``input_ids`` ``[B, L]``;
+``logprobs``, ``mask``, the per-token loss ``[B, L-1]``; ``advantages`` ``[B]``.
+
+Example (``samples`` come from scored rollouts with advantages; infra failures already excluded):
     >>> from posttrain.config import TrainConfig
+    >>> from posttrain.training.samples import TrainSample
     >>> trainer = PolicyTrainer("/path/to/policy", TrainConfig(micro_batch_size=8))   # doctest: +SKIP
-    >>> stats = trainer.train_on([Sample([0, 5, 9], [17, 1], [-1.2, -0.3], 1.0, "g0"),
-    ...                           Sample([0, 5, 9], [23, 1], [-2.0, -0.4], 0.0, "g0")])  # doctest: +SKIP
+    >>> stats = trainer.train_on([TrainSample([0, 5, 9], [17, 1], [-1.2, -0.3], 1.0, "g0"),
+    ...                           TrainSample([0, 5, 9], [23, 1], [-2.0, -0.4], -1.0, "g0")])  # doctest: +SKIP
     >>> stats.steps, stats.num_samples, stats.num_tokens                                 # doctest: +SKIP
     (1, 2, 4)
     >>> trainer.save("/path/to/policy-v1"); trainer.close()                              # doctest: +SKIP
@@ -24,33 +29,25 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from posttrain.config import TrainConfig
-from posttrain.training.advantages import group_advantages
-from posttrain.training.batching import pad_batch
+from posttrain.training.algorithms import aggregate, check_aggregation, get_policy_loss
+from posttrain.training.batching import Batch, pad_batch
 from posttrain.training.checkpoints import POLICY_META
-from posttrain.training.losses import ppo_clip_loss, token_logprobs
+from posttrain.training.losses import token_logprobs
 
-
-@dataclass
-class Sample:
-    """One scored rollout, as the update consumes it."""
-
-    prompt_token_ids: list[int]  # includes the BOS token
-    completion_token_ids: list[int]  # includes EOS when the generation finished
-    behavior_logprobs: list[float]  # one per completion token, from the sampler (vLLM)
-    reward: float
-    group_id: str
+if TYPE_CHECKING:  # the trainer reads TrainSample's fields; samples.py (pandas, the reward stage) is not imported
+    from posttrain.training.samples import TrainSample
 
 
 @dataclass
 class TrainStats:
     loss: float  # mean over optimizer steps (0.0 when no step ran)
-    clip_fraction: float  # mean over steps
-    approx_kl: float  # mean over steps
+    clip_fraction: float  # mean over steps of the loss's stat of that name (nan when the loss reports none)
+    approx_kl: float  # mean over steps, likewise
     grad_norm: float  # mean pre-clip global grad norm over steps (nan when the engine reports none)
     num_samples: int  # samples trained on, counted once per epoch
     num_tokens: int  # completion tokens trained on, counted once per epoch
@@ -94,14 +91,6 @@ def _init_distributed() -> None:
     deepspeed.init_distributed(dist_backend="gloo" if not torch.cuda.is_available() else "nccl")
 
 
-def _as_sample(s: Any) -> Sample:
-    if isinstance(s, Sample):
-        return s
-    get = s.__getitem__ if isinstance(s, dict) else lambda k: getattr(s, k)
-    return Sample(list(get("prompt_token_ids")), list(get("completion_token_ids")),
-                  [float(x) for x in get("behavior_logprobs")], float(get("reward")), str(get("group_id")))
-
-
 class PolicyTrainer:
     """A DeepSpeed engine around one policy; ``train_on`` is one RL update, ``save`` writes the next version."""
 
@@ -110,6 +99,8 @@ class PolicyTrainer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.cfg = cfg
+        self.policy_loss = get_policy_loss(cfg.policy_loss)
+        check_aggregation(cfg.loss_aggregation)  # a bad name fails here, before any model is loaded
         self.policy_dir = Path(policy_dir)
         torch.manual_seed(cfg.seed)
         _init_distributed()
@@ -134,18 +125,17 @@ class PolicyTrainer:
             if name in fp32:
                 safe_set_full_fp32_param(param, fp32[name].to(self.engine.device))
 
-    def train_on(self, samples: Sequence[Any]) -> TrainStats:
-        """One update on scored rollouts (``Sample`` objects, dicts or records with the same fields).
+    def train_on(self, samples: Sequence[TrainSample]) -> TrainStats:
+        """One update on scored rollouts that carry their advantages.
 
-        Advantages are GRPO-normalized per ``group_id``; groups whose advantages are all zero are skipped
-        (and counted). Each epoch shuffles the rest and takes one optimizer step per micro batch.
+        Groups whose advantages are all zero are skipped (and counted). Each epoch shuffles the rest and takes one
+        optimizer step per micro batch. Step stats stay device tensors until the update ends, so no micro
+        step waits on the device to report them.
         """
         start = time.perf_counter()
-        rows = [_as_sample(s) for s in samples]
-        adv = group_advantages([r.reward for r in rows], [r.group_id for r in rows], self.cfg.advantage_eps)
-        live = {r.group_id for r, a in zip(rows, adv.tolist()) if a != 0.0}
-        keep = [i for i, r in enumerate(rows) if r.group_id in live]
-        totals = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0}
+        live = {s.group_id for s in samples if s.advantage != 0.0}
+        keep = [i for i, s in enumerate(samples) if s.group_id in live]
+        sums: dict[str, torch.Tensor] = {}
         steps = num_tokens = 0
         pad_id = self.tokenizer.pad_token_id
         self.engine.train()
@@ -154,34 +144,38 @@ class PolicyTrainer:
             self._epoch_seed += 1
             order = [keep[i] for i in torch.randperm(len(keep), generator=gen).tolist()]
             for lo in range(0, len(order), self.cfg.micro_batch_size):
-                idx = order[lo : lo + self.cfg.micro_batch_size]
-                batch = pad_batch(
-                    [(rows[i].prompt_token_ids, rows[i].completion_token_ids, rows[i].behavior_logprobs) for i in idx],
-                    [float(adv[i]) for i in idx], pad_id)
+                micro = [samples[i] for i in order[lo : lo + self.cfg.micro_batch_size]]
+                batch = pad_batch([(s.prompt_token_ids, s.completion_token_ids, s.behavior_logprobs) for s in micro],
+                                  [s.advantage for s in micro], pad_id)
                 if batch.num_tokens == 0:
                     continue
-                step = self._step(batch)
-                for key in totals:
-                    totals[key] += step[key]
+                for key, value in self._step(batch).items():
+                    sums[key] = sums.get(key, 0.0) + value.double()  # float64, as a sum of Python floats
                 steps += 1
                 num_tokens += batch.num_tokens
-        means = {k: (v / steps if steps else 0.0) for k, v in totals.items()}
-        return TrainStats(**means, num_samples=len(keep) * self.cfg.epochs, num_tokens=num_tokens, steps=steps,
+        means = {key: float(total) / steps for key, total in sums.items()}
+        unreported = float("nan") if steps else 0.0
+        return TrainStats(loss=means.get("loss", 0.0), clip_fraction=means.get("clip_fraction", unreported),
+                          approx_kl=means.get("approx_kl", unreported), grad_norm=means.get("grad_norm", 0.0),
+                          num_samples=len(keep) * self.cfg.epochs, num_tokens=num_tokens, steps=steps,
                           seconds=time.perf_counter() - start,
-                          skipped_samples=(len(rows) - len(keep)) * self.cfg.epochs)
+                          skipped_samples=(len(samples) - len(keep)) * self.cfg.epochs)
 
-    def _step(self, batch) -> dict[str, float]:
+    def _step(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Forward, loss, backward, optimizer step on one micro batch; returns detached 0-dim stat tensors."""
         device = self.engine.device
         logits = self.engine(input_ids=batch.input_ids.to(device),
-                             attention_mask=batch.attention_mask.to(device)).logits[:, :-1]
-        logprobs = token_logprobs(logits, batch.targets.to(device))
-        loss, stats = ppo_clip_loss(logprobs, batch.behavior_logprobs.to(device), batch.advantages.to(device),
-                                    batch.mask.to(device), self.cfg.clip_eps)
+                             attention_mask=batch.attention_mask.to(device)).logits[:, :-1]  # [B, L-1, V]
+        logprobs = token_logprobs(logits, batch.targets.to(device))  # [B, L-1]
+        mask = batch.mask.to(device)  # [B, L-1]
+        per_token, stats = self.policy_loss(logprobs, batch.behavior_logprobs.to(device),
+                                            batch.advantages.to(device), mask, self.cfg)
+        loss = aggregate(per_token, mask, self.cfg.loss_aggregation, self.cfg.loss_norm_len or None)
         self.engine.backward(loss)
         self.engine.step()
         grad_norm = self.engine.get_global_grad_norm()  # None for fp32 without ZeRO: reported as nan
-        return {"loss": float(loss.detach()), "grad_norm": float("nan" if grad_norm is None else grad_norm),
-                **{k: stats[k] for k in ("clip_fraction", "approx_kl")}}
+        grad_norm = torch.as_tensor(float("nan") if grad_norm is None else grad_norm, dtype=torch.float64)
+        return {**stats, "loss": loss.detach(), "grad_norm": grad_norm}
 
     def save(self, out_dir: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
         """Write the fp32 master weights as an HF safetensors dir (+ tokenizer, + ``POLICY_META`` if given).

@@ -105,9 +105,9 @@ def test_hostile_solutions_earn_only_what_they_compute(sandbox):
         "exit before answering": f"import os\ndef {entry}(x):\n    os._exit(0)\n",
         "kill the harness": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
         # the nonce is no secret from code in the harness's process, but a claim still has to be the right value
-        "forges with the nonce": "import os, sys\nh = sys._getframe(1).f_locals\nfor i in range(8):\n"
-                                 "    claim = '%s {\"case\": %d, \"value\": 0}\\n' % (h['nonce'], i)\n"
-                                 "    os.write(h['results_fd'], claim.encode())\n"
+        "forges with the nonce": "import os, sys\nr = sys._getframe(1).f_locals['results']\nfor i in range(8):\n"
+                                 "    claim = '%s {\"case\": %d, \"value\": 0}\\n' % (r.nonce, i)\n"
+                                 "    os.write(r.fd, claim.encode())\n"
                                  f"def {entry}(x):\n    return x + 2\n",
         "floods stdout": f"print('x' * 5_000_000)\ndef {entry}(x):\n    return x + 2\n",
         "returns huge value": f"def {entry}(x):\n    return 'y' * 100_000\n",

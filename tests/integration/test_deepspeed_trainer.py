@@ -1,4 +1,7 @@
-"""A real DeepSpeed (ZeRO-2, bf16, CPU) update of the tiny policy: one step, weights move, save reloads exactly."""
+"""A real DeepSpeed (ZeRO-2, bf16, CPU) update of the tiny policy: one step, weights move, save reloads exactly.
+
+Also the algorithm seam end to end: a loss variant registered in this test only trains when ``TrainConfig`` names it.
+"""
 
 from __future__ import annotations
 
@@ -11,30 +14,44 @@ import torch
 
 from posttrain.config import DEMO_SUITE, TrainConfig
 from posttrain.envs.suite import load_suite
-from posttrain.training.losses import token_logprobs
+from posttrain.training.algorithms import get_advantage_estimator, register_policy_loss
 from posttrain.training.checkpoints import POLICY_META
-from posttrain.training.trainer import PolicyTrainer, Sample
+from posttrain.training.losses import token_logprobs
+from posttrain.training.samples import TrainSample
+from posttrain.training.trainer import PolicyTrainer
 
 pytest.importorskip("deepspeed")
 
 
-def _samples(policy_dir, rewards_by_group: dict[str, list[float]]) -> list[Sample]:
-    """Completions = the references of train envs, behavior log-probs from the fp32 HF model (on-policy-ish)."""
+@register_policy_loss("reinforce")
+def reinforce_loss(logprobs, behavior_logprobs, advantages, mask, cfg):
+    """REINFORCE: ``-A log pi(token)`` per token, ``[B, L-1]``; no ratio, no clip, no stats."""
+    return -advantages.unsqueeze(-1) * logprobs, {}
+
+
+def _samples(policy_dir, rewards_by_group: dict[str, list[float]]) -> list[TrainSample]:
+    """Completions = the references of train envs, behavior log-probs from the fp32 HF model (on-policy-ish).
+
+    Advantages: the default estimator (GRPO) over the given rewards, as the update stage computes them.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(policy_dir)
     model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
     envs = [e for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
+    rewards = [r for group in rewards_by_group.values() for r in group]
+    group_ids = [gid for gid, group in rewards_by_group.items() for _ in group]
+    advantages = get_advantage_estimator("grpo")(rewards, group_ids, TrainConfig()).tolist()
     samples = []
-    for g, (gid, rewards) in enumerate(rewards_by_group.items()):
-        for i, reward in enumerate(rewards):
+    for g, (gid, group) in enumerate(rewards_by_group.items()):
+        for i in range(len(group)):
             env = envs[(3 * g + i) % len(envs)]
             prompt = tok(env.prompt).input_ids
             completion = tok(env.reference, add_special_tokens=False).input_ids + [tok.eos_token_id]
             ids = torch.tensor([prompt + completion])
             with torch.no_grad():
                 lp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])[0, len(prompt) - 1 :]
-            samples.append(Sample(prompt, completion, lp.tolist(), reward, gid))
+            samples.append(TrainSample(prompt, completion, lp.tolist(), advantages[len(samples)], gid))
     return samples
 
 
@@ -99,3 +116,18 @@ def test_save_reloads_with_same_weights_and_logits(trainer, tiny_policy, tmp_pat
         live = trainer.engine(input_ids=ids).logits
         again = served(input_ids=ids).logits
     assert torch.equal(live, again)  # the engine's bf16 weights are the rounded fp32 master weights
+
+
+def test_a_loss_registered_in_a_test_trains_by_name(tiny_policy):
+    cfg = TrainConfig(micro_batch_size=8, learning_rate=1e-3, policy_loss="reinforce",
+                      loss_aggregation="seq_mean_token_mean")
+    trainer = PolicyTrainer(tiny_policy, cfg)
+    try:
+        before = _master_weights(trainer)
+        stats = trainer.train_on(_samples(tiny_policy, {"g": [1.0, 0.0, 1.0, 0.0]}))
+        after = _master_weights(trainer)
+    finally:
+        trainer.close()
+    assert (stats.steps, stats.num_samples) == (1, 4) and math.isfinite(stats.loss) and stats.grad_norm > 0
+    assert math.isnan(stats.clip_fraction) and math.isnan(stats.approx_kl)  # stats this loss does not report
+    assert not torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])

@@ -15,12 +15,12 @@ import docker
 import pytest
 from sandbox_cases import SandboxCases, SessionCases, processes_with, py
 
-from posttrain.config import SandboxConfig
+from posttrain.config import DockerPoolConfig, SandboxConfig
 from posttrain.sandbox import Execution, make_sandbox, run_many
-from posttrain.sandbox.docker_backend import DockerSandbox
-from posttrain.sandbox.docker_pool import DockerPool
+from posttrain.sandbox.docker import DockerPool, DockerSandbox
 
-IMAGE = SandboxConfig().docker_image
+IMAGE = DockerPoolConfig().image
+ABSENT = DockerPoolConfig(image="posttrain-no-such-image:absent", size=1)
 
 
 def _why_unavailable() -> str:
@@ -53,7 +53,7 @@ def our_containers(**labels) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sandbox():
-    box = make_sandbox(SandboxConfig(backend="docker", docker_pool_size=2, docker_pool_max=4))
+    box = make_sandbox(SandboxConfig(backend="docker", docker=DockerPoolConfig(size=2, max_size=4)))
     assert box.wait_ready(2, timeout_s=120)
     yield box
     box.close()
@@ -62,7 +62,7 @@ def sandbox():
 
 @pytest.fixture(scope="module")
 def broken_sandbox():
-    pool = DockerPool("posttrain-no-such-image:absent", size=1)
+    pool = DockerPool(ABSENT)
     yield pool
     pool.close()
 
@@ -100,7 +100,7 @@ def test_missing_image_is_infra_error():
     r = DockerSandbox("posttrain-no-such-image:absent").run(py("print(1)"))
     assert r.exit_code is None and "No such image" in r.infra_error
     assert our_containers(**{"posttrain.kind": "cold"}) == []
-    with DockerPool("posttrain-no-such-image:absent", size=1) as pool:
+    with DockerPool(ABSENT) as pool:
         t0 = time.monotonic()
         r = pool.run(py("print(1)"))
         assert r.exit_code is None and "No such image" in r.infra_error and time.monotonic() - t0 < 10
@@ -109,7 +109,7 @@ def test_missing_image_is_infra_error():
 def test_unreachable_daemon_is_infra_error(tmp_path):
     r = DockerSandbox(base_url=f"unix://{tmp_path}/no-docker.sock").run(py("print(1)"))
     assert r.exit_code is None and "unreachable" in r.infra_error
-    with DockerPool(base_url=f"unix://{tmp_path}/no-docker.sock", size=1) as pool:
+    with DockerPool(DockerPoolConfig(base_url=f"unix://{tmp_path}/no-docker.sock", size=1)) as pool:
         r = pool.run(py("print(1)"))
         assert r.exit_code is None and "unreachable" in r.infra_error
 
@@ -152,7 +152,7 @@ def test_memory_bomb_is_oom_killed(backend, sandbox):
 @pytest.fixture(scope="module")
 def agent_only_pool():
     """A pool without the host's view of its containers (as with a remote daemon): the agent's word only."""
-    pool = DockerPool(IMAGE, size=2, max_size=2, host_checks=False)
+    pool = DockerPool(DockerPoolConfig(size=2, max_size=2), host_checks=False)
     assert pool.wait_ready(2, timeout_s=120)
     yield pool
     pool.close()
@@ -192,7 +192,7 @@ def test_programs_cannot_touch_the_agent(sandbox):
 
 
 def test_pool_shrinks_when_idle_refills_and_replaces_broken_containers():
-    with DockerPool(IMAGE, size=2, min_idle=0, idle_s=1.0, max_uses=3) as pool:
+    with DockerPool(DockerPoolConfig(size=2, min_idle=0, idle_s=1.0, max_uses=3)) as pool:
         assert pool.wait_ready(2, timeout_s=120)
         used = {pool.run(py("pass")).extra["container"] for _ in range(3)}
         deadline = time.monotonic() + 20
@@ -211,7 +211,7 @@ def test_pool_shrinks_when_idle_refills_and_replaces_broken_containers():
 
 
 def test_close_while_running_removes_everything():
-    pool = DockerPool(IMAGE, size=1)
+    pool = DockerPool(DockerPoolConfig(size=1))
     import threading
 
     results = []

@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 from sandbox_cases import processes_with
 
-from posttrain.config import SandboxConfig
-from posttrain.sandbox.docker_common import docker_unavailable_reason
+from posttrain.config import DockerPoolConfig, SandboxConfig
+from posttrain.sandbox.docker.container import docker_unavailable_reason
 from posttrain.sandbox import Execution, lifecycle, make_sandbox, run_many
 
 BWRAP = shutil.which("bwrap") is not None
 
 
 def docker_reason() -> str:
-    return docker_unavailable_reason(SandboxConfig().docker_image)
+    return docker_unavailable_reason(DockerPoolConfig().image)
 
 
 DOCKER = docker_reason()
@@ -68,7 +68,7 @@ def sleeper(token: str, seconds: int = 300, timeout_s: float = 120) -> Execution
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_success_failure_and_timeout_leave_nothing(backend):
     token = f"pt-life-{uuid.uuid4().hex}"
-    cfg = SandboxConfig(backend=backend, docker_pool_size=2, docker_pool_max=3)
+    cfg = SandboxConfig(backend=backend, docker=DockerPoolConfig(size=2, max_size=3))
     with make_sandbox(cfg) as box:
         runs = [Execution(files={}, command=["python3", "-c", "print('ok')", token]),
                 Execution(files={}, command=["python3", "-c", "raise SystemExit(3)", token]),
@@ -88,7 +88,7 @@ def test_an_exception_in_the_caller_cleans_everything_up(backend):
     token = f"pt-life-{uuid.uuid4().hex}"
     results = []
     with pytest.raises(RuntimeError, match="caller failed"):
-        with make_sandbox(SandboxConfig(backend=backend, docker_pool_size=1)) as box:
+        with make_sandbox(SandboxConfig(backend=backend, docker=DockerPoolConfig(size=1))) as box:
             session = box.session(timeout_s=60)
             session.write_file("work.txt", "in progress")
             worker = threading.Thread(target=lambda: results.append(box.run(sleeper(token))), daemon=True)
@@ -104,10 +104,10 @@ def test_an_exception_in_the_caller_cleans_everything_up(backend):
 
 CHILD = textwrap.dedent("""
     import sys, threading, time
-    from posttrain.config import SandboxConfig
+    from posttrain.config import DockerPoolConfig, SandboxConfig
     from posttrain.sandbox import Execution, make_sandbox
     backend, token, close = sys.argv[1], sys.argv[2], sys.argv[3] == "close"
-    box = make_sandbox(SandboxConfig(backend=backend, docker_pool_size=2))
+    box = make_sandbox(SandboxConfig(backend=backend, docker=DockerPoolConfig(size=2)))
     session = box.session(timeout_s=120)
     session.write_file("state.txt", "x")
     run = Execution(files={"s.py": "import time\\ntime.sleep(300)"}, command=["python3", "s.py", token],

@@ -12,7 +12,7 @@ import pytest
 from sandbox_cases import processes_with
 from test_sandbox_lifecycle import BACKENDS, containers_of, wait_until, workspaces_of
 
-from posttrain.config import SandboxConfig
+from posttrain.config import DockerPoolConfig, SandboxConfig
 from posttrain.sandbox import Execution, make_sandbox, run_many
 
 TOTAL, CONCURRENCY = 2000, 8
@@ -39,8 +39,8 @@ def program(i: int, token: str) -> tuple[Execution, str]:
 def test_2000_executions_at_concurrency_8(backend):
     token = f"pt-load-{uuid.uuid4().hex}"
     jobs = [program(i, token) for i in range(TOTAL)]
-    cfg = SandboxConfig(backend=backend, concurrency=CONCURRENCY, docker_pool_size=CONCURRENCY,
-                        docker_pool_max=CONCURRENCY + 2)
+    cfg = SandboxConfig(backend=backend, batch_concurrency=CONCURRENCY,
+                        docker=DockerPoolConfig(size=CONCURRENCY, max_size=CONCURRENCY + 2))
     t0 = time.monotonic()
     with make_sandbox(cfg) as box:
         if backend == "docker":

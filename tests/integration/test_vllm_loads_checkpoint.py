@@ -9,7 +9,8 @@ import torch
 
 from posttrain.config import TrainConfig
 from posttrain.training.losses import token_logprobs
-from posttrain.training.trainer import PolicyTrainer, Sample
+from posttrain.training.samples import TrainSample
+from posttrain.training.trainer import PolicyTrainer
 
 pytest.importorskip("vllm")
 pytest.importorskip("deepspeed")
@@ -25,7 +26,7 @@ def trained_checkpoint(tiny_policy, tmp_path_factory):
         prompt = trainer.tokenizer(PROMPT).input_ids
         completions = [trainer.tokenizer(text, add_special_tokens=False).input_ids + [trainer.tokenizer.eos_token_id]
                        for text in ("def add_2(x):\n    return x + 2\n", "def add_2(x):\n    return x - 2\n")]
-        trainer.train_on([Sample(prompt, c, [-1.0] * len(c), r, "g") for c, r in zip(completions, (1.0, 0.0))])
+        trainer.train_on([TrainSample(prompt, c, [-1.0] * len(c), a, "g") for c, a in zip(completions, (1.0, -1.0))])
         return trainer.save(tmp_path_factory.mktemp("ckpt") / "v1", metadata={"version": 1})
     finally:
         trainer.close()

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from posttrain.admission.anti_hacking import anti_hacking_row
 from posttrain.admission.consistency import consistency_rows, referenced_files, rejection_code, spec_problems
 from posttrain.admission.coverage import changed_line, coverage_row, mutation_score, select_mutants
 from posttrain.admission.discrimination import (discrimination_row, gap_decision, learnability_code,
                                                 learnability_row)
-from posttrain.admission.hacking import anti_hacking_row
+from posttrain.admission.policies import DegeneratePolicy, NoisyReferencePolicy, ReferencePolicy, make_policy
 from posttrain.admission.solvability import reference_is_sound, reproducibility_row, solvability_row
 from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec, Limits
 from posttrain.envs.suite import Rejection, Suite
 from posttrain.envs.verifiers.base import Verdict
-from posttrain.rollout.scripted import DegeneratePolicy, NoisyReferencePolicy, ReferencePolicy, make_policy
 
 PASS = Verdict(reward=1.0, passed=True, compiled=True, tests_passed=4, tests_total=4, exit_code=0,
                detail="4/4 cases passed")

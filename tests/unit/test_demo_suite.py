@@ -6,22 +6,24 @@ from collections import Counter
 from pathlib import Path
 
 from posttrain.config import DEMO_SUITE
-from posttrain.envs.demo_suite import HEADER, demo_specs, main, write_suite
+from posttrain.envs.generators import main, write_suite
+from posttrain.envs.generators.demo_python import HEADER, specs as demo_specs
 from posttrain.envs.suite import load_suite
 
 
 def test_committed_files_equal_generator_output(tmp_path):
-    write_suite(tmp_path)
+    write_suite(demo_specs(), tmp_path, HEADER)
     generated = {p.name: p.read_text() for p in tmp_path.glob("*.yaml")}
     committed = {p.name: p.read_text() for p in Path(DEMO_SUITE).iterdir()}
-    assert committed.keys() == generated.keys(), "regenerate: python -m posttrain.envs.demo_suite " + DEMO_SUITE
+    regenerate = f"regenerate: python -m posttrain.envs.generators.demo_python {DEMO_SUITE}"
+    assert committed.keys() == generated.keys(), regenerate
     assert [name for name in generated if committed[name] != generated[name]] == []
 
 
 def test_rewriting_removes_stale_generated_files_only(tmp_path):
     (tmp_path / "old_env.yaml").write_text(HEADER + "id: demo/old\n")
     (tmp_path / "mine.yaml").write_text("id: mine\n")
-    write_suite(tmp_path)
+    write_suite(demo_specs(), tmp_path, HEADER)
     assert not (tmp_path / "old_env.yaml").exists() and (tmp_path / "mine.yaml").exists()
 
 
@@ -78,7 +80,8 @@ def test_eval_split_is_disjoint_stratified_and_learnable():
 
 
 def test_cli(tmp_path, capsys):
-    assert main([]) == 2
-    assert main([str(tmp_path)]) == 0
+    module = "posttrain.envs.generators.demo_python"
+    assert main([], module, demo_specs, HEADER) == 2
+    assert main([str(tmp_path)], module, demo_specs, HEADER) == 0
     assert len(list(tmp_path.glob("*.yaml"))) == len(demo_specs())
     assert "wrote" in capsys.readouterr().out

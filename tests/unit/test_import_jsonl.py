@@ -100,7 +100,7 @@ def test_cli_command(tmp_path, capsys):
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 def test_imported_references_pass_and_cheats_fail_in_bwrap(imported):
-    cfg = SandboxConfig(concurrency=2)
+    cfg = SandboxConfig(batch_concurrency=2)
     envs = load_suite(imported / "he").envs + load_suite(imported / "mbpp").envs
     jobs = [(spec, spec.reference) for spec in envs]
     toy0 = next(s for s in envs if s.id == "he/toy_0")

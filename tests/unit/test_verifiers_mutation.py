@@ -48,9 +48,10 @@ def test_token_mutants_skip_strings_comments_and_keep_one_change():
 
 
 @pytest.mark.parametrize("module", [
-    "posttrain.envs.mutation", "posttrain.envs.schema", "posttrain.envs.verifiers.base",
-    "posttrain.envs.verifiers.python_common", "posttrain.envs.verifiers.python_tests",
-    "posttrain.envs.verifiers.python_asserts", "posttrain.envs.verifiers.workspace_tests",
+    "posttrain.envs.mutation", "posttrain.envs.spec_json_schema", "posttrain.envs.verifiers.base",
+    "posttrain.envs.verifiers.typed_config", "posttrain.envs.verifiers.python_common",
+    "posttrain.envs.verifiers.python_tests", "posttrain.envs.verifiers.python_asserts",
+    "posttrain.envs.verifiers.workspace_tests", "posttrain.envs.verifiers.workspace_admission",
     "posttrain.envs.verifiers.numeric", "posttrain.envs.verifiers.scene", "posttrain.envs.verifiers",
     "posttrain.envs.generators", "posttrain.envs.generators.common", "posttrain.envs.generators.finance",
     "posttrain.envs.generators.scene", "posttrain.envs.generators.terminal",

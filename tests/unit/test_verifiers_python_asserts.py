@@ -22,7 +22,7 @@ SPEC = EnvSpec(id="t/vowels", prompt="# count_vowels(s): vowels in s\n", entry_p
                          "asserts": ["assert count_vowels('Hello') == 2", "assert count_vowels('') == 0",
                                      "total = 0\nfor w in ['a', 'ee']:\n    total += count_vowels(w)\nassert total == 3",
                                      "assert math.isclose(count_vowels('AEIOU'), 5)"]})
-CFG = SandboxConfig(concurrency=2)
+CFG = SandboxConfig(batch_concurrency=2)
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 
 

@@ -11,13 +11,13 @@ import pytest
 import yaml
 
 from posttrain.config import DEMO_SUITE, SandboxConfig
-from posttrain.envs import schema
+from posttrain.envs import spec_json_schema
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.suite import load_spec
 from posttrain.envs.verifiers import VERIFIERS, get_verifier, verify_many
 from posttrain.sandbox import make_sandbox
 
-CFG = SandboxConfig(concurrency=2)
+CFG = SandboxConfig(batch_concurrency=2)
 
 
 def test_every_kind_provides_probes_mutants_and_a_schema():
@@ -31,8 +31,8 @@ def test_every_kind_provides_probes_mutants_and_a_schema():
 
 
 def test_committed_json_schema_is_current():
-    assert json.loads(schema.SCHEMA_FILE.read_text()) == schema.spec_schema(), \
-        "regenerate with: python -m posttrain.envs.schema"
+    assert json.loads(spec_json_schema.SCHEMA_FILE.read_text()) == spec_json_schema.spec_schema(), \
+        "regenerate with: python -m posttrain.envs.spec_json_schema"
 
 
 def test_python_tests_probe_battery_covers_the_issue_list():
@@ -70,7 +70,7 @@ def test_mixed_batch_keeps_order_and_python_cheats_fail():
 
 def test_every_bundled_spec_validates_against_the_json_schema():
     jsonschema = pytest.importorskip("jsonschema")
-    validator = jsonschema.Draft202012Validator(json.loads(schema.SCHEMA_FILE.read_text()))
+    validator = jsonschema.Draft202012Validator(json.loads(spec_json_schema.SCHEMA_FILE.read_text()))
     files = sorted(Path("posttrain/envs/suites").rglob("*.yaml"))
     assert len(files) >= 84 + 12 + 12 + 12 + 6
     for file in files:

@@ -11,13 +11,13 @@ import pytest
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import verify_many
-from posttrain.envs.verifiers.workspace_tests import (build_execution, extract_solution, mutants, probes, score,
-                                                      script_commands, validate)
+from posttrain.envs.verifiers.workspace_admission import script_commands
+from posttrain.envs.verifiers.workspace_tests import build_execution, extract_solution, mutants, probes, score, validate
 from posttrain.sandbox import make_sandbox
 from posttrain.sandbox.base import ExecutionResult
 
 N = "cd" * 16
-CFG = SandboxConfig(concurrency=2)
+CFG = SandboxConfig(batch_concurrency=2)
 MARKER = "TRUSTED_TEST_MARKER_4242"
 CHECK = f"# {MARKER}\nimport json, sys\nsys.path.append('/work/src')\nimport calc\nprint(json.dumps(calc.add(2, 3)))\n"
 FIXED = "def add(a, b):\n    return a + b\n"

@@ -6,6 +6,7 @@ Each generator module has ``specs() -> list[EnvSpec]`` and a ``main`` that write
     $ python -m posttrain.envs.generators.scene posttrain/envs/suites/scene
     $ python -m posttrain.envs.generators.terminal posttrain/envs/suites/terminal
     $ python -m posttrain.envs.generators.node posttrain/envs/suites/node
+    $ python -m posttrain.envs.generators.demo_python posttrain/envs/suites/demo_python
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -29,8 +30,12 @@ FIELD_ORDER = ("id", "domain", "difficulty", "kind", "runtime", "split", "tags",
                "workspace", "reference", "verifier", "limits", "min_gap", "evaluation")
 
 
+class OneLine(dict):
+    """A mapping the writer puts on one line (``{args: [3], expected: 10}``), e.g. a short test case."""
+
+
 class _Dumper(yaml.SafeDumper):
-    """Block literals for multi-line strings (when YAML allows), everything else as usual."""
+    """Block literals for multi-line strings (when YAML allows), ``OneLine`` mappings inline, the rest as usual."""
 
 
 def _str(dumper, text):
@@ -45,6 +50,7 @@ def _list(dumper, items):
 
 _Dumper.add_representer(str, _str)
 _Dumper.add_representer(list, _list)
+_Dumper.add_representer(OneLine, lambda d, m: d.represent_mapping("tag:yaml.org,2002:map", m, flow_style=True))
 
 
 def render(spec: EnvSpec, header: str) -> str:

@@ -299,8 +299,6 @@ def main(path):
 if __name__ == "__main__":
     main(sys.argv[1])
 '''
-REPORT_FIXED = REPORT_BUGGY.replace("        next(rows)\n        next(rows)\n", "        next(rows)\n").replace(
-    "sorted(sums.items(), key=lambda item: item[1])", "sorted(sums.items())")
 SALES = "date,region,amount\n2024-01-03,north,120\n2024-01-04,south,80\n2024-01-09,east,200\n" \
         "2024-01-11,north,30\n2024-01-15,west,55\n2024-01-20,south,10\n"
 HIDDEN_SALES = "date,region,amount\n2024-02-01,alpha,5\n2024-02-02,zeta,7\n2024-02-03,alpha,11\n" \

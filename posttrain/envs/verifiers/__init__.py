@@ -57,7 +57,7 @@ def new_nonce() -> str:
 
 
 def verify_many(specs_and_solutions: Sequence[tuple[EnvSpec, str]], sandbox, cfg: SandboxConfig) -> list[Verdict]:
-    """Run every (spec, solution) pair in ``sandbox``, ``cfg.concurrency`` at a time, and score each.
+    """Run every (spec, solution) pair in ``sandbox``, ``cfg.batch_concurrency`` at a time, and score each.
 
     Solutions are already passed through the verifier's ``extract_solution``. Host-only verifiers
     (``needs_sandbox=False``) are scored directly with ``score_on_host`` and start no sandbox. The result list is
@@ -73,7 +73,7 @@ def verify_many(specs_and_solutions: Sequence[tuple[EnvSpec, str]], sandbox, cfg
             continue
         nonce = new_nonce()
         jobs.append((index, spec, verifier, nonce, verifier.build_execution(spec, solution, cfg, nonce)))
-    results = run_many(sandbox, [job[4] for job in jobs], concurrency=cfg.concurrency,
+    results = run_many(sandbox, [job[4] for job in jobs], concurrency=cfg.batch_concurrency,
                        start_retries=cfg.start_retries)
     for (index, spec, verifier, nonce, _), result in zip(jobs, results):
         verdicts[index] = verifier.score(spec, result, nonce)

@@ -14,11 +14,13 @@ Example:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Callable, NamedTuple
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
+from posttrain.envs.verifiers.typed_config import Problems, config_problems, json_schema
 from posttrain.sandbox.base import Execution, ExecutionResult
 
 
@@ -69,42 +71,144 @@ def harness_records(stdout: str, nonce: str) -> list[dict]:
     return records
 
 
-Problems = list[tuple[str, str]]  # (field, reason) pairs found by ``Verifier.validate``
-
-
 class HostOnlyError(TypeError):
     """A sandbox function was called on a verifier that scores on the host (``needs_sandbox=False``)."""
+
+
+class TrustedSource(NamedTuple):
+    """One piece of trusted test code in a spec's verifier config, for admission's consistency check."""
+
+    field: str  # where it is, e.g. ``verifier.asserts[2]``
+    text: str
+    language: str  # a key of ``LANGUAGES``' values, or "" (not scanned)
+
+
+LANGUAGES = {".py": "python", ".sh": "shell", ".bash": "shell", ".js": "javascript", ".cjs": "javascript",
+             ".mjs": "javascript"}
+RUNTIME_LANGUAGES = {"python": "python", "bash": "shell", "node": "javascript"}
+
+
+def language_of(name: str) -> str:
+    """``python`` / ``shell`` / ``javascript`` from a file name's suffix, or ``""`` (not scanned).
+
+    >>> language_of("tests/check.py"), language_of("notes.txt")
+    ('python', '')
+    """
+    return LANGUAGES.get(PurePosixPath(name).suffix, "")
+
+
+def runtime_language(spec: EnvSpec) -> str:
+    """The language of a solution program run by ``spec.runtime`` (the default ``solution_language``)."""
+    return RUNTIME_LANGUAGES.get(spec.runtime, "")
+
+
+def answer_is_data(spec: EnvSpec) -> str:
+    """``solution_language`` of verifiers whose solution is an answer, not a program: nothing to scan."""
+    return ""
+
+
+def empty_probe(spec: EnvSpec) -> dict[str, str]:
+    """Default ``probes``: the empty solution must fail."""
+    return {"empty solution": ""}
+
+
+def no_mutants(spec: EnvSpec) -> list[str]:
+    """Default ``mutants``: none (the coverage check then has nothing to kill)."""
+    return []
+
+
+def no_test_sources(spec: EnvSpec) -> list[TrustedSource]:
+    """Default ``test_sources``: the tests are data (values, constraints), not code."""
+    return []
+
+
+def no_vacuous_tests(spec: EnvSpec) -> list[str]:
+    """Default ``vacuous_tests``: every test can fail."""
+    return []
+
+
+def any_kind(spec: EnvSpec) -> str:
+    """Default ``agent_only``: a single completion can be graded."""
+    return ""
+
+
+def no_own_files(spec: EnvSpec) -> frozenset[str]:
+    """Default ``own_files``: the verifier writes nothing into the sandbox besides the workspace."""
+    return frozenset()
+
+
+def reference_as_is(spec: EnvSpec) -> str:
+    """Default ``reference_program``: the reference is the whole program."""
+    return spec.reference
+
+
+def no_spec_problems(spec: EnvSpec) -> Problems:
+    """Default ``check_spec`` / ``check_config``: nothing beyond the config's declared types."""
+    return []
 
 
 @dataclass(frozen=True)
 class Verifier:
     """One verifier kind: the functions the suite loader, admission and the reward stage call.
 
-    - ``validate(spec)`` -> problems with the spec's verifier config (empty when valid); the suite loader turns
-      each into a ``Rejection`` naming the field.
+    Scoring:
+
     - ``extract_solution(completion)`` -> the solution (program, edit script or answer text) from a completion.
     - ``build_execution(spec, solution, cfg, nonce)`` -> the sandbox execution; never contains expected answers.
     - ``score(spec, result, nonce)`` -> the ``Verdict``, computed on the host.
-    - ``probes(spec)`` -> degenerate or cheating solutions by name (already extracted, ready for ``verify_many``);
-      admission's anti-hacking check requires every one of them to fail.
-    - ``mutants(spec)`` -> wrong-but-plausible variants of the reference (AST mutants, perturbed values, moved
-      objects, reverted edits); admission's coverage check wants most of them killed (not passing).
     - ``needs_sandbox``: False for verifiers whose solution is data, not code (``numeric``, ``scene``); those
       provide ``score_on_host(spec, solution)`` and ``verify_many`` never starts a sandbox for them (their
       ``build_execution`` and ``score`` raise ``HostOnlyError``).
-    - ``config_schema``: a JSON Schema of the ``verifier`` mapping for this kind (used by ``envs.schema``).
+
+    The config: ``config`` is the dataclass declaring the ``verifier:`` mapping (``typed_config``); ``validate``
+    and ``config_schema`` come from it. ``check_spec(spec)`` adds what the config's types cannot say about the
+    rest of the spec (runtime, entry point, reserved files), ``check_config(spec)`` what they cannot say about a
+    well-typed config (formulas that contradict the values, duplicate names); it runs only when the types fit.
+
+    Admission's questions (defaults in parentheses):
+
+    - ``probes(spec)`` -> degenerate or cheating solutions by name (already extracted, ready for ``verify_many``);
+      the anti-hacking check requires every one of them to fail (an empty solution).
+    - ``mutants(spec)`` -> wrong-but-plausible variants of the reference (AST mutants, perturbed values, moved
+      objects, reverted edits); the coverage check wants most of them killed (none).
+    - ``test_sources(spec)`` -> the trusted test code in the config, as ``TrustedSource``s (none: data tests).
+    - ``vacuous_tests(spec)`` -> names of tests that pass whenever they run (none).
+    - ``agent_only(spec)`` -> why only an agent episode can be graded, e.g. "without a solution_file grades an
+      agent's edit script"; "" when a single completion can ("").
+    - ``own_files(spec)`` -> files the verifier writes into the sandbox besides the workspace (none).
+    - ``solution_language(spec)`` -> the language of a solution program, for scanning the files it reads; ""
+      when the solution is data (the runtime's language).
+    - ``reference_program(spec)`` -> the program the reference runs as (the reference).
     """
 
     kind: str
-    validate: Callable[[EnvSpec], Problems]
+    config: type
     extract_solution: Callable[[str], str]
     build_execution: Callable[[EnvSpec, str, SandboxConfig, str], Execution]
     score: Callable[[EnvSpec, ExecutionResult, str], Verdict]
-    probes: Callable[[EnvSpec], dict[str, str]]
-    mutants: Callable[[EnvSpec], list[str]]
+    probes: Callable[[EnvSpec], dict[str, str]] = empty_probe
+    mutants: Callable[[EnvSpec], list[str]] = no_mutants
     needs_sandbox: bool = True
     score_on_host: Callable[[EnvSpec, str], Verdict] | None = None
-    config_schema: dict = field(default_factory=dict)
+    check_spec: Callable[[EnvSpec], Problems] = no_spec_problems
+    check_config: Callable[[EnvSpec], Problems] = no_spec_problems
+    test_sources: Callable[[EnvSpec], list[TrustedSource]] = no_test_sources
+    vacuous_tests: Callable[[EnvSpec], list[str]] = no_vacuous_tests
+    agent_only: Callable[[EnvSpec], str] = any_kind
+    own_files: Callable[[EnvSpec], frozenset[str]] = no_own_files
+    solution_language: Callable[[EnvSpec], str] = runtime_language
+    reference_program: Callable[[EnvSpec], str] = reference_as_is
+
+    def validate(self, spec: EnvSpec) -> Problems:
+        """Problems with a spec's verifier config, as (field, reason) pairs; empty when valid. The suite loader
+        turns each into a ``Rejection`` naming the field."""
+        typed = config_problems(self.config, spec.verifier, self.kind)
+        return self.check_spec(spec) + typed + ([] if typed else self.check_config(spec))
+
+    @property
+    def config_schema(self) -> dict:
+        """The JSON Schema of this kind's ``verifier`` mapping (used by ``envs.spec_json_schema``)."""
+        return json_schema(self.config)
 
 
 def host_only(kind: str):

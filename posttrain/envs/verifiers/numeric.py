@@ -43,15 +43,18 @@ import json
 import math
 import operator
 import re
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, host_only
+from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, answer_is_data, host_only
+from posttrain.envs.verifiers.typed_config import Rule
 
 DEFAULT_REL_TOL = 1e-3
 MAX_FIELDS = 50
 MAX_ANSWER_CHARS = 100_000
 MAX_SCAN_CHARS, MAX_SCAN_ATTEMPTS = 20_000, 500  # where and how hard to look for the answer object
-KEYS = {"kind", "fields", "rel_tol", "abs_tol", "formulas", "formula_rel_tol", "formula_abs_tol"}
+MAX_TOLERANCE = 1e12
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.Pow: operator.pow}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
@@ -145,10 +148,6 @@ def parse_formula(text: str, names) -> tuple[str, ast.Expression]:
     return lhs, parse_expression(rhs, names)
 
 
-def _is_number(value) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
-
-
 def _field_spec(config: dict, name: str) -> tuple[float, float, float]:
     """(expected value, rel_tol, abs_tol) of one field."""
     raw = config["fields"][name]
@@ -163,43 +162,46 @@ def close(got: float, want: float, rel: float, absolute: float) -> bool:
     return abs(got - want) <= max(rel * abs(want), absolute)
 
 
-def validate(spec: EnvSpec) -> Problems:
-    """Problems with a ``numeric`` config, including formulas that do not hold for the expected values."""
-    problems: Problems = []
-    config = spec.verifier
-    for name in sorted(set(config) - KEYS, key=str):
-        problems.append((f"verifier.{name}", f"unknown key for numeric (allowed: {', '.join(sorted(KEYS))})"))
-    for name in ("rel_tol", "abs_tol", "formula_rel_tol", "formula_abs_tol"):
-        if name in config and not (_is_number(config[name]) and 0 <= config[name] <= 1e12):
-            problems.append((f"verifier.{name}", f"must be a non-negative number, got {config[name]!r}"))
-    fields = config.get("fields")
-    if not isinstance(fields, dict) or not 1 <= len(fields) <= MAX_FIELDS:
-        problems.append(("verifier.fields", f"must be a mapping of 1..{MAX_FIELDS} field names to values"))
-        return problems
-    for name, raw in fields.items():
-        where = f"verifier.fields.{name}"
-        if not (isinstance(name, str) and name.isidentifier()):
-            problems.append((where, "field names must be identifiers"))
-        elif isinstance(raw, dict):
-            if "value" not in raw or set(raw) - {"value", "rel_tol", "abs_tol"}:
-                problems.append((where, "must be a number or a mapping with 'value' and optional 'rel_tol', 'abs_tol'"))
-            elif not _is_number(raw["value"]):
-                problems.append((f"{where}.value", f"must be a finite number, got {raw['value']!r}"))
-            for tol in ("rel_tol", "abs_tol"):
-                if tol in raw and not (_is_number(raw[tol]) and raw[tol] >= 0):
-                    problems.append((f"{where}.{tol}", f"must be a non-negative number, got {raw[tol]!r}"))
-        elif not _is_number(raw):
-            problems.append((where, f"must be a finite number, got {raw!r}"))
-    formulas = config.get("formulas", [])
-    if not isinstance(formulas, list):
-        problems.append(("verifier.formulas", "must be a list of 'name = expression' strings"))
-        return problems
-    if problems:
-        return problems
+def _identifier(name: str) -> str:
+    return "" if name.isidentifier() else f"must be an identifier, got {name!r}"
+
+
+Tolerance = Annotated[float, Rule(low=0, high=MAX_TOLERANCE)]
+
+
+@dataclass
+class FieldValue:
+    value: Annotated[float, Rule(doc="the expected value")]
+    rel_tol: Annotated[float, Rule(low=0, doc="this field's relative tolerance (default: rel_tol)")] = None
+    abs_tol: Annotated[float, Rule(low=0, doc="this field's absolute tolerance (default: abs_tol)")] = None
+
+
+@dataclass
+class NumericConfig:
+    """The ``verifier:`` mapping of a ``numeric`` env."""
+
+    kind: Literal["numeric"]
+    fields: Annotated[dict[Annotated[str, Rule(check=_identifier)], float | FieldValue],
+                      Rule(min_len=1, max_len=MAX_FIELDS, noun="field names to values",
+                           doc="field -> expected value, or {value, rel_tol, abs_tol}")]
+    rel_tol: Annotated[Tolerance, Rule(doc="default relative tolerance (a value passes if either tolerance "
+                                           "holds)")] = DEFAULT_REL_TOL
+    abs_tol: Annotated[Tolerance, Rule(doc="default absolute tolerance")] = 0.0
+    formulas: Annotated[list[Annotated[str, Rule(pattern=r"^[^=]+=[^=]+$", noun="'name = expression' string")]],
+                        Rule(noun="'name = expression' strings",
+                             doc="recomputed from the extracted values; names are fields")] = field(default_factory=list)
+    formula_rel_tol: Annotated[Tolerance, Rule(doc="formulas' relative tolerance (default: rel_tol)")] = None
+    formula_abs_tol: Annotated[Tolerance, Rule(doc="formulas' absolute tolerance (default: abs_tol)")] = None
+
+
+def check_config(spec: EnvSpec) -> Problems:
+    """Formulas that do not parse, name unknown fields, or do not hold for the expected values."""
+    config, problems = spec.verifier, []
+    fields = config["fields"]
     expected = {name: _field_spec(config, name)[0] for name in fields}
     rel = config.get("formula_rel_tol", config.get("rel_tol", DEFAULT_REL_TOL))
     absolute = config.get("formula_abs_tol", config.get("abs_tol", 0.0))
-    for i, text in enumerate(formulas):
+    for i, text in enumerate(config.get("formulas", [])):
         where = f"verifier.formulas[{i}]"
         try:
             lhs, tree = parse_formula(text, set(fields))
@@ -344,27 +346,8 @@ def mutants(spec: EnvSpec) -> list[str]:
     return out
 
 
-CONFIG_SCHEMA = {
-    "type": "object",
-    "required": ["kind", "fields"],
-    "additionalProperties": False,
-    "properties": {
-        "kind": {"const": "numeric"},
-        "fields": {"type": "object", "minProperties": 1, "maxProperties": MAX_FIELDS,
-                   "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-                   "additionalProperties": {"oneOf": [
-                       {"type": "number"},
-                       {"type": "object", "required": ["value"], "additionalProperties": False,
-                        "properties": {"value": {"type": "number"}, "rel_tol": {"type": "number", "minimum": 0},
-                                       "abs_tol": {"type": "number", "minimum": 0}}}]}},
-        "rel_tol": {"type": "number", "minimum": 0},
-        "abs_tol": {"type": "number", "minimum": 0},
-        "formulas": {"type": "array", "items": {"type": "string", "pattern": "^[^=]+=[^=]+$"}},
-        "formula_rel_tol": {"type": "number", "minimum": 0},
-        "formula_abs_tol": {"type": "number", "minimum": 0},
-    },
-}
-
-VERIFIER = Verifier(kind="numeric", validate=validate, extract_solution=extract_solution,
+VERIFIER = Verifier(kind="numeric", config=NumericConfig, extract_solution=extract_solution,
                     build_execution=host_only("numeric"), score=host_only("numeric"), probes=probes,
-                    mutants=mutants, needs_sandbox=False, score_on_host=score_on_host, config_schema=CONFIG_SCHEMA)
+                    mutants=mutants, needs_sandbox=False, score_on_host=score_on_host, check_config=check_config,
+                    solution_language=answer_is_data)
+validate = VERIFIER.validate

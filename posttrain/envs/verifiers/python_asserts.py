@@ -35,69 +35,58 @@ from __future__ import annotations
 
 import ast
 import json
-import keyword
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
+from posttrain import trusted
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import python_common
-from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, harness_records
+from posttrain.envs.verifiers.base import TrustedSource, Verdict, Verifier, harness_records
 from posttrain.envs.verifiers.python_tests import extract_solution
+from posttrain.envs.verifiers.typed_config import Rule
 from posttrain.sandbox.base import Execution, ExecutionResult
 
-HARNESS = Path(__file__).with_name("python_asserts_harness.py").read_text(encoding="utf-8")
+HARNESS = trusted.source("python_asserts_harness")
 HARNESS_FILE, SOLUTION_FILE = "asserts_harness.py", "solution.py"
+OWN_FILES = frozenset({HARNESS_FILE, SOLUTION_FILE})  # written by the verifier: reserved in the workspace
 COMMAND = ["python3", "-I", HARNESS_FILE]
 MAX_ASSERTS = 100
-KEYS = {"kind", "asserts", "setup", "plain_values", "complete_prompt", "test_timeout_s"}
 
 
-def _has_assert(code: str) -> bool:
-    return any(isinstance(node, ast.Assert) for node in ast.walk(ast.parse(code)))
+def _snippet_problem(code: str) -> str:
+    try:
+        has_assert = any(isinstance(node, ast.Assert) for node in ast.walk(ast.parse(code)))
+    except SyntaxError as error:
+        return f"does not parse: {error.msg} (line {error.lineno})"
+    return "" if has_assert else "contains no assert statement"
 
 
-def validate(spec: EnvSpec) -> Problems:
-    """Problems with a spec's ``python_asserts`` config, as (field, reason) pairs; empty when valid."""
-    problems: Problems = []
-    config = spec.verifier
-    if spec.runtime != "python":
-        problems.append(("runtime", f"python_asserts needs runtime 'python', got {spec.runtime!r}"))
-    if not (isinstance(spec.entry_point, str) and spec.entry_point.isidentifier()
-            and not keyword.iskeyword(spec.entry_point)):
-        problems.append(("entry_point", f"must be a Python function name, got {spec.entry_point!r}"))
-    for name in sorted(set(config) - KEYS, key=str):
-        problems.append((f"verifier.{name}", f"unknown key for python_asserts (allowed: {', '.join(sorted(KEYS))})"))
-    for name in sorted({HARNESS_FILE, SOLUTION_FILE} & set(spec.workspace)):
-        problems.append((f"workspace.{name}", "reserved for the verifier's own files"))
-    for name in ("plain_values", "complete_prompt"):
-        if not isinstance(config.get(name, False), bool):
-            problems.append((f"verifier.{name}", "must be true or false"))
-    timeout = config.get("test_timeout_s", 1)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 60:
-        problems.append(("verifier.test_timeout_s", f"must be a number in (0, 60], got {timeout!r}"))
-    setup = config.get("setup", "")
-    if not isinstance(setup, str):
-        problems.append(("verifier.setup", "must be a string of Python code"))
-    else:
-        try:
-            ast.parse(setup)
-        except SyntaxError as error:
-            problems.append(("verifier.setup", f"does not parse: {error.msg} (line {error.lineno})"))
-    asserts = config.get("asserts")
-    if not isinstance(asserts, list) or not 1 <= len(asserts) <= MAX_ASSERTS:
-        problems.append(("verifier.asserts", f"must be a list of 1..{MAX_ASSERTS} test snippets"))
-        return problems
-    for i, code in enumerate(asserts):
-        where = f"verifier.asserts[{i}]"
-        if not isinstance(code, str):
-            problems.append((where, "must be a string of Python code"))
-            continue
-        try:
-            if not _has_assert(code):
-                problems.append((where, "contains no assert statement"))
-        except SyntaxError as error:
-            problems.append((where, f"does not parse: {error.msg} (line {error.lineno})"))
-    return problems
+def _setup_problem(code: str) -> str:
+    try:
+        ast.parse(code)
+    except SyntaxError as error:
+        return f"does not parse: {error.msg} (line {error.lineno})"
+    return ""
+
+
+PythonCode = Annotated[str, Rule(noun="string of Python code")]
+
+
+@dataclass
+class PythonAssertsConfig:
+    """The ``verifier:`` mapping of a ``python_asserts`` env."""
+
+    kind: Literal["python_asserts"]
+    asserts: Annotated[list[Annotated[PythonCode, Rule(check=_snippet_problem)]],
+                       Rule(min_len=1, max_len=MAX_ASSERTS, noun="test snippets",
+                            doc="one test per item: Python statements containing an assert")]
+    setup: Annotated[PythonCode, Rule(check=_setup_problem, doc="trusted Python run before every test")] = ""
+    plain_values: Annotated[bool, Rule(doc="the entry point may only return plain data (refuses always-equal "
+                                           "objects)")] = True
+    complete_prompt: python_common.CompletePrompt = False
+    test_timeout_s: Annotated[float, Rule(low=0, open_low=True, high=60,
+                                          doc="per test (default: the env's timeout, at most 5 s)")] = None
 
 
 def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str) -> Execution:
@@ -135,30 +124,17 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     return python_common.counted_verdict(result, passed, total, compiled, detail)
 
 
-def probes(spec: EnvSpec) -> dict[str, str]:
-    """The Python cheat battery (``always-equal object`` matters most here)."""
-    return python_common.python_probes(spec)
+def test_sources(spec: EnvSpec) -> list[TrustedSource]:
+    """The asserts and the setup code (Python)."""
+    config = spec.verifier
+    out = [TrustedSource(f"verifier.asserts[{i}]", a, "python") for i, a in enumerate(config.get("asserts", []))
+           if isinstance(a, str)]
+    return out + ([TrustedSource("verifier.setup", config["setup"], "python")] if isinstance(config.get("setup"), str)
+                  else [])
 
 
-def mutants(spec: EnvSpec) -> list[str]:
-    return python_common.python_mutants(spec)
-
-
-CONFIG_SCHEMA = {
-    "type": "object",
-    "required": ["kind", "asserts"],
-    "additionalProperties": False,
-    "properties": {
-        "kind": {"const": "python_asserts"},
-        "asserts": {"type": "array", "minItems": 1, "maxItems": MAX_ASSERTS, "items": {"type": "string"},
-                    "description": "one test per item: Python statements containing an assert"},
-        "setup": {"type": "string", "description": "trusted Python run before every test"},
-        "plain_values": {"type": "boolean", "description": "the entry point may only return plain data"},
-        "complete_prompt": {"type": "boolean"},
-        "test_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 60},
-    },
-}
-
-VERIFIER = Verifier(kind="python_asserts", validate=validate, extract_solution=extract_solution,
-                    build_execution=build_execution, score=score, probes=probes, mutants=mutants,
-                    config_schema=CONFIG_SCHEMA)
+VERIFIER = Verifier(kind="python_asserts", config=PythonAssertsConfig, extract_solution=extract_solution,
+                    build_execution=build_execution, score=score, probes=python_common.python_probes, mutants=python_common.python_mutants,
+                    check_spec=python_common.spec_checks("python_asserts", OWN_FILES), own_files=lambda spec: OWN_FILES,
+                    test_sources=test_sources, reference_program=python_common.reference_program)
+validate = VERIFIER.validate

@@ -5,6 +5,8 @@
   continuation of the prompt and run as ``prompt + solution``; otherwise the solution is the whole program.
 - ``python_probes(spec)``: degenerate and cheating programs that must fail (admission's anti-hacking battery).
 - ``python_mutants(spec)``: single-point AST mutants of the reference (admission's coverage check).
+- ``spec_checks(kind, own_files)``: the checks both kinds make of the rest of the spec (runtime, entry point, files
+  reserved for the harness); ``CompletePrompt``: their shared ``complete_prompt`` config field.
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -22,14 +24,37 @@ Example:
 from __future__ import annotations
 
 import ast
+import keyword
 import re
+from typing import Annotated, Callable
 
 from posttrain.envs import mutation
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers.base import Verdict
+from posttrain.envs.verifiers.base import Problems, Verdict
+from posttrain.envs.verifiers.typed_config import Rule
 from posttrain.sandbox.base import ExecutionResult
 
 MAX_MUTANTS = mutation.DEFAULT_LIMIT
+CompletePrompt = Annotated[bool, Rule(doc="if the solution does not define entry_point, run prompt + solution "
+                                          "(HumanEval-style prompts that end in a signature and docstring)")]
+
+
+def spec_checks(kind: str, own_files: frozenset[str]) -> Callable[[EnvSpec], Problems]:
+    """The ``check_spec`` of a Python verifier: runtime python, a function name as entry point, and no workspace
+    file where the verifier writes its own (``own_files``)."""
+
+    def check_spec(spec: EnvSpec) -> Problems:
+        problems: Problems = []
+        if spec.runtime != "python":
+            problems.append(("runtime", f"{kind} needs runtime 'python', got {spec.runtime!r}"))
+        if not (isinstance(spec.entry_point, str) and spec.entry_point.isidentifier()
+                and not keyword.iskeyword(spec.entry_point)):
+            problems.append(("entry_point", f"must be a Python function name, got {spec.entry_point!r}"))
+        for name in sorted(own_files & set(spec.workspace)):
+            problems.append((f"workspace.{name}", "reserved for the verifier's own files"))
+        return problems
+
+    return check_spec
 
 
 def defines(source: str, name: str) -> bool:
@@ -133,9 +158,14 @@ def python_probes(spec: EnvSpec, fake_lines: tuple[str, ...] = ()) -> dict[str, 
     return probes
 
 
+def reference_program(spec: EnvSpec) -> str:
+    """The program the reference runs as (``program_for`` of the reference)."""
+    return program_for(spec, spec.reference)
+
+
 def python_mutants(spec: EnvSpec, limit: int = MAX_MUTANTS) -> list[str]:
     """Single-point AST mutants of the reference program (operators, comparisons, constants +-1, returns)."""
-    return mutation.python_mutants(program_for(spec, spec.reference), limit)
+    return mutation.python_mutants(reference_program(spec), limit)
 
 
 def harness_status(records: list[dict]) -> tuple[dict | None, bool]:

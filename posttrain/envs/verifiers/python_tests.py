@@ -3,7 +3,7 @@
 Spec config: ``verifier: {kind: python_tests, cases: [{args: [...], expected: ...}, ...]}`` plus ``entry_point``;
 optional ``complete_prompt: true`` runs ``prompt + solution`` when the solution does not define the entry point
 (HumanEval-style prompts that end in a signature and docstring; see ``python_common.program_for``).
-The sandbox runs the trusted ``harness.py`` (``python_harness.py``), which reports each *returned value* (or the
+The sandbox runs the trusted ``harness.py`` (``posttrain/trusted/python_tests_harness.py``), which reports each *returned value* (or the
 exception type) on a nonce-prefixed line; the expected values stay on the host and ``score`` compares them here.
 A solution that exits early, crashes or prints look-alike lines earns nothing for the cases it did not answer.
 For admission, ``probes`` gives the cheat battery and ``mutants`` the AST mutants of the reference
@@ -26,18 +26,21 @@ Example:
 from __future__ import annotations
 
 import json
-import keyword
 import math
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
+from posttrain import trusted
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import python_common
-from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, harness_records
+from posttrain.envs.verifiers.base import Verdict, Verifier, harness_records
+from posttrain.envs.verifiers.typed_config import Rule, clip
 from posttrain.sandbox.base import Execution, ExecutionResult
 
-HARNESS = (Path(__file__).with_name("python_harness.py")).read_text(encoding="utf-8")
+HARNESS = trusted.source("python_tests_harness")
 HARNESS_FILE, SOLUTION_FILE = "harness.py", "solution.py"
+OWN_FILES = frozenset({HARNESS_FILE, SOLUTION_FILE})  # written by the verifier: reserved in the workspace
 COMMAND = ["python3", "-I", HARNESS_FILE]
 MAX_CASES = 100
 FENCE = "```"
@@ -60,36 +63,28 @@ def extract_solution(completion: str) -> str:
     return text.split(FENCE, 1)[0]
 
 
-def validate(spec: EnvSpec) -> Problems:
-    """Problems with a spec's ``python_tests`` config, as (field, reason) pairs; empty when valid."""
-    problems: Problems = []
-    if spec.runtime != "python":
-        problems.append(("runtime", f"python_tests needs runtime 'python', got {spec.runtime!r}"))
-    if not (isinstance(spec.entry_point, str) and spec.entry_point.isidentifier()
-            and not keyword.iskeyword(spec.entry_point)):
-        problems.append(("entry_point", f"must be a Python function name, got {spec.entry_point!r}"))
-    for name in sorted(set(spec.verifier) - {"kind", "cases", "complete_prompt"}, key=str):
-        problems.append((f"verifier.{name}", "unknown key for python_tests (allowed: kind, cases, complete_prompt)"))
-    if not isinstance(spec.verifier.get("complete_prompt", False), bool):
-        problems.append(("verifier.complete_prompt", "must be true or false"))
-    for name in sorted({HARNESS_FILE, SOLUTION_FILE} & set(spec.workspace)):
-        problems.append((f"workspace.{name}", "reserved for the verifier's own files"))
-    cases = spec.verifier.get("cases")
-    if not isinstance(cases, list) or not 1 <= len(cases) <= MAX_CASES:
-        problems.append(("verifier.cases", f"must be a list of 1..{MAX_CASES} cases"))
-        return problems
-    for i, case in enumerate(cases):
-        where = f"verifier.cases[{i}]"
-        if not isinstance(case, dict) or set(case) != {"args", "expected"}:
-            problems.append((where, "must be a mapping with exactly the keys 'args' and 'expected'"))
-        elif not isinstance(case["args"], list):
-            problems.append((f"{where}.args", f"must be a list, got {type(case['args']).__name__}"))
-        else:
-            try:
-                json.dumps(case, allow_nan=False)
-            except (TypeError, ValueError) as error:
-                problems.append((where, f"args and expected must be plain JSON values ({error})"))
-    return problems
+def _plain_json(case: dict) -> str:
+    try:
+        json.dumps(case, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        return f"args and expected must be plain JSON values ({error})"
+    return ""
+
+
+@dataclass
+class Case:
+    args: Annotated[list[Any], Rule(doc="positional arguments (JSON values)")]
+    expected: Annotated[Any, Rule(doc="the return value, compared on the host")]
+
+
+@dataclass
+class PythonTestsConfig:
+    """The ``verifier:`` mapping of a ``python_tests`` env."""
+
+    kind: Literal["python_tests"]
+    cases: Annotated[list[Annotated[Case, Rule(check=_plain_json)]],
+                     Rule(min_len=1, max_len=MAX_CASES, noun="cases", doc="entry_point(*args) must return expected")]
+    complete_prompt: python_common.CompletePrompt = False
 
 
 def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str) -> Execution:
@@ -127,11 +122,6 @@ def same_value(got, want) -> bool:
     return type(got) is type(want) and got == want
 
 
-def _short(value) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     """Compare the values the harness reported (lines prefixed with ``nonce``) with the spec's expected values."""
     cases = spec.verifier["cases"]
@@ -154,8 +144,8 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
         elif answer is None:
             failures.append(f"case {index}: no result")
         elif "value" in answer:
-            failures.append(f"case {index}: {spec.entry_point}(*{_short(case['args'])}) returned "
-                            f"{_short(answer['value'])}, expected {_short(case['expected'])}")
+            failures.append(f"case {index}: {spec.entry_point}(*{clip(json.dumps(case['args']), 40)}) returned "
+                            f"{clip(json.dumps(answer['value']), 40)}, expected {clip(json.dumps(case['expected']), 40)}")
         else:
             failures.append(f"case {index}: {str(answer.get('error', 'no value'))[:80]}")
     detail = _detail(status, compiled, records, result, passed, total, failures)
@@ -174,31 +164,8 @@ def _detail(status, compiled, records, result, passed, total, failures) -> str:
     return head if not failures else f"{head}; {failures[0]}"
 
 
-def probes(spec: EnvSpec) -> dict[str, str]:
-    """Degenerate and cheating programs that must fail (see ``python_common.python_probes``)."""
-    return python_common.python_probes(spec)
-
-
-def mutants(spec: EnvSpec) -> list[str]:
-    """AST mutants of the reference program (see ``python_common.python_mutants``)."""
-    return python_common.python_mutants(spec)
-
-
-CONFIG_SCHEMA = {
-    "type": "object",
-    "required": ["kind", "cases"],
-    "additionalProperties": False,
-    "properties": {
-        "kind": {"const": "python_tests"},
-        "complete_prompt": {"type": "boolean", "description": "run prompt + solution when the solution does not "
-                                                              "define the entry point"},
-        "cases": {"type": "array", "minItems": 1, "maxItems": MAX_CASES, "items": {
-            "type": "object", "required": ["args", "expected"], "additionalProperties": False,
-            "properties": {"args": {"type": "array", "description": "positional arguments (JSON values)"},
-                           "expected": {"description": "the return value, compared on the host"}}}},
-    },
-}
-
-VERIFIER = Verifier(kind="python_tests", validate=validate, extract_solution=extract_solution,
-                    build_execution=build_execution, score=score, probes=probes, mutants=mutants,
-                    config_schema=CONFIG_SCHEMA)
+VERIFIER = Verifier(kind="python_tests", config=PythonTestsConfig, extract_solution=extract_solution,
+                    build_execution=build_execution, score=score, probes=python_common.python_probes, mutants=python_common.python_mutants,
+                    check_spec=python_common.spec_checks("python_tests", OWN_FILES), own_files=lambda spec: OWN_FILES,
+                    reference_program=python_common.reference_program)
+validate = VERIFIER.validate

@@ -46,27 +46,94 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Annotated, Literal, Union
 
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, host_only
+from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, answer_is_data, host_only
 from posttrain.envs.verifiers.numeric import extract_solution as _extract_json
+from posttrain.envs.verifiers.typed_config import Rule
 
 MAX_OBJECTS = 200
 MAX_ANSWER_CHARS = 200_000
 DEFAULT_TOLERANCE = 1e-3
-KEYS = {"kind", "bounds", "constraints", "tolerance"}
-# constraint type -> (required keys, optional keys)
-CONSTRAINTS = {
-    "inside_bounds": (set(), set()),
-    "no_overlap": (set(), set()),
-    "supported": (set(), set()),
-    "count": ({"object_type"}, {"min", "max"}),
-    "size": ({"object_type", "size"}, {"rotatable"}),
-    "on_top_of": ({"object_type", "support_type"}, set()),
-    "max_distance": ({"object_type", "other_type", "distance"}, set()),
-    "min_distance": ({"object_type", "other_type", "distance"}, set()),
-    "against_wall": ({"object_type"}, set()),
-}
+Vector = Annotated[list[float], Rule(min_len=3, max_len=3, noun="numbers")]
+TypeName = Annotated[str, Rule(min_len=1)]
+Distance = Annotated[float, Rule(low=0, doc="gap in the x-y plane")]
+
+
+@dataclass
+class Bounds:
+    min: Annotated[Vector, Rule(doc="[x, y, z] of the room's minimum corner; min z is the floor")]
+    max: Annotated[Vector, Rule(doc="[x, y, z] of the room's maximum corner")]
+
+
+# One dataclass per constraint type, told apart by ``type``; each holds on every box of ``object_type``.
+@dataclass
+class InsideBounds:
+    type: Annotated[Literal["inside_bounds"], Rule(doc="every box inside the bounds")]
+
+
+@dataclass
+class NoOverlap:
+    type: Annotated[Literal["no_overlap"], Rule(doc="no two boxes share volume (touching is fine)")]
+
+
+@dataclass
+class Supported:
+    type: Annotated[Literal["supported"], Rule(doc="every box on the floor or resting on another box")]
+
+
+@dataclass
+class AgainstWall:
+    type: Annotated[Literal["against_wall"], Rule(doc="touches a wall of the bounds")]
+    object_type: Annotated[TypeName, Rule(doc="the type of box constrained")]
+
+
+@dataclass
+class Count(AgainstWall):
+    type: Annotated[Literal["count"], Rule(doc="how many boxes of the type (min and/or max)")]
+    min: Annotated[int, Rule(low=0, high=MAX_OBJECTS)] = None
+    max: Annotated[int, Rule(low=0, high=MAX_OBJECTS)] = None
+
+
+@dataclass
+class SizeOf(AgainstWall):
+    type: Annotated[Literal["size"], Rule(doc="every box of the type has this size")]
+    size: Annotated[list[Annotated[float, Rule(low=0)]], Rule(min_len=3, max_len=3, noun="numbers",
+                                                             doc="[w, d, h]")]
+    rotatable: Annotated[bool, Rule(doc="w and d may swap")] = True
+
+
+@dataclass
+class OnTopOf(AgainstWall):
+    type: Annotated[Literal["on_top_of"], Rule(doc="rests on a box of support_type")]
+    support_type: TypeName
+
+
+@dataclass
+class MaxDistance(AgainstWall):
+    type: Annotated[Literal["max_distance"], Rule(doc="within distance of some box of other_type")]
+    other_type: TypeName
+    distance: Distance
+
+
+@dataclass
+class MinDistance(MaxDistance):
+    type: Annotated[Literal["min_distance"], Rule(doc="at least distance from every box of other_type")]
+
+
+Constraint = Union[InsideBounds, NoOverlap, Supported, Count, SizeOf, OnTopOf, MaxDistance, MinDistance, AgainstWall]
+
+
+@dataclass
+class SceneConfig:
+    """The ``verifier:`` mapping of a ``scene`` env."""
+
+    kind: Literal["scene"]
+    bounds: Annotated[Bounds, Rule(doc="the room")]
+    constraints: Annotated[list[Constraint], Rule(min_len=1, noun="constraints", doc="one check each")]
+    tolerance: Annotated[float, Rule(low=0, high=1, doc="slack for touching, resting and size comparisons")] = \
+        DEFAULT_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -218,65 +285,24 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
                    detail=("; ".join(failures) if failures else f"{total}/{total} constraints satisfied")[:1000])
 
 
-def _is_number(value) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
-
-
-def validate(spec: EnvSpec) -> Problems:
-    """Problems with a ``scene`` config (bounds, constraint types and keys, counts that make others non-vacuous)."""
-    problems: Problems = []
-    config = spec.verifier
-    for name in sorted(set(config) - KEYS, key=str):
-        problems.append((f"verifier.{name}", f"unknown key for scene (allowed: {', '.join(sorted(KEYS))})"))
-    tol = config.get("tolerance", DEFAULT_TOLERANCE)
-    if not (_is_number(tol) and 0 <= tol <= 1):
-        problems.append(("verifier.tolerance", f"must be a number in [0, 1], got {tol!r}"))
-    bounds = config.get("bounds")
-    if not (isinstance(bounds, dict) and set(bounds) == {"min", "max"} and _vector(bounds["min"], False)
-            and _vector(bounds["max"], False)):
-        problems.append(("verifier.bounds", "must be {min: [x, y, z], max: [x, y, z]} of numbers"))
-    elif not all(a < b for a, b in zip(bounds["min"], bounds["max"])):
+def check_config(spec: EnvSpec) -> Problems:
+    """What the types cannot say: bounds in order, counts with a min or max, no constraint that holds vacuously."""
+    config, problems, counted = spec.verifier, [], set()
+    if not all(a < b for a, b in zip(config["bounds"]["min"], config["bounds"]["max"])):
         problems.append(("verifier.bounds", "min must be below max on every axis"))
-    constraints = config.get("constraints")
-    if not isinstance(constraints, list) or not constraints:
-        problems.append(("verifier.constraints", "must be a non-empty list of constraints"))
-        return problems
-    counted = set()
-    for i, c in enumerate(constraints):
-        where = f"verifier.constraints[{i}]"
-        if not isinstance(c, dict) or c.get("type") not in CONSTRAINTS:
-            problems.append((where, f"must be a mapping with a known type ({', '.join(CONSTRAINTS)})"))
-            continue
-        required, optional = CONSTRAINTS[c["type"]]
-        missing, extra = required - set(c), set(c) - required - optional - {"type"}
-        if missing or extra:
-            problems.append((where, f"{c['type']} needs keys {sorted(required)}"
-                                    + (f" and may have {sorted(optional)}" if optional else "")
-                                    + f"; got {sorted(set(c) - {'type'})}"))
-            continue
-        for key in ("object_type", "support_type", "other_type"):
-            if key in c and not (isinstance(c[key], str) and c[key]):
-                problems.append((f"{where}.{key}", "must be a non-empty string"))
+    for i, c in enumerate(config["constraints"]):
         if c["type"] == "count":
-            least, most = c.get("min", 0), c.get("max", MAX_OBJECTS)
-            if not (type(least) is int and type(most) is int and 0 <= least <= most <= MAX_OBJECTS) or (
-                    "min" not in c and "max" not in c):
-                problems.append((where, f"count needs integer min and/or max with 0 <= min <= max <= {MAX_OBJECTS}"))
-            elif least >= 1:
+            if ("min" not in c and "max" not in c) or c.get("min", 0) > c.get("max", MAX_OBJECTS):
+                problems.append((f"verifier.constraints[{i}]",
+                                 f"count needs integer min and/or max with 0 <= min <= max <= {MAX_OBJECTS}"))
+            elif c.get("min", 0) >= 1:
                 counted.add(c["object_type"])
-        if c["type"] == "size" and _vector(c["size"], True) is None:
-            problems.append((f"{where}.size", "must be three non-negative numbers"))
-        if "distance" in c and not (_is_number(c["distance"]) and c["distance"] >= 0):
-            problems.append((f"{where}.distance", "must be a non-negative number"))
-        if c["type"] == "size" and "rotatable" in c and not isinstance(c["rotatable"], bool):
-            problems.append((f"{where}.rotatable", "must be true or false"))
-    for i, c in enumerate(constraints):  # a per-type constraint with no object of the type would hold vacuously
-        if isinstance(c, dict) and c.get("type") in CONSTRAINTS and c["type"] != "count":
-            for key in ("object_type", "support_type", "other_type"):
-                if isinstance(c.get(key), str) and c[key] not in counted:
-                    problems.append((f"verifier.constraints[{i}].{key}",
-                                     f"type {c[key]!r} needs a count constraint with min >= 1, or this constraint "
-                                     "holds vacuously"))
+    for i, c in enumerate(config["constraints"]):  # a per-type constraint with no object of the type holds vacuously
+        for key in ("object_type", "support_type", "other_type"):
+            if c["type"] != "count" and key in c and c[key] not in counted:
+                problems.append((f"verifier.constraints[{i}].{key}",
+                                 f"type {c[key]!r} needs a count constraint with min >= 1, or this constraint "
+                                 "holds vacuously"))
     return problems
 
 
@@ -333,27 +359,8 @@ def mutants(spec: EnvSpec, limit: int = 24) -> list[str]:
     return thin(out, limit)
 
 
-_VEC = {"type": "array", "items": {"type": "number"}, "minItems": 3, "maxItems": 3}
-CONFIG_SCHEMA = {
-    "type": "object",
-    "required": ["kind", "bounds", "constraints"],
-    "additionalProperties": False,
-    "properties": {
-        "kind": {"const": "scene"},
-        "bounds": {"type": "object", "required": ["min", "max"], "additionalProperties": False,
-                   "properties": {"min": _VEC, "max": _VEC}},
-        "tolerance": {"type": "number", "minimum": 0, "maximum": 1},
-        "constraints": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["type"],
-            "properties": {"type": {"enum": list(CONSTRAINTS)}, "object_type": {"type": "string"},
-                           "support_type": {"type": "string"}, "other_type": {"type": "string"},
-                           "min": {"type": "integer", "minimum": 0}, "max": {"type": "integer", "minimum": 0},
-                           "size": _VEC, "rotatable": {"type": "boolean"},
-                           "distance": {"type": "number", "minimum": 0}},
-            "additionalProperties": False}},
-    },
-}
-
-VERIFIER = Verifier(kind="scene", validate=validate, extract_solution=extract_solution,
+VERIFIER = Verifier(kind="scene", config=SceneConfig, extract_solution=extract_solution,
                     build_execution=host_only("scene"), score=host_only("scene"), probes=probes, mutants=mutants,
-                    needs_sandbox=False, score_on_host=score_on_host, config_schema=CONFIG_SCHEMA)
+                    needs_sandbox=False, score_on_host=score_on_host, check_config=check_config,
+                    solution_language=answer_is_data)
+validate = VERIFIER.validate

@@ -22,13 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/integra
 
 from sandbox_cases import processes_with  # noqa: E402
 
-from posttrain.config import SandboxConfig  # noqa: E402
-from posttrain.sandbox.docker_common import docker_unavailable_reason  # noqa: E402
+from posttrain.config import DockerPoolConfig, SandboxConfig  # noqa: E402
 from posttrain.sandbox import Execution, make_sandbox, run_many  # noqa: E402
+from posttrain.sandbox.docker.container import docker_unavailable_reason  # noqa: E402
 
 
 def _docker_unavailable() -> str:
-    return docker_unavailable_reason(SandboxConfig().docker_image)
+    return docker_unavailable_reason(DockerPoolConfig().image)
 
 
 @pytest.fixture(scope="module", params=["bwrap", "docker"])
@@ -37,7 +37,7 @@ def box(request):
         pytest.skip("bubblewrap (bwrap) is not installed")
     if request.param == "docker" and (why := _docker_unavailable()):
         pytest.skip(why)
-    cfg = SandboxConfig(backend=request.param, docker_pool_size=2, docker_pool_max=2, memory_mb=256)
+    cfg = SandboxConfig(backend=request.param, docker=DockerPoolConfig(size=2, max_size=2), memory_mb=256)
     sandbox = make_sandbox(cfg)
     if request.param == "docker":
         assert sandbox.wait_ready(2, timeout_s=120)

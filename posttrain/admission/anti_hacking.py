@@ -2,9 +2,7 @@
 empty program, no-op, ``return None``, early exits, skip-raising, runner and I/O monkeypatches, fake pass lines,
 outputs hard-coded from the prompt...) must fail: not pass and earn a reward below 1.
 
-Reason codes: ``anti_hacking.ok``, ``anti_hacking.probe_passed:<probe name>`` (the first probe that passed; the
-detail lists every one), ``anti_hacking.not_applicable`` (the verifier has no probes for this env), ``infra``.
-The row's value is the fraction of probes that failed (1.0 for a sound env).
+The row's value is the fraction of probes that failed (1.0 for a sound env). Reason codes: ``admission.reasons``.
 
 Example:
     >>> from posttrain.envs.verifiers.base import Verdict

@@ -1,4 +1,4 @@
-"""Trusted driver for the ``workspace_tests`` verifier, run in the sandbox as ``python3 -I -c <this file's text>``.
+"""Trusted driver of the ``workspace_tests`` verifier, run in the sandbox as ``python3 -I -c <its shipped text>``.
 
 It is never a file in the workspace, so the solution cannot edit it. It reads one JSON request from stdin::
 
@@ -17,30 +17,22 @@ It is never a file in the workspace, so the solution cannot edit it. It reads on
 4. Emits one nonce-prefixed JSON record per phase and per test: exit code, timeout flag, captured stdout (capped)
    and the tail of stderr. The host compares exit codes and stdout with the expectations it kept to itself.
 
-Uses only the standard library and plain syntax (it runs under the sandbox's Python).
+Shipped with the prelude (``posttrain.trusted.source("workspace_driver")``); standard library only, plain syntax
+(it runs under the sandbox's Python).
 """
 
-import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
+
+from posttrain.trusted.prelude import start
 
 WORKDIR = "/work"
 MAX_STDOUT = 64 * 1024
 MAX_STDERR_TAIL = 2000
-
-
-def make_non_dumpable():
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except Exception:  # noqa: BLE001 - best effort; the sandbox still isolates the run
-        pass
 
 
 def ancestors():
@@ -127,16 +119,8 @@ def write_tree(root, files):
 
 
 def main():
-    request = json.loads(sys.stdin.read())
-    nonce = request["nonce"]
-    make_non_dumpable()
-    results_fd = os.dup(1)
-    os.dup2(2, 1)
+    request, results = start(non_dumpable=True)
     keep = ancestors()
-
-    def emit(record):
-        os.write(results_fd, ("\n%s %s\n" % (nonce, json.dumps(record))).encode("utf-8"))
-
     base_env = dict(request.get("env") or {})
     private = tempfile.mkdtemp(prefix="driver-")
     solution = request.get("solution")
@@ -145,12 +129,12 @@ def main():
         with open(script, "w", encoding="utf-8") as handle:
             handle.write(solution)
         code, _, _, err = run(["bash", "-n", script], 5, dict(base_env, HOME=private))
-        emit({"phase": "syntax", "ok": code == 0, "error": err.decode("utf-8", "replace")[-300:]})
+        results.emit({"phase": "syntax", "ok": code == 0, "error": err.decode("utf-8", "replace")[-300:]})
         if code == 0:
             code, timed_out, _, _ = run(["bash", script], float(request["solution_timeout_s"]),
                                         dict(base_env, HOME=private), stdout=2)
             killed = kill_others(keep)
-            emit({"phase": "solution", "exit": code, "timed_out": timed_out, "killed": killed})
+            results.emit({"phase": "solution", "exit": code, "timed_out": timed_out, "killed": killed})
     for index, test in enumerate(request["tests"]):
         kill_others(keep)
         test_dir = tempfile.mkdtemp(prefix="tests-")
@@ -159,12 +143,13 @@ def main():
         argv = [arg.replace("{tests}", test_dir) for arg in test["argv"]]
         code, timed_out, out, err = run(argv, float(request["test_timeout_s"]), dict(base_env, HOME=home))
         kill_others(keep)
-        emit({"test": index, "exit": code, "timed_out": timed_out,
+        results.emit({"test": index, "exit": code, "timed_out": timed_out,
               "stdout": out[:MAX_STDOUT].decode("utf-8", "replace"), "truncated": len(out) > MAX_STDOUT,
               "stderr": err.decode("utf-8", "replace")})
         for path in (test_dir, home):
             shutil.rmtree(path, ignore_errors=True)
-    emit({"phase": "done"})
+    results.emit({"phase": "done"})
 
 
-main()
+if __name__ == "__main__":
+    main()

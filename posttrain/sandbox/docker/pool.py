@@ -1,15 +1,18 @@
 """The warm Docker pool: pre-started hardened containers, one execution at a time each, reset between uses.
 
-Containers are started ahead of demand (``size`` of them) with the hardening of ``docker_common.host_config`` (the
-unprivileged sandbox user, no capabilities, no network, read-only root, tmpfs workspace, default seccomp, limits).
-Their pid 1 is the agent (``agent_main.py``), attached to us through the container's stdio (``docker_agent``): an
+Settings come as one ``DockerPoolConfig`` (``SandboxConfig.docker``); the limits every backend applies
+(``memory_mb``, ``max_processes``, ``workspace_mb``, ...) as keywords, as for bwrap. Containers are started ahead of
+demand (``size`` of them) with the hardening of ``container.host_config`` (the unprivileged sandbox user, no
+capabilities, no network, read-only root, tmpfs workspace, default seccomp, limits). Their pid 1 is the agent
+(``posttrain/trusted/container_agent.py``), attached to us through the container's stdio (``agent_client``): an
 execution takes an idle container (``acquire``: a list pop, microseconds), sends the agent one request (workspace
-tar, argv, limits, stdin) and reads the program's output and exit back; no ``docker exec``, no runc start per
-program. A container is never reused dirty: after every use the agent kills every other process in the container
-and empties ``/work``, ``/tmp``, ``/dev/shm``, POSIX queues and SysV IPC; when the daemon is local the host then
-checks the container's cgroup holds nothing but the agent (``docker_host``). A failed reset, a container that
-served ``max_uses`` executions, or one whose agent missed a deadline is removed and replaced. Memory limits follow
-each execution (``docker update`` when one asks for a different ``memory_mb`` than the container has).
+tar, argv, limits, stdin) and reads the program's output and exit back (``box.Box.run``); no ``docker exec``, no
+runc start per program. A container is never reused dirty: after every use ``Box.reset`` has the agent kill every
+other process in the container and empty ``/work``, ``/tmp``, ``/dev/shm``, POSIX queues and SysV IPC; when the
+daemon is local the host then checks the container's cgroup holds nothing but the agent (``host_view``). A failed
+reset, a container that served ``max_uses`` executions, or one whose agent missed a deadline is removed and
+replaced. Memory limits follow each execution (``docker update`` when one asks for a different ``memory_mb`` than
+the container has).
 
 Sizing: the pool keeps ``size`` containers (busy + ready) while in use, grows up to ``max_size`` when more
 executions wait, and after ``idle_s`` without an acquisition shrinks to ``min_idle``; refills happen in background
@@ -18,12 +21,12 @@ created while closing). A pool is closed at interpreter exit if its owner forgot
 agents see their channel close and exit, and the containers remove themselves (``auto_remove``); anything left is
 reaped by the next process (``lifecycle``).
 
-Sessions: ``session()`` takes one container for a multi-step agent (``docker_session.DockerSession``).
+Sessions: ``session()`` takes one container for a multi-step agent (``session.DockerSession``).
 
 Example:
-    >>> from posttrain.sandbox.docker_pool import DockerPool
+    >>> from posttrain.config import DockerPoolConfig
     >>> from posttrain.sandbox.base import Execution
-    >>> with DockerPool("posttrain-sandbox:latest", size=2) as pool:                       # doctest: +SKIP
+    >>> with DockerPool(DockerPoolConfig(size=2)) as pool:                                   # doctest: +SKIP
     ...     pool.wait_ready(2)
     ...     r = pool.run(Execution(files={"main.py": "print(6 * 7)"}, command=["python3", "main.py"]))
     >>> r.stdout, r.extra["acquire_ms"] < 10                                                # doctest: +SKIP
@@ -34,44 +37,27 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import threading
 import time
 import uuid
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import replace
 
 import docker
 
+from posttrain.config import DockerPoolConfig
 from posttrain.sandbox import lifecycle
-from posttrain.sandbox.base import Execution, ExecutionResult, SandboxBackend, SandboxStartError
-from posttrain.sandbox.capture import RawRun
-from posttrain.sandbox.docker_agent import AGENT_COMMAND, AgentChannel, agent_run, reset_box
-from posttrain.sandbox.docker_common import DOCKER_ERRORS, USER, Closing, host_config, make_client, oom_kills
-from posttrain.sandbox.docker_host import HostView
-from posttrain.sandbox.workspace import (WORKDIR, checked_files, resolve_command, runtime_of, sandbox_env,
-                                         tar_archive)
+from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, SandboxStartError
+from posttrain.sandbox.docker.agent_client import AGENT_COMMAND, AgentChannel
+from posttrain.sandbox.docker.box import Box
+from posttrain.sandbox.docker.container import DOCKER_ERRORS, USER, Closing, host_config, make_client
+from posttrain.sandbox.docker.host_view import HostView
+from posttrain.sandbox.docker.session import DockerSession
+from posttrain.sandbox.workspace import WORKDIR, tar_archive
 
 log = logging.getLogger(__name__)
 _pool_ids = itertools.count(1)
-
-
-@dataclass(eq=False)
-class Box:
-    """One pooled container."""
-
-    cid: str
-    memory_mb: int
-    channel: AgentChannel
-    uses: int = 0
-    idle_since: float = 0.0
-    view: HostView | None = None  # the host's view of it when the daemon is local (docker_host.py)
-    requests: int = 0
-
-    def next_id(self) -> int:
-        self.requests += 1
-        return self.requests
 
 
 class DockerPool(SandboxBackend):
@@ -79,22 +65,18 @@ class DockerPool(SandboxBackend):
 
     name = "docker"
 
-    def __init__(self, image: str = "posttrain-sandbox:latest", *, size: int = 4, max_size: int = 16,
-                 min_idle: int = 1, idle_s: float = 60.0, max_uses: int = 200, memory_mb: int = 512,
-                 cpus: float = 1.0, max_processes: int = 64, max_open_files: int = 256, max_file_mb: int = 64,
-                 workspace_mb: int = 64, tmp_mb: int = 64, base_url: str | None = None, api_timeout_s: float = 60.0,
-                 acquire_timeout_s: float = 60.0, parallel_starts: int = 2, session_output_bytes: int = 16384,
-                 host_checks: bool = True):
+    def __init__(self, config: DockerPoolConfig | None = None, *, memory_mb: int = 512, max_processes: int = 64,
+                 max_open_files: int = 256, max_file_mb: int = 64, workspace_mb: int = 64, tmp_mb: int = 64,
+                 session_output_bytes: int = 16384, host_checks: bool = True):
         """Constructing never fails and never blocks: containers start in the background (``wait_ready``).
-        ``host_checks``: also check and kill from the host when the daemon is local (``docker_host``)."""
-        self.image, self.base_url = image, base_url
-        self.size, self.max_size = max(0, size), max(1, max_size, size)
-        self.min_idle, self.idle_s, self.max_uses = min(min_idle, self.size), idle_s, max_uses
-        self.memory_mb, self.cpus = memory_mb, cpus
-        self.max_processes, self.max_open_files, self.max_file_mb = max_processes, max_open_files, max_file_mb
+        ``host_checks``: also check and kill from the host when the daemon is local (``host_view``)."""
+        cfg = config or DockerPoolConfig()
+        size = max(0, cfg.size)
+        self.config = replace(cfg, size=size, max_size=max(1, cfg.max_size, size), min_idle=min(cfg.min_idle, size),
+                              parallel_starts=max(1, cfg.parallel_starts))
+        self.memory_mb, self.max_processes = memory_mb, max_processes
+        self.max_open_files, self.max_file_mb = max_open_files, max_file_mb
         self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
-        self.api_timeout_s, self.acquire_timeout_s = api_timeout_s, acquire_timeout_s
-        self.parallel_starts = max(1, parallel_starts)
         self.session_output_bytes = session_output_bytes
         self.host_checks = host_checks
         self.pool_id = f"{uuid.uuid4().hex[:12]}-{next(_pool_ids)}"
@@ -117,16 +99,9 @@ class DockerPool(SandboxBackend):
         lifecycle.track(self)
 
     # ---- Sandbox protocol ---------------------------------------------------------------------------------------
-    def run(self, execution: Execution) -> ExecutionResult:
+    def _run(self, execution: Execution, prepared: Prepared, t0: float) -> ExecutionResult:
         """Run ``execution`` in a warm container; never raises for program failures."""
-        t0 = time.monotonic()
-        try:
-            runtime_of(execution)
-            env = sandbox_env(execution)
-            argv = resolve_command(execution)
-            archive = tar_archive(checked_files(execution.files))
-        except ValueError as exc:
-            return self._infra(f"invalid execution: {exc}", t0)
+        archive = tar_archive(prepared.files)
         try:
             box = self.acquire()
         except SandboxStartError as exc:
@@ -134,7 +109,7 @@ class DockerPool(SandboxBackend):
         acquire_ms = (time.monotonic() - t0) * 1000
         healthy = False
         try:
-            raw = self.execute(box, execution, argv, env, archive, execution.stdin.encode("utf-8"), t0)
+            raw = box.run(execution, prepared.argv, prepared.env, archive, execution.stdin.encode("utf-8"), t0)
             raw.extra.update(acquire_ms=round(acquire_ms, 3))
             healthy = not raw.extra.get("overdue")
             return raw.result()
@@ -143,28 +118,11 @@ class DockerPool(SandboxBackend):
         finally:
             self.release(box, healthy=healthy)
 
-    def execute(self, box: Box, execution: Execution, argv: list[str], env: dict[str, str], archive: bytes,
-                stdin: bytes, t0: float) -> RawRun:
-        """One program in ``box`` through its agent (raises ``AgentClosed`` when the container fails)."""
-        api = self._api()
-        self._fit_memory(api, box, execution.memory_mb)
-        before = oom_kills(box.cid)
-        cpu = math.ceil(execution.timeout_s) + 1
-        limits = {"cpu": [cpu, cpu + 1], "fsize": [self.max_file_mb << 20] * 2,
-                  "nofile": [self.max_open_files] * 2, "core": [0, 0]}
-        raw = agent_run(box.channel, box.next_id(), execution, argv, env, archive, stdin, limits, t0,
-                        on_overdue=box.view.kill_all if box.view else None)
-        after = oom_kills(box.cid)
-        raw.extra.update(container=box.cid[:12],
-                         oom_killed=bool(before is not None and after is not None and after > before))
-        return raw
-
     def session(self, *, runtime: str = "bash", timeout_s: float = 30.0, memory_mb: int | None = None,
-                output_bytes: int | None = None) -> "DockerSession":
-        """A stateful session holding one container until ``close()`` (see ``session.SandboxSession``)."""
-        from posttrain.sandbox.docker_session import DockerSession
-
-        session = DockerSession(self, runtime=runtime, timeout_s=timeout_s, memory_mb=memory_mb or self.memory_mb,
+                output_bytes: int | None = None) -> DockerSession:
+        """A stateful session holding one container until ``close()`` (see ``posttrain.sandbox.session``)."""
+        session = DockerSession(self.acquire(), self.release, workspace_mb=self.workspace_mb, runtime=runtime,
+                                timeout_s=timeout_s, memory_mb=memory_mb or self.memory_mb,
                                 output_bytes=output_bytes or self.session_output_bytes)
         self._sessions.add(session)
         return session
@@ -176,7 +134,7 @@ class DockerPool(SandboxBackend):
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._threads.close(timeout_s=self.api_timeout_s)
+        self._threads.close(timeout_s=self.config.api_timeout_s)
         with self._cond:
             boxes, self._boxes = list(self._boxes.values()), {}
             self._idle.clear()
@@ -196,7 +154,7 @@ class DockerPool(SandboxBackend):
     # ---- acquiring and giving back ------------------------------------------------------------------------------
     def wait_ready(self, count: int | None = None, timeout_s: float = 120.0) -> bool:
         """Block until ``count`` (default ``size``) containers are ready; False on timeout or repeated failures."""
-        want = self.size if count is None else count
+        want = self.config.size if count is None else count
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while len(self._idle) < want:
@@ -208,7 +166,7 @@ class DockerPool(SandboxBackend):
 
     def acquire(self) -> Box:
         """A clean, started container for one execution (or session); ``SandboxStartError`` if none can be had."""
-        deadline = time.monotonic() + self.acquire_timeout_s
+        deadline = time.monotonic() + self.config.acquire_timeout_s
         with self._cond:
             self._waiters += 1
             self._last_acquire = time.monotonic()
@@ -225,11 +183,12 @@ class DockerPool(SandboxBackend):
                     failing = self.last_error and time.monotonic() < self._backoff_until
                     if failing and not self._boxes and not self._starting:
                         raise SandboxStartError(f"no sandbox container can be started: {self.last_error}")
-                    if self._supply() < self._waiters and len(self._boxes) + self._starting < self.max_size:
+                    if self._supply() < self._waiters and len(self._boxes) + self._starting < self.config.max_size:
                         self._start_one()
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise SandboxStartError(f"no sandbox container became free within {self.acquire_timeout_s} s")
+                        raise SandboxStartError(
+                            f"no sandbox container became free within {self.config.acquire_timeout_s} s")
                     waited = True
                     self._cond.wait(min(left, 1.0))
             finally:
@@ -238,7 +197,7 @@ class DockerPool(SandboxBackend):
     def release(self, box: Box, healthy: bool = True) -> None:
         """Give a container back: it is reset in the background (or removed when unhealthy or worn out)."""
         box.uses += 1
-        if healthy and box.uses < self.max_uses:
+        if healthy and box.uses < self.config.max_uses:
             with self._cond:
                 self._resetting += 1
             if self._threads.start(self._reset, box, name="docker-pool-reset") is not None:
@@ -248,15 +207,12 @@ class DockerPool(SandboxBackend):
         self._discard(box)
 
     # ---- internals ------------------------------------------------------------------------------------------------
-    def _infra(self, message: str, t0: float) -> ExecutionResult:
-        return ExecutionResult(exit_code=None, infra_error=message, start_ms=(time.monotonic() - t0) * 1000,
-                               extra={"backend": self.name})
-
     def _api(self) -> docker.APIClient:
         with self._cond:
             client = self._client
         if client is None:
-            client = make_client(self.base_url, self.api_timeout_s, pool_size=self.max_size * 3 + 8)
+            client = make_client(self.config.base_url, self.config.api_timeout_s,
+                                 pool_size=self.config.max_size * 3 + 8)
             with self._cond:
                 if self._client is None:
                     self._client = client
@@ -277,12 +233,13 @@ class DockerPool(SandboxBackend):
         cid = None
         try:
             api = self._api()
-            config = host_config(api, memory_mb=self.memory_mb, cpus=self.cpus, max_processes=self.max_processes,
-                                 max_open_files=self.max_open_files, max_file_mb=self.max_file_mb,
-                                 workspace_mb=self.workspace_mb, tmp_mb=self.tmp_mb, init=False, auto_remove=True)
+            hardened = host_config(api, memory_mb=self.memory_mb, cpus=self.config.cpus,
+                                   max_processes=self.max_processes, max_open_files=self.max_open_files,
+                                   max_file_mb=self.max_file_mb, workspace_mb=self.workspace_mb, tmp_mb=self.tmp_mb,
+                                   init=False, auto_remove=True)
             labels = {**lifecycle.owner_labels(), "posttrain.kind": "pool", "posttrain.pool": self.pool_id}
-            cid = api.create_container(self.image, AGENT_COMMAND, user=USER, working_dir=WORKDIR,
-                                       hostname="sandbox", host_config=config, labels=labels, stdin_open=True,
+            cid = api.create_container(self.config.image, AGENT_COMMAND, user=USER, working_dir=WORKDIR,
+                                       hostname="sandbox", host_config=hardened, labels=labels, stdin_open=True,
                                        environment={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})["Id"]
             channel = AgentChannel.attach(api, cid)  # before start: the agent's hello must not be missed
             try:
@@ -303,7 +260,9 @@ class DockerPool(SandboxBackend):
                 self._remove_cid(self._client, cid)
             log.warning("docker pool: cannot start a container: %s", exc)
             return
-        box = Box(cid=cid, memory_mb=self.memory_mb, channel=channel, idle_since=time.monotonic(), view=view)
+        rlimits = {"fsize": [self.max_file_mb << 20] * 2, "nofile": [self.max_open_files] * 2, "core": [0, 0]}
+        box = Box(cid=cid, api=api, channel=channel, memory_mb=self.memory_mb, rlimits=rlimits, view=view,
+                  idle_since=time.monotonic())
         with self._cond:
             self._starting -= 1
             if self._closing:
@@ -321,7 +280,7 @@ class DockerPool(SandboxBackend):
 
     def _reset(self, box: Box) -> None:
         """Kill everything of the sandbox user in ``box`` and wipe it; back to idle, or removed if that fails."""
-        ok = reset_box(box, full=True)
+        ok = box.reset(full=True)
         with self._cond:
             self._resetting -= 1
             self.stats["resets"] += 1
@@ -354,11 +313,6 @@ class DockerPool(SandboxBackend):
         except DOCKER_ERRORS:
             pass  # already gone; or the daemon is unreachable and the next reaper removes it by its labels
 
-    def _fit_memory(self, api: docker.APIClient, box: Box, memory_mb: int) -> None:
-        if box.memory_mb != memory_mb:
-            api.update_container(box.cid, mem_limit=f"{memory_mb}m", memswap_limit=f"{memory_mb}m")
-            box.memory_mb = memory_mb
-
     def _maintain(self) -> None:
         """Background: keep ``size`` containers while in use, shrink to ``min_idle`` when idle, refill."""
         while True:
@@ -367,14 +321,14 @@ class DockerPool(SandboxBackend):
                 if self._closing:
                     return
                 now = time.monotonic()
-                idle_pool = now - self._last_acquire > self.idle_s
-                target = self.min_idle if idle_pool else self.size
+                idle_pool = now - self._last_acquire > self.config.idle_s
+                target = self.config.min_idle if idle_pool else self.config.size
                 total = len(self._boxes) + self._starting
-                if total < target and now >= self._backoff_until and self._starting < self.parallel_starts:
+                if total < target and now >= self._backoff_until and self._starting < self.config.parallel_starts:
                     self._start_one()
                     continue
                 while len(self._idle) > 0 and len(self._boxes) > target and \
-                        now - self._idle[0].idle_since > (self.idle_s if idle_pool else 5.0):
+                        now - self._idle[0].idle_since > (self.config.idle_s if idle_pool else 5.0):
                     box = self._idle.popleft()
                     self._boxes.pop(box.cid, None)
                     to_remove.append(box)

@@ -1,7 +1,8 @@
-"""posttrain sandbox agent: pid 1 of a pooled container; runs one program at a time for the host, then cleans up.
+"""The container agent: pid 1 of a pooled container; runs one program at a time for the host, then cleans up.
 
-Runs inside the container (``python3 -I -S -c <this file>``) as the unprivileged sandbox user, standard library
-only. The host talks to it over the container's attached stdin/stdout (``docker_agent.AgentChannel``):
+Runs inside the container (``python3 -I -S -c <its shipped text>``, ``posttrain.trusted.source("container_agent")``)
+as the unprivileged sandbox user, standard library only. The host talks to it over the container's attached
+stdin/stdout (``posttrain.sandbox.docker.agent_client.AgentChannel``):
 
     host -> agent   4-byte big-endian length, a JSON header, then the payload bytes the header announces
     agent -> host   messages: 1-byte kind, 4-byte execution id, 4-byte length, payload
@@ -15,7 +16,6 @@ handler for any catchable signal but SIGCHLD), and it makes itself non-dumpable 
 its memory and descriptors through /proc. Programs get fresh pipes, never the agent's channel.
 """
 
-import ctypes
 import json
 import os
 import resource
@@ -23,10 +23,11 @@ import select
 import signal
 import stat
 import struct
-import sys
 import tarfile
 import io
 import time
+
+from posttrain.trusted.prelude import load_libc, set_dumpable
 
 MSG = struct.Struct(">cII")
 HEADER = struct.Struct(">I")
@@ -124,7 +125,7 @@ def extract(archive):
 
 def child(header, fds, exec_w, libc):
     try:
-        libc.prctl(4, 1, 0, 0, 0)  # dumpable again (exec would do it too): /proc/self is ours to write
+        set_dumpable(libc, True)  # dumpable again (exec would do it too): /proc/self is ours to write
         os.setsid()
         for name, value in header.get("limits", {}).items():
             resource.setrlimit(LIMITS[name], (value[0], value[1]))
@@ -260,11 +261,11 @@ def reset(xid, header):
     send(b"C" if ok else b"F", xid, b"clean" if ok else ("left behind: %s" % (left or others(),)).encode())
 
 
-LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC = load_libc()
 
 
 def main():
-    LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the programs (same uid) cannot ptrace us or read /proc/1/*
+    set_dumpable(LIBC, False)  # the programs (same uid) cannot ptrace us or read /proc/1/*
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # as pid 1, signals left at their default are never delivered
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)

@@ -1,4 +1,4 @@
-"""Trusted harness for the ``python_asserts`` verifier: copied into the sandbox as ``asserts_harness.py``.
+"""Trusted harness of the ``python_asserts`` verifier: copied into the sandbox as ``asserts_harness.py``.
 
 It reads ``{"nonce", "entry_point", "setup", "tests": [code, ...], "plain_values", "test_timeout_s"}`` from
 stdin. The parent process never runs untrusted code: it only compiles ``solution.py`` (no execution) and then,
@@ -15,18 +15,18 @@ Residual risk, documented in ``docs/env-spec.md``: the solution runs in the same
 deliberate attack (patching modules the test uses, digging the token out of the harness's frames) can still pass
 an assert; value-comparison cases (``python_tests``) do not have this weakness.
 
-Uses only the standard library and plain syntax (it runs under the sandbox's Python).
+Shipped with the prelude (``posttrain.trusted.source("python_asserts_harness")``); standard library only, plain
+syntax (it runs under the sandbox's Python).
 
 Example (run by hand):
     $ printf 'def f(x):\\n    return x + 1\\n' > solution.py
     $ echo '{"nonce": "N", "entry_point": "f", "setup": "", "tests": ["assert f(1) == 2", "assert f(1) == 3"],
-    ...      "plain_values": true, "test_timeout_s": 5}' | python3 -I python_asserts_harness.py
+    ...      "plain_values": true, "test_timeout_s": 5}' | python3 -I asserts_harness.py
     N {"compiled": true}
     N {"test": 0, "ok": true}
     N {"test": 1, "ok": false, "error": "AssertionError: assert f(1) == 3"}
 """
 
-import json
 import os
 import select
 import signal
@@ -34,18 +34,10 @@ import sys
 import time
 import types
 
+from posttrain.trusted.prelude import compile_solution, start
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_REPORT = 4096  # bytes read from a child's pipe
-
-
-def make_non_dumpable():
-    """``prctl(PR_SET_DUMPABLE, 0)``: same-uid processes can no longer open this process's ``/proc`` entries."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
-    except Exception:  # noqa: BLE001 - best effort; the sandbox still isolates the run
-        pass
 
 
 def run_child(code, request, token, write_fd, results_fd):
@@ -112,7 +104,7 @@ def run_child(code, request, token, write_fd, results_fd):
     _exit(0)
 
 
-def run_test(code, request, index, results_fd, emit):
+def run_test(code, request, index, results):
     """Fork one child for test ``index`` and report its outcome, decided here from its exit status and token."""
     token = os.urandom(16).hex()
     read_fd, write_fd = os.pipe()
@@ -121,7 +113,7 @@ def run_test(code, request, index, results_fd, emit):
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        run_child(code, child_request, token, write_fd, results_fd)
+        run_child(code, child_request, token, write_fd, results.fd)
     os.close(write_fd)
     deadline = time.monotonic() + float(request.get("test_timeout_s", 5))
     data, status, timed_out, eof = b"", None, False, False
@@ -165,30 +157,18 @@ def run_test(code, request, index, results_fd, emit):
             record["error"] = text[2:]
         else:
             record["error"] = "exited with code %s before the test finished" % exit_code
-    emit(json.dumps(record))
+    results.emit(record)
 
 
 def main():
-    request = json.loads(sys.stdin.read())
-    nonce = request["nonce"]
-    make_non_dumpable()
-    results_fd = os.dup(1)
-    os.dup2(2, 1)
-
-    def emit(line_json):
-        os.write(results_fd, ("\n%s %s\n" % (nonce, line_json)).encode("utf-8"))
-
-    try:
-        with open(os.path.join(HERE, "solution.py"), encoding="utf-8") as handle:
-            code = compile(handle.read(), "solution.py", "exec")
-    except (SyntaxError, ValueError, UnicodeDecodeError) as error:
-        emit(json.dumps({"compiled": False, "error": ("%s: %s" % (type(error).__name__, error))[:300]}))
+    request, results = start(non_dumpable=True)
+    code = compile_solution(os.path.join(HERE, "solution.py"), results)
+    if code is None:
         return
-    emit(json.dumps({"compiled": True}))
     sys.stdout.flush()
     sys.stderr.flush()
     for index in range(len(request["tests"])):
-        run_test(code, request, index, results_fd, emit)
+        run_test(code, request, index, results)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ filesystem, which is read-only and under the tmpfs anyway. In a cold container t
 ``/work``, prints ``READY`` on stdout and ``exec``s the program, whose stdin continues right after the archive. The
 marker proves the program started (it cannot write to stdout before it exists), so an unpacking failure is an infra
 error and a program cannot make its own failure look like one. (Pooled containers get their files from their agent,
-``agent_main.py``, the same way: on stdin, before the program exists.)
+``posttrain/trusted/container_agent.py``, the same way: on stdin, before the program exists.)
 
 Example:
     >>> launcher_argv(3, ["/usr/bin/python3", "main.py"])[-4:]
@@ -42,6 +42,8 @@ USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
 LAUNCHER = ('n=$1; shift; if [ "$n" -gt 0 ]; then head -c "$n" | tar -x -C ' + WORKDIR + ' -f - '
             '|| { echo "posttrain: could not unpack the workspace" >&2; exit 125; }; fi; '
             'printf "READY\\n"; exec "$@"')
+
+
 def make_client(base_url: str | None, timeout_s: float, pool_size: int = 32) -> docker.APIClient:
     """A low-level client; reaps containers of dead owners the first time this daemon is used in this process."""
     try:

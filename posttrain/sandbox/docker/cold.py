@@ -1,6 +1,6 @@
 """The cold Docker backend: one throwaway container per execution, through the Docker SDK (never the CLI).
 
-Each container is hardened as ``docker_common.host_config`` says (no network, read-only root, tmpfs workspace,
+Each container is hardened as ``container.host_config`` says (no network, read-only root, tmpfs workspace,
 no capabilities, ``no-new-privileges``, default seccomp, memory/CPU/pids limits) and runs the launcher as the
 unprivileged ``sandbox`` user: the workspace arrives as a tar on stdin, the program's stdin follows it. stdout and
 stderr are read, capped, from an attach stream opened before start (the container logs nothing to disk). The
@@ -8,12 +8,12 @@ deadline kills the container; the container is always removed. Anything Docker i
 unreachable, image missing, API error, workspace not unpacked) is an ``infra_error``; a command that does not
 exist in the image is a program failure with exit code 127, as under bwrap.
 
-This is the slow path (a container start per execution, ~0.5 s): ``DockerPool`` (``docker_pool.py``) keeps
+This is the slow path (a container start per execution, ~0.5 s): ``DockerPool`` (``pool.py``) keeps
 containers warm and is what ``make_sandbox("docker")`` returns. Containers carry owner labels
 (``lifecycle.owner_labels``); leftovers of a dead process are reaped by the next one.
 
 Example:
-    >>> from posttrain.sandbox.docker_backend import DockerSandbox
+    >>> from posttrain.sandbox.docker import DockerSandbox
     >>> from posttrain.sandbox.base import Execution
     >>> box = DockerSandbox("posttrain-sandbox:latest")                                   # doctest: +SKIP
     >>> r = box.run(Execution(files={"main.py": "print(6 * 7)"}, command=["python3", "main.py"]))  # doctest: +SKIP
@@ -32,12 +32,11 @@ import docker
 import requests
 
 from posttrain.sandbox import lifecycle
-from posttrain.sandbox.base import Execution, ExecutionResult, SandboxBackend, SandboxStartError
+from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, SandboxStartError
 from posttrain.sandbox.capture import CappedBuffer, FrameDemux, RawRun, feed, pump_socket
-from posttrain.sandbox.docker_common import (DOCKER_ERRORS, READY, USER, close_socket, host_config,
-                                             launcher_argv, make_client, oom_kills)
-from posttrain.sandbox.workspace import (WORKDIR, checked_files, prlimit_args, resolve_command, runtime_of,
-                                         sandbox_env, tar_archive)
+from posttrain.sandbox.docker.container import (DOCKER_ERRORS, READY, USER, close_socket, host_config,
+                                                launcher_argv, make_client, oom_kills)
+from posttrain.sandbox.workspace import WORKDIR, prlimit_args, tar_archive
 
 DRAIN_GRACE_S = 5.0  # how long to wait for the attach stream to end once the container stopped
 
@@ -61,21 +60,15 @@ class DockerSandbox(SandboxBackend):
         self._lock = threading.Lock()
         lifecycle.track(self)
 
-    def run(self, execution: Execution) -> ExecutionResult:
+    def _run(self, execution: Execution, prepared: Prepared, t0: float) -> ExecutionResult:
         """Run ``execution`` in a new container to completion or its deadline, then remove the container."""
-        t0 = time.monotonic()
-        try:
-            runtime_of(execution)
-            env = sandbox_env(execution)
-            argv = prlimit_args("/usr/bin/prlimit", execution, max_open_files=self.max_open_files,
-                                max_file_mb=self.max_file_mb) + ["--", *resolve_command(execution)]
-            archive = tar_archive(checked_files(execution.files))
-        except ValueError as exc:
-            return self._infra(f"invalid execution: {exc}", t0)
+        argv = prlimit_args("/usr/bin/prlimit", execution, max_open_files=self.max_open_files,
+                            max_file_mb=self.max_file_mb) + ["--", *prepared.argv]
+        archive = tar_archive(prepared.files)
         cid = None
         try:
             api = self._api()
-            cid = self._create(api, execution, launcher_argv(len(archive), argv), env)
+            cid = self._create(api, execution, launcher_argv(len(archive), argv), prepared.env)
             return self._start_and_wait(api, cid, execution, archive, t0).result()
         except (SandboxStartError, OSError, *DOCKER_ERRORS) as exc:
             return self._infra(f"docker sandbox failed: {type(exc).__name__}: {exc}", t0)
@@ -91,10 +84,6 @@ class DockerSandbox(SandboxBackend):
             self._remove(cid, client)
         if client is not None:
             client.close()
-
-    def _infra(self, message: str, t0: float) -> ExecutionResult:
-        return ExecutionResult(exit_code=None, infra_error=message, start_ms=(time.monotonic() - t0) * 1000,
-                               extra={"backend": self.name})
 
     def _api(self) -> docker.APIClient:
         with self._lock:

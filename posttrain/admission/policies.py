@@ -66,12 +66,6 @@ class ScriptedPolicy:
     def close(self) -> None:
         pass
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 class ReferencePolicy(ScriptedPolicy):
     """The strong scripted policy: answers every env with its reference solution."""
@@ -160,12 +154,6 @@ class VLLMPolicy:
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def make_policy(name: str, temperature: float = 1.0, max_new_tokens: int = 64,

@@ -1,4 +1,4 @@
-"""The host side of the in-container agent (``agent_main.py``): one attached channel per pooled container.
+"""The host side of the container agent (``posttrain/trusted/container_agent.py``): one channel per pooled container.
 
 A ``docker exec`` costs a runc start (tens of milliseconds) per program; the pool instead starts every container
 with the agent as its pid 1 and keeps the container's stdin/stdout attached. Running a program is then one request
@@ -7,30 +7,30 @@ a reset is one more request. The channel is the container's own stdio, so it die
 end-of-file and exits, and the container (``auto_remove``) disappears.
 
 Everything the agent says is parsed defensively (sizes capped, unknown messages end the channel): the agent is
-protected from the programs (see ``agent_main``), but the host never has to trust it beyond one execution's result.
+protected from the programs (see ``container_agent``), but the host never has to trust it beyond one execution's
+result.
 
 Example:
-    >>> channel = AgentChannel.open(api, container_id)          # doctest: +SKIP
-    >>> raw = agent_run(channel, box_id, execution, argv, env, archive, t0)   # doctest: +SKIP
+    >>> AGENT_COMMAND[:4]
+    ['python3', '-I', '-S', '-c']
+    >>> channel = AgentChannel.attach(api, container_id)                  # doctest: +SKIP
+    >>> raw = agent_run(channel, 1, execution, argv, env, archive, b"", limits, t0)   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import queue
 import socket
 import struct
 import threading
 import time
-from pathlib import Path
 
+from posttrain import trusted
 from posttrain.sandbox.base import Execution, SandboxStartError
 from posttrain.sandbox.capture import CHUNK, FRAME_HEADER, CappedBuffer, RawRun
 
-log = logging.getLogger(__name__)
-AGENT_SOURCE = Path(__file__).with_name("agent_main.py").read_text(encoding="utf-8")
-AGENT_COMMAND = ["python3", "-I", "-S", "-c", AGENT_SOURCE]
+AGENT_COMMAND = ["python3", "-I", "-S", "-c", trusted.source("container_agent")]
 MSG = struct.Struct(">cII")  # kind, execution id, payload length
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 8 << 20  # the agent sends output in chunks of at most 64 KiB; anything larger is a broken channel
@@ -189,16 +189,3 @@ def agent_reset(channel: AgentChannel, xid: int, keep_work: bool, timeout_s: flo
         if mid == xid and kind in (b"C", b"F"):
             return kind == b"C", payload.decode(errors="replace")[:500]
 
-
-def reset_box(box, full: bool) -> bool:
-    """Have ``box``'s agent kill every other process and empty ``/tmp``, ``/dev/shm``, IPC (and ``/work`` when
-    ``full``); with the host's view of the container, check from outside that only the agent is left."""
-    try:
-        ok, detail = agent_reset(box.channel, box.next_id(), keep_work=not full)
-    except AgentClosed as exc:
-        ok, detail = False, str(exc)
-    if ok and box.view is not None and box.view.program_pids():
-        ok, detail = False, f"processes survive the reset: {box.view.program_pids()}"
-    if not ok:
-        log.warning("docker pool: reset of %s failed: %s", box.cid[:12], detail)
-    return ok

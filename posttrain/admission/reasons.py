@@ -1,0 +1,136 @@
+"""Every admission reason code and what it means, listed once; the README's table is rendered from here.
+
+A report row's ``detail`` starts with its reason code (``admission.report``): ``<check>.<reason>``, or ``infra``.
+``EVERY_CHECK`` holds the codes any check can give, ``REASON_CODES`` each check's own (a ``:<...>`` suffix stands
+for a name the row fills in). ``posttrain reason-codes --write README.md`` rewrites the README's block between
+``BEGIN`` and ``END`` from ``markdown_table()``; a test fails while it is stale.
+
+Example:
+    >>> meaning("coverage.mutants_survived")
+    'the mutation score of the reference is below `mutation_threshold`; the surviving mutants are listed'
+    >>> meaning("anti_hacking.probe_passed:return None") == meaning("anti_hacking.probe_passed:<probe>")
+    True
+    >>> meaning("solvability.ok")
+    'the check passed'
+    >>> print(markdown_table().splitlines()[2])
+    | every check | `<check>.ok` | the check passed |
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+BEGIN = "<!-- reason-codes:begin: generated from posttrain/admission/reasons.py by `posttrain reason-codes --write` -->"
+END = "<!-- reason-codes:end -->"
+
+EVERY_CHECK = {
+    "<check>.ok": "the check passed",
+    "<check>.skipped": "not run because its prerequisite, a reference that passes reproducibly, failed (never admits)",
+    "infra": "the sandbox or a policy engine failed: not admitted this run, but not the env's fault",
+}
+
+REASON_CODES: dict[str, dict[str, str]] = {
+    "consistency": {
+        "consistency.malformed_yaml": "the file is not YAML, or not a mapping of spec fields",
+        "consistency.unreadable": "the file cannot be read (I/O or encoding error)",
+        "consistency.missing_field": "a required field is missing",
+        "consistency.unknown_field": "a field (or a limit) the spec format does not have",
+        "consistency.wrong_type": "a field has the wrong type",
+        "consistency.unknown_runtime": "`runtime` is not a known runtime",
+        "consistency.unknown_kind": "`kind` is not `single_turn` or `agent`",
+        "consistency.unknown_split": "`split` is not `train` or `eval`",
+        "consistency.unknown_verifier": "`verifier.kind` is not a registered verifier",
+        "consistency.invalid_id": "the id is empty or contains whitespace",
+        "consistency.empty_prompt": "the prompt is empty",
+        "consistency.out_of_range": "`difficulty` or `min_gap` is out of range",
+        "consistency.limits_too_large": "a limit above the loader's bound, or more time or memory than the sandbox "
+                                        "grants (it would silently cut them)",
+        "consistency.limits_too_small": "a limit that is not positive, or below `AdmissionConfig.min_timeout_s` / "
+                                        "`min_memory_mb`",
+        "consistency.no_tests": "the verifier config has no test cases",
+        "consistency.no_asserts": "a test that cannot fail: a `python_asserts` snippet without an assert, or a "
+                                  "`workspace_tests` test without expected stdout whose command asserts nothing",
+        "consistency.runtime_mismatch": "the verifier cannot run this runtime",
+        "consistency.invalid_entry_point": "the entry point is not valid for the verifier",
+        "consistency.contradictory_spec": "the verifier config contradicts itself (e.g. expected values that break "
+                                          "a declared formula)",
+        "consistency.invalid_verifier": "any other problem with the verifier config",
+        "consistency.duplicate_id": "another spec file has the same id",
+        "consistency.entry_point_not_in_prompt": "the entry point is not named in the prompt",
+        "consistency.entry_point_mismatch": "the (Python) reference does not define the entry point",
+        "consistency.entry_point_not_in_reference": "the entry point is not named in the reference (non-Python "
+                                                    "runtimes)",
+        "consistency.entry_point_not_in_tests": "the verifier's test code never mentions the entry point",
+        "consistency.contradictory_kind": "a `single_turn` env graded by `workspace_tests` without a "
+                                          "`solution_file` (that grades an agent's edit script)",
+        "consistency.missing_file": "the reference or tests read a relative path that is neither in the workspace "
+                                    "nor named in the prompt",
+    },
+    "solvability": {
+        "solvability.reference_failed": "the reference does not pass its own tests; the detail says why",
+    },
+    "reproducibility": {
+        "reproducibility.flaky": "`repeats` runs of the reference gave different verdicts (pass/fail, reward, "
+                                 "cases passed, exit code, timeout or failure message)",
+        "reproducibility.not_applicable": "fewer than 2 repeats: nothing to compare (passes)",
+    },
+    "anti_hacking": {
+        "anti_hacking.probe_passed:<probe>": "a degenerate or cheating solution (`verifier.probes`) passed or earned "
+                                             "full reward; the code names the first, the detail lists all",
+        "anti_hacking.not_applicable": "the verifier has no probes for this env (passes)",
+    },
+    "coverage": {
+        "coverage.mutants_survived": "the mutation score of the reference is below `mutation_threshold`; the "
+                                     "surviving mutants are listed",
+        "coverage.not_applicable": "the verifier produced no mutants: nothing to measure (passes)",
+    },
+    "discrimination": {
+        "discrimination.gap_too_small": "strong minus weak pass rate over `k` samples is below the env's `min_gap`",
+    },
+    "learnability": {
+        "learnability.solved": "the learnability policy always passes (rejects only with `filter_learnability`)",
+        "learnability.unsolved": "the learnability policy never passes (rejects only with `filter_learnability`)",
+    },
+}
+
+
+def meaning(code: str) -> str:
+    """What a reason code means; ``KeyError`` for a code the table does not list."""
+    check, _, reason = code.partition(".")
+    if code in EVERY_CHECK:
+        return EVERY_CHECK[code]
+    if check in REASON_CODES and reason in ("ok", "skipped"):
+        return EVERY_CHECK[f"<check>.{reason}"]
+    codes = REASON_CODES.get(check, {})
+    family = code.split(":", 1)[0] + ":<" if ":" in code else None
+    for listed, text in codes.items():
+        if listed == code or (family and listed.startswith(family) and listed.endswith(">")):
+            return text
+    raise KeyError(f"reason code {code!r} is not listed in posttrain/admission/reasons.py")
+
+
+def markdown_table() -> str:
+    """Every reason code as a Markdown table: check, code, meaning."""
+    rows = [("every check", code, text) for code, text in EVERY_CHECK.items()]
+    rows += [(check, code, text) for check, codes in REASON_CODES.items() for code, text in codes.items()]
+    lines = ["| check | reason code | meaning |", "|---|---|---|"]
+    lines += [f"| {check} | `{code}` | {text} |" for check, code, text in rows]
+    return "\n".join(lines)
+
+
+def with_table(text: str) -> str:
+    """``text`` with the block between ``BEGIN`` and ``END`` replaced by the current table."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"no reason-codes block: add the lines {BEGIN} and {END}")
+    return text[:start] + f"{BEGIN}\n{markdown_table()}\n" + text[end:]
+
+
+def write_table(path: str | Path) -> bool:
+    """Rewrite the reason-codes block of the file at ``path``; whether it changed."""
+    file = Path(path)
+    old = file.read_text(encoding="utf-8")
+    new = with_table(old)
+    if new != old:
+        file.write_text(new, encoding="utf-8")
+    return new != old

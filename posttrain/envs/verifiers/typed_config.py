@@ -1,0 +1,368 @@
+"""Typed verifier configs: one dataclass per verifier kind declares its ``verifier:`` mapping, and both the loader's
+validation and the JSON Schema come from that one declaration.
+
+A field's annotation gives its JSON shape: ``bool``, ``int``, ``float`` (finite, never a bool), ``str``,
+``list[T]``, ``dict[str, T]``, ``Literal[...]``, ``Any`` (a JSON value), ``None``, unions, and nested config
+dataclasses (mappings with exactly their fields; a union of dataclasses that share a ``Literal`` field is told
+apart by it). ``Annotated[T, Rule(...)]`` adds bounds, lengths, a pattern, an extra check and the description. A
+field with a default is optional (``None``: computed when absent).
+
+- ``config_problems(Config, mapping, kind)``: (field, reason) problems, each naming the field
+  (``verifier.cases[2].args``), in declaration order; empty when the mapping fits.
+- ``json_schema(Config)``: the same declaration as a JSON Schema (draft 2020-12) fragment.
+- ``markdown_table(Config)``: one row per key (type, default, meaning), for ``docs/env-spec.md``.
+
+Example:
+    >>> @dataclass
+    ... class Demo:
+    ...     kind: Literal["demo"]
+    ...     cases: Annotated[list[int], Rule(min_len=1, max_len=3, noun="cases", doc="inputs")]
+    ...     strict: Annotated[bool, Rule(doc="refuse near misses")] = False
+    >>> for problem in config_problems(Demo, {"kind": "demo", "cases": [], "strict": "yes", "x": 1}, "demo"):
+    ...     print(problem)
+    ('verifier.x', 'unknown key for demo (allowed: cases, kind, strict)')
+    ('verifier.cases', 'must be a list of 1..3 cases, got []')
+    ('verifier.strict', "must be true or false, got 'yes'")
+    >>> json_schema(Demo)["properties"]["cases"]
+    {'type': 'array', 'items': {'type': 'integer'}, 'minItems': 1, 'maxItems': 3, 'description': 'inputs'}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import types
+import typing
+from dataclasses import MISSING, dataclass
+from typing import Annotated, Any, Callable, Literal
+
+Problems = list[tuple[str, str]]  # (field, reason) pairs
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a type alone cannot say about a value: bounds, lengths, a pattern, an extra check, a description."""
+
+    doc: str = ""  # the description (JSON Schema ``description``, docs table)
+    low: float | None = None  # numbers: minimum (exclusive with ``open_low``)
+    high: float | None = None  # numbers: maximum
+    open_low: bool = False
+    min_len: int | None = None  # strings, lists, mappings: length bounds
+    max_len: int | None = None
+    noun: str = ""  # lists and mappings: what the items are ("cases"); strings: what the string is
+    pattern: str = ""  # strings: a regular expression they must contain a match of (anchor it)
+    check: Callable[[Any], str] | None = None  # "" when fine, else the reason; runs once the shape fits
+
+
+_NO_RULE = Rule()
+_UNION = (typing.Union, types.UnionType)
+
+
+def _unwrap(hint) -> tuple[Any, Rule]:
+    """(type, rule) of an annotation; the rules of nested ``Annotated`` aliases merge, the outer ones winning."""
+    if typing.get_origin(hint) is not Annotated:
+        return hint, _NO_RULE
+    base, *extras = typing.get_args(hint)
+    merged: dict = {}
+    for rule in (e for e in extras if isinstance(e, Rule)):
+        merged.update({f.name: getattr(rule, f.name) for f in dataclasses.fields(Rule)
+                       if getattr(rule, f.name) != f.default})
+    return base, Rule(**merged)
+
+
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def _default(f: dataclasses.Field):
+    if f.default is not MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not MISSING else MISSING
+
+
+def _keys(cls) -> tuple[list[str], list[str]]:
+    """(required, optional) keys of a config dataclass, in declaration order."""
+    fields = dataclasses.fields(cls)
+    return ([f.name for f in fields if _default(f) is MISSING], [f.name for f in fields if _default(f) is not MISSING])
+
+
+def _tag(cls) -> tuple[str, Any] | None:
+    """The (key, value) of a dataclass's single-value ``Literal`` field: what tells union arms apart."""
+    for name, hint in _hints(cls).items():
+        base, _ = _unwrap(hint)
+        if typing.get_origin(base) is Literal and len(typing.get_args(base)) == 1:
+            return name, typing.get_args(base)[0]
+    return None
+
+
+def _tagged(union) -> tuple[str, dict[Any, Any]] | None:
+    """(key, {tag: arm}) when every arm of a union is a config dataclass told apart by the same tag key."""
+    arms = typing.get_args(union)
+    tags = [_tag(arm) if dataclasses.is_dataclass(arm) else None for arm in arms]
+    if not all(tags) or len({key for key, _ in tags}) != 1:
+        return None
+    return tags[0][0], {tag: arm for (_, tag), arm in zip(tags, arms)}
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+
+
+def _quoted(names: list[str]) -> str:
+    return ", ".join(repr(n) for n in names)
+
+
+def _bounds(rule: Rule) -> str:
+    if rule.low is not None and rule.high is not None:
+        return f" in {'(' if rule.open_low else '['}{rule.low:g}, {rule.high:g}]"
+    if rule.low is not None and rule.low != 0:
+        return f" {'>' if rule.open_low else '>='} {rule.low:g}"
+    return f" <= {rule.high:g}" if rule.high is not None else ""
+
+
+def _count(rule: Rule) -> str:
+    low, high = rule.min_len, rule.max_len
+    if low is not None and low == high:
+        return f" of {low}"
+    if high is not None:
+        return f" of {low or 0}..{high}"
+    return ""
+
+
+def describe(hint) -> str:
+    """What a value of ``hint`` must be, as a noun phrase ("a list of 1..100 cases", "true or false")."""
+    base, rule = _unwrap(hint)
+    origin = typing.get_origin(base)
+    if dataclasses.is_dataclass(base):
+        required, optional = _keys(base)
+        return f"a mapping with {_quoted(required)}" + (f" and optional {_quoted(optional)}" if optional else "")
+    if origin in _UNION:
+        tagged = _tagged(base)
+        if tagged:
+            return f"a mapping with a known {tagged[0]} ({', '.join(tagged[1])})"
+        return " or ".join(describe(arm) for arm in typing.get_args(base))
+    if origin is Literal:
+        return " or ".join(repr(v) for v in typing.get_args(base))
+    if base is type(None):
+        return "null"
+    if base is Any:
+        return "a JSON value"
+    if base is bool:
+        return "true or false"
+    if base in (int, float):
+        sign = {(0, False): "non-negative ", (0, True): "positive "}.get((rule.low, rule.open_low), "")
+        bare = "finite " if base is float and rule.low is None and rule.high is None else ""
+        return _a(sign + bare + ("integer" if base is int else "number")) + _bounds(rule)
+    if base is str:
+        return _a(("non-empty " if rule.min_len == 1 else "") + (rule.noun or "string"))
+    container = {list: "list", dict: "mapping"}[origin or base]
+    if rule.min_len == 1 and rule.max_len is None:
+        container = "non-empty " + container
+    return _a(container) + _count(rule) + (f" of {rule.noun}" if rule.noun and not _count(rule) else
+                                          f" {rule.noun}" if rule.noun else "")
+
+
+def clip(text: str, n: int = 60) -> str:
+    """``text`` cut to at most ``n`` characters, the cut marked: ``clip("abcdef", 5) == "ab..."``."""
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def _family(value) -> type:
+    """The JSON kind of a YAML value, to pick the union arm a value was meant for."""
+    if isinstance(value, bool):
+        return bool
+    if isinstance(value, (int, float)):
+        return float
+    return dict if isinstance(value, dict) else list if isinstance(value, list) else type(value)
+
+
+def _arm_family(hint) -> type:
+    base, _ = _unwrap(hint)
+    if dataclasses.is_dataclass(base):
+        return dict
+    base = typing.get_origin(base) or base
+    return float if base is int else base
+
+
+def _union_problems(value, hint, where: str) -> Problems:
+    arms = typing.get_args(_unwrap(hint)[0])
+    tagged = _tagged(_unwrap(hint)[0])
+    if tagged:
+        key, by_tag = tagged
+        if not isinstance(value, dict) or value.get(key) not in by_tag:
+            return [(where, f"must be {describe(hint)}")]
+        return _problems(value, by_tag[value[key]], where)
+    results = [_problems(value, arm, where) for arm in arms]
+    if any(not problems for problems in results):
+        return []
+    meant = [problems for arm, problems in zip(arms, results) if _arm_family(arm) is _family(value)]
+    return meant[0] if len(meant) == 1 else [(where, f"must be {describe(hint)}, got {clip(repr(value))}")]
+
+
+def _record_problems(value: dict, cls, where: str, kind: str = "") -> Problems:
+    """Problems of a mapping declared by ``cls``; ``kind`` marks the top-level config (problems per key)."""
+    hints, (required, optional) = _hints(cls), _keys(cls)
+    unknown = sorted(set(value) - set(hints), key=str)
+    missing = [name for name in required if name not in value]
+    if kind:
+        allowed = ", ".join(sorted(hints))
+        problems = [(f"{where}.{name}", f"unknown key for {kind} (allowed: {allowed})") for name in unknown]
+        problems += [(f"{where}.{name}", f"required key is missing (must be {describe(hints[name])})")
+                     for name in missing]
+    elif unknown or missing:
+        return [(where, f"must be {describe(cls)}; got keys {sorted(map(str, value))}")]
+    else:
+        problems = []
+    for name in required + optional:
+        if name in value:
+            problems += _problems(value[name], hints[name], f"{where}.{name}")
+    return problems
+
+
+def _fits(value, base, rule: Rule) -> bool:
+    """Whether a value has the JSON type of ``base`` and is within the rule's bounds, lengths and pattern."""
+    origin = typing.get_origin(base) or base
+    if origin is Literal:
+        return any(type(value) is type(v) and value == v for v in typing.get_args(base))
+    if base is bool or isinstance(value, bool):
+        return base is bool and isinstance(value, bool)
+    if base in (int, float):
+        if not (type(value) is int if base is int else type(value) in (int, float) and math.isfinite(value)):
+            return False
+        return not ((rule.low is not None and (value <= rule.low if rule.open_low else value < rule.low))
+                    or (rule.high is not None and value > rule.high))
+    if not isinstance(value, origin):
+        return False
+    if (rule.min_len is not None and len(value) < rule.min_len) or (rule.max_len is not None
+                                                                     and len(value) > rule.max_len):
+        return False
+    return not (rule.pattern and not re.search(rule.pattern, value))
+
+
+def _problems(value, hint, where: str) -> Problems:
+    base, rule = _unwrap(hint)
+    origin = typing.get_origin(base)
+    if origin in _UNION:
+        problems = _union_problems(value, base, where)
+    elif dataclasses.is_dataclass(base):
+        if not isinstance(value, dict):
+            return [(where, f"must be {describe(hint)}, got {clip(repr(value))}")]
+        problems = _record_problems(value, base, where)
+    elif base is Any:
+        problems = []
+    elif base is type(None):
+        problems = [] if value is None else [(where, f"must be null, got {clip(repr(value))}")]
+    elif not _fits(value, base, rule):
+        return [(where, f"must be {describe(hint)}, got {clip(repr(value))}")]
+    elif origin is list:
+        (item,) = typing.get_args(base)
+        problems = [p for i, v in enumerate(value) for p in _problems(v, item, f"{where}[{i}]")]
+    elif origin is dict:
+        key_hint, item = typing.get_args(base)
+        problems = [(where, f"key {reason}") for k in value for _, reason in _problems(k, key_hint, where)]
+        problems += [p for k, v in value.items() for p in _problems(v, item, f"{where}.{k}")]
+    else:
+        problems = []
+    if not problems and rule.check is not None:
+        reason = rule.check(value)
+        problems = [(where, reason)] if reason else []
+    return problems
+
+
+def config_problems(cls, config, kind: str, where: str = "verifier") -> Problems:
+    """Problems of a ``verifier`` mapping declared by the config dataclass ``cls`` (see the module docstring)."""
+    if not isinstance(config, dict):
+        return [(where, f"must be {describe(cls)}, got {clip(repr(config))}")]
+    return _record_problems(config, cls, where, kind)
+
+
+def json_schema(hint) -> dict:
+    """The JSON Schema of a declared type (a config dataclass, or any annotation it uses)."""
+    base, rule = _unwrap(hint)
+    origin = typing.get_origin(base)
+    if dataclasses.is_dataclass(base):
+        hints, (required, _) = _hints(base), _keys(base)
+        properties = {}
+        for f in dataclasses.fields(base):
+            properties[f.name] = json_schema(hints[f.name])
+            default = _default(f)
+            if isinstance(default, (bool, int, float, str)):
+                properties[f.name]["default"] = default
+        schema = {"type": "object", "required": required, "additionalProperties": False, "properties": properties}
+    elif origin in _UNION:
+        schema = {"oneOf": [json_schema(arm) for arm in typing.get_args(base)]}
+    elif origin is Literal:
+        values = list(typing.get_args(base))
+        schema = {"const": values[0]} if len(values) == 1 else {"enum": values}
+    elif base is Any:
+        schema = {}
+    else:
+        schema = {"type": {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+                           dict: "object", type(None): "null"}[origin or base]}
+        schema.update(_limits(base, origin, rule))
+    if rule.doc:
+        schema["description"] = rule.doc
+    return schema
+
+
+def _limits(base, origin, rule: Rule) -> dict:
+    """The bounds, lengths, pattern and item schemas of a scalar or container type."""
+    out: dict = {}
+    if base in (int, float):
+        if rule.low is not None:
+            out["exclusiveMinimum" if rule.open_low else "minimum"] = rule.low
+        if rule.high is not None:
+            out["maximum"] = rule.high
+        return out
+    names = {str: ("minLength", "maxLength"), list: ("minItems", "maxItems"),
+             dict: ("minProperties", "maxProperties")}.get(origin or base, ("", ""))
+    if origin is list:
+        out["items"] = json_schema(typing.get_args(base)[0])
+    if origin is dict:
+        keys = {k: v for k, v in json_schema(typing.get_args(base)[0]).items() if k not in ("type", "description")}
+        out.update({"propertyNames": keys} if keys else {})
+        out["additionalProperties"] = json_schema(typing.get_args(base)[1])
+    for name, value in zip(names, (rule.min_len, rule.max_len)):
+        if name and value is not None:
+            out[name] = value
+    if rule.pattern:
+        out["pattern"] = rule.pattern
+    return out
+
+
+def _rows(cls, prefix: str, note: str = "") -> list[str]:
+    """Table rows of a config dataclass's keys, then of the records nested in them (``cases[].args``)."""
+    rows, nested = [], []
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        default, path = _default(f), f"{prefix}{f.name}"
+        shown = "**required**" if default is MISSING else "computed" if default is None else f"`{json.dumps(default)}`"
+        rule = _unwrap(hints[f.name])[1]
+        rows.append(f"| `{path}`{note} | {describe(hints[f.name]).replace('|', '/')} | {shown} | {rule.doc} |")
+        nested += _nested_rows(hints[f.name], path)
+    return rows + nested
+
+
+def _nested_rows(hint, path: str) -> list[str]:
+    base, _ = _unwrap(hint)
+    origin = typing.get_origin(base)
+    if dataclasses.is_dataclass(base):
+        return _rows(base, path + ".")
+    if origin is list:
+        return _nested_rows(typing.get_args(base)[0], path + "[]")
+    if origin is dict:
+        return _nested_rows(typing.get_args(base)[1], path + ".*")
+    if origin in _UNION:
+        tagged = _tagged(base)
+        if tagged:
+            return [row for tag, arm in tagged[1].items()
+                    for row in _rows(arm, path + ".", f" ({tagged[0]} `{tag}`)")]
+        return [row for arm in typing.get_args(base) for row in _nested_rows(arm, path)]
+    return []
+
+
+def markdown_table(cls) -> str:
+    """The keys of a config dataclass (and of the records nested in it) as a Markdown table."""
+    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|", *_rows(cls, "")]) + "\n"
