@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=import_jsonl_command)
     p = sub.add_parser("reason-codes", help="the admission reason codes as a Markdown table")
     p.add_argument("--write", action="append", default=[], metavar="FILE",
-                   help="rewrite the reason-codes block of FILE (e.g. README.md) instead of printing")
+                   help="rewrite the reason-codes block of FILE (e.g. docs/admission.md) instead of printing")
     p.set_defaults(func=_reason_codes)
     p = sub.add_parser("doctor", help="check the real components are usable")
     p.set_defaults(func=_doctor)

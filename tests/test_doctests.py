@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import doctest
 import importlib
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests import ROOT
+
+pytestmark = pytest.mark.unit
 # Dependencies only an extra installs (``make install EXTRA=cpu|gpu``): a module that imports one at load time is
 # skipped only where it is not installed (today every module imports vLLM lazily, so none is).
 OPTIONAL = {"vllm"}

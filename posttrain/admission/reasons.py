@@ -1,8 +1,8 @@
-"""Every admission reason code and what it means, listed once; the README's table is rendered from here.
+"""Every admission reason code and what it means, listed once; the table in docs/admission.md is rendered from here.
 
 A report row's ``detail`` starts with its reason code (``admission.report``): ``<check>.<reason>``, or ``infra``.
 ``EVERY_CHECK`` holds the codes any check can give, ``REASON_CODES`` each check's own (a ``:<...>`` suffix stands
-for a name the row fills in). ``posttrain reason-codes --write README.md`` rewrites the README's block between
+for a name the row fills in). ``posttrain reason-codes --write docs/admission.md`` rewrites the block between
 ``BEGIN`` and ``END`` from ``markdown_table()``; a test fails while it is stale.
 
 Example:

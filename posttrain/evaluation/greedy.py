@@ -1,6 +1,6 @@
 """Greedy pass@1 of one policy version on the eval split: vLLM decode (temperature 0), sandboxed verification.
 
-Example (real vLLM and bwrap; see tests/integration for a runnable version):
+Example (real vLLM and bwrap; tests/rollout/test_collect.py runs it):
     >>> from posttrain.config import EvalConfig, RolloutConfig, SandboxConfig
     >>> table = evaluate_policy("policy_dir", envs, EvalConfig(), RolloutConfig(), SandboxConfig(), version=0)  # doctest: +SKIP
     >>> summarize(table)["eval/pass_at_1"]                                                                      # doctest: +SKIP

@@ -102,14 +102,6 @@ def write_tree(root: Path, files: list[tuple[str, str]]) -> None:
         target.write_text(content, encoding="utf-8")
 
 
-def chown_tree(root: Path, uid: int, gid: int) -> None:
-    """Give ``root`` and everything below it (links themselves, not their targets) to ``uid``:``gid``."""
-    os.chown(root, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for entry in dirnames + filenames:
-            os.chown(os.path.join(dirpath, entry), uid, gid, follow_symlinks=False)
-
-
 def remove_tree(root: Path) -> None:
     """Delete ``root`` even when the program left directories without write or search permission."""
 

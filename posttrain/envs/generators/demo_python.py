@@ -15,6 +15,7 @@ Example:
     '# Write a function add_2(x) that returns x plus 2.\\n'
     >>> demo[0].reference
     'def add_2(x):\\n    return x + 2\\n'
+    >>> from posttrain.envs.generators import render
     >>> print(render(demo[0], HEADER).splitlines()[-4])
       - {args: [13], expected: 15}
 """
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from itertools import groupby, islice
 from typing import Callable
 
-from posttrain.envs.generators import OneLine, render
+from posttrain.envs.generators import OneLine
 from posttrain.envs.generators import main as generator_main
 from posttrain.envs.spec import EnvSpec, Limits
 

@@ -1,0 +1,91 @@
+"""The committed demo suite equals the generator's output, loads cleanly, and its eval split is held out."""
+
+from __future__ import annotations
+
+import pytest
+
+from collections import Counter
+from pathlib import Path
+
+from posttrain.config import DEMO_SUITE
+from posttrain.envs.generators import main, write_suite
+from posttrain.envs.generators.demo_python import HEADER, specs as demo_specs
+from posttrain.envs.suite import load_suite
+
+pytestmark = pytest.mark.unit
+
+
+def test_committed_files_equal_generator_output(tmp_path):
+    write_suite(demo_specs(), tmp_path, HEADER)
+    generated = {p.name: p.read_text() for p in tmp_path.glob("*.yaml")}
+    committed = {p.name: p.read_text() for p in Path(DEMO_SUITE).iterdir()}
+    regenerate = f"regenerate: python -m posttrain.envs.generators.demo_python {DEMO_SUITE}"
+    assert committed.keys() == generated.keys(), regenerate
+    assert [name for name in generated if committed[name] != generated[name]] == []
+
+
+def test_rewriting_removes_stale_generated_files_only(tmp_path):
+    (tmp_path / "old_env.yaml").write_text(HEADER + "id: demo/old\n")
+    (tmp_path / "mine.yaml").write_text("id: mine\n")
+    write_suite(demo_specs(), tmp_path, HEADER)
+    assert not (tmp_path / "old_env.yaml").exists() and (tmp_path / "mine.yaml").exists()
+
+
+def test_suite_loads_to_the_generated_specs():
+    suite = load_suite(DEMO_SUITE)
+    assert suite.rejections == []
+    loaded = sorted(suite.envs, key=lambda s: s.id)
+    expected = sorted(demo_specs(), key=lambda s: s.id)
+    assert len(loaded) >= 60
+    for got, want in zip(loaded, expected, strict=True):
+        want.source = got.source
+        assert got == want
+
+
+def test_specs_are_small_and_regular():
+    for spec in demo_specs():
+        name = spec.entry_point
+        assert spec.id == f"demo/{name}"
+        assert spec.prompt.startswith(f"# Write a function {name}(x) that returns ") and spec.prompt.endswith(".\n")
+        assert spec.reference.startswith(f"def {name}(x):\n    return ") and spec.reference.count("\n") == 2
+        assert len(spec.prompt) < 100 and len(spec.reference) < 60
+        args = [case["args"][0] for case in spec.verifier["cases"]]
+        assert 5 <= len(args) <= 8 and 0 in args and min(args) < 0
+        assert (spec.domain, spec.kind, spec.runtime, spec.verifier_kind) == (
+            "python", "single_turn", "python", "python_tests")
+        assert (spec.limits.timeout_s, spec.limits.memory_mb) == (5, 256)
+
+
+def test_references_compute_the_expected_values():
+    for spec in demo_specs():
+        namespace: dict = {}
+        exec(spec.reference, namespace)  # the generator's own trusted code
+        function = namespace[spec.entry_point]
+        assert [function(*c["args"]) for c in spec.verifier["cases"]] == [
+            c["expected"] for c in spec.verifier["cases"]], spec.id
+        expected = [c["expected"] for c in spec.verifier["cases"]]
+        assert len(set(expected)) > 1, f"{spec.id}: a constant answers it"
+        assert expected != [c["args"][0] for c in spec.verifier["cases"]], f"{spec.id}: `return x` answers it"
+
+
+def test_eval_split_is_disjoint_stratified_and_learnable():
+    specs = demo_specs()
+    train = [s for s in specs if s.split == "train"]
+    evals = [s for s in specs if s.split == "eval"]
+    assert {s.entry_point for s in train}.isdisjoint({s.entry_point for s in evals})  # (op, constants) combos
+    assert {s.reference for s in train}.isdisjoint({s.reference for s in evals})
+    total, held = Counter(s.difficulty for s in specs), Counter(s.difficulty for s in evals)
+    assert sorted(total) == [1, 2, 3]
+    for difficulty, n in total.items():
+        assert 0.15 <= held[difficulty] / n <= 0.3, (difficulty, held[difficulty], n)
+    # every token an eval name is built from (operation or constant) is seen in training
+    train_parts = {part for s in train for part in s.entry_point.split("_")}
+    assert all(set(s.entry_point.split("_")) <= train_parts for s in evals)
+
+
+def test_cli(tmp_path, capsys):
+    module = "posttrain.envs.generators.demo_python"
+    assert main([], module, demo_specs, HEADER) == 2
+    assert main([str(tmp_path)], module, demo_specs, HEADER) == 0
+    assert len(list(tmp_path.glob("*.yaml"))) == len(demo_specs())
+    assert "wrote" in capsys.readouterr().out

@@ -1,0 +1,145 @@
+"""Suite loading: every kind of bad spec becomes a Rejection naming its file and field; good specs still load."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from posttrain.envs.spec import EnvSpec
+from posttrain.envs.suite import DOCUMENT, SpecError, load_spec, load_suite
+
+pytestmark = pytest.mark.unit
+
+GOOD = {
+    "id": "t/add_1",
+    "prompt": "# Write a function add_1(x) that returns x plus 1.\n",
+    "reference": "def add_1(x):\n    return x + 1\n",
+    "entry_point": "add_1",
+    "difficulty": 1,
+    "split": "train",
+    "tags": ["demo", "add"],
+    "verifier": {"kind": "python_tests", "cases": [{"args": [0], "expected": 1}, {"args": [-2], "expected": -1}]},
+    "limits": {"timeout_s": 5, "memory_mb": 256},
+}
+
+
+def spec_with(**changes) -> dict:
+    """GOOD with top-level fields replaced; a value of ``...`` deletes the field."""
+    data = copy.deepcopy(GOOD)
+    for key, value in changes.items():
+        if value is ...:
+            del data[key]
+        else:
+            data[key] = value
+    return data
+
+
+def write(folder, name: str, data) -> str:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def test_good_spec_loads(tmp_path):
+    spec = load_spec(write(tmp_path, "a.yaml", GOOD))
+    assert isinstance(spec, EnvSpec)
+    assert (spec.id, spec.entry_point, spec.limits.timeout_s, spec.limits.memory_mb) == ("t/add_1", "add_1", 5, 256)
+    assert spec.source.endswith("a.yaml") and spec.runtime == "python" and spec.kind == "single_turn"
+    assert EnvSpec.from_json(spec.to_json()) == spec
+
+
+BAD = [
+    # (what, file content, field, code, words in the reason)
+    ("malformed yaml", "id: [unclosed\nprompt: x\n", DOCUMENT, "malformed_yaml", "malformed YAML"),
+    ("not a mapping", "- just\n- a list\n", DOCUMENT, "malformed_yaml", "mapping"),
+    ("empty file", "", DOCUMENT, "malformed_yaml", "got an empty file"),
+    ("not utf-8", "id: caf\xe9\n".encode("latin-1"), DOCUMENT, "unreadable", "utf-8"),
+    ("missing prompt", spec_with(prompt=...), "prompt", "missing_field", "missing"),
+    ("missing verifier", spec_with(verifier=...), "verifier", "missing_field", "missing"),
+    ("typo'd field", {**GOOD, "promt": "x"}, "promt", "unknown_field", "did you mean 'prompt'"),
+    ("difficulty not int", spec_with(difficulty="hard"), "difficulty", "wrong_type", "integer"),
+    ("difficulty bool", spec_with(difficulty=True), "difficulty", "wrong_type", "integer"),
+    ("tags not strings", spec_with(tags=["a", 3]), "tags", "wrong_type", "list of strings"),
+    ("verifier not mapping", spec_with(verifier="python_tests"), "verifier", "wrong_type", "mapping"),
+    ("empty id", spec_with(id=" "), "id", "out_of_range", "non-empty"),
+    ("unknown runtime", spec_with(runtime="ruby"), "runtime", "unknown_value", "'ruby'"),
+    ("unknown kind", spec_with(kind="chat"), "kind", "unknown_value", "'chat'"),
+    ("unknown split", spec_with(split="test"), "split", "unknown_value", "'test'"),
+    ("unknown verifier", spec_with(verifier={"kind": "llm_judge"}), "verifier.kind", "unknown_value", "llm_judge"),
+    ("zero timeout", spec_with(limits={"timeout_s": 0}), "limits.timeout_s", "out_of_range", "(0, 300]"),
+    ("huge timeout", spec_with(limits={"timeout_s": 301}), "limits.timeout_s", "out_of_range", "301"),
+    ("negative memory", spec_with(limits={"memory_mb": -1}), "limits.memory_mb", "out_of_range", "-1"),
+    ("huge memory", spec_with(limits={"memory_mb": 9000}), "limits.memory_mb", "out_of_range", "8192"),
+    ("memory not int", spec_with(limits={"memory_mb": "1G"}), "limits.memory_mb", "wrong_type", "integer"),
+    ("unknown limit", spec_with(limits={"cpus": 2}), "limits.cpus", "unknown_field", "unknown limit"),
+    ("min_gap > 1", spec_with(min_gap=2), "min_gap", "out_of_range", "[0, 1]"),
+    ("bad entry point", spec_with(entry_point="2add"), "entry_point", "invalid_verifier", "function name"),
+    ("no cases", spec_with(verifier={"kind": "python_tests", "cases": []}), "verifier.cases", "invalid_verifier",
+     "1..100"),
+    ("case without expected", spec_with(verifier={"kind": "python_tests", "cases": [{"args": [1]}]}),
+     "verifier.cases[0]", "invalid_verifier", "'expected'"),
+    ("args not a list", spec_with(verifier={"kind": "python_tests", "cases": [{"args": 1, "expected": 2}]}),
+     "verifier.cases[0].args", "invalid_verifier", "list"),
+    ("unknown verifier key", spec_with(verifier={**GOOD["verifier"], "timeout": 3}), "verifier.timeout",
+     "invalid_verifier", "unknown key"),
+    ("wrong runtime for verifier", spec_with(runtime="node"), "runtime", "invalid_verifier", "python"),
+    ("reserved workspace file", spec_with(workspace={"harness.py": "x"}), "workspace.harness.py",
+     "invalid_verifier", "reserved"),
+]
+
+
+@pytest.mark.parametrize("what,content,field,code,words", BAD, ids=[b[0] for b in BAD])
+def test_bad_spec_is_rejected_naming_file_and_field(tmp_path, what, content, field, code, words):
+    path = write(tmp_path, "bad.yaml", content)
+    suite = load_suite(tmp_path)
+    assert suite.envs == []
+    matching = [r for r in suite.rejections if r.field == field]
+    assert matching, f"{what}: no rejection for field {field!r} in {suite.rejections}"
+    rejection = matching[0]
+    assert (rejection.file, rejection.code) == (path, code)
+    assert words in rejection.reason
+    with pytest.raises(SpecError) as raised:
+        load_spec(path)
+    assert raised.value.file == path and raised.value.field in {r.field for r in suite.rejections}
+
+
+def test_every_problem_of_one_file_is_reported(tmp_path):
+    write(tmp_path, "bad.yaml", spec_with(prompt=..., runtime="ruby", difficulty="x", limits={"timeout_s": -1}))
+    fields = {r.field for r in load_suite(tmp_path).rejections}
+    assert {"prompt", "difficulty"} <= fields  # type and presence problems are reported together
+
+
+def test_batch_continues_past_bad_files(tmp_path):
+    write(tmp_path, "a.yaml", GOOD)
+    write(tmp_path, "b.yaml", "id: [oops\n")
+    write(tmp_path, "c.yaml", spec_with(id="t/c", limits={"memory_mb": 0}))
+    write(tmp_path, "sub/d.yml", spec_with(id="t/d"))
+    write(tmp_path, "notes.txt", "not a spec")
+    suite = load_suite(tmp_path)
+    assert [s.id for s in suite.envs] == ["t/add_1", "t/d"]
+    assert [(r.file.rsplit("/", 1)[-1], r.field) for r in suite.rejections] == [
+        ("b.yaml", DOCUMENT), ("c.yaml", "limits.memory_mb")]
+    assert suite.rejections[1].env_id == "t/c"
+    assert [s.id for s in suite.split("train")] == ["t/add_1", "t/d"]
+
+
+def test_duplicate_id_rejects_the_later_file(tmp_path):
+    first = write(tmp_path, "a.yaml", GOOD)
+    second = write(tmp_path, "b.yaml", spec_with(prompt="# Write a function add_1(x), again.\n"))
+    suite = load_suite(tmp_path)
+    assert [s.source for s in suite.envs] == [first]
+    (rejection,) = suite.rejections
+    assert (rejection.file, rejection.field, rejection.code, rejection.env_id) == (
+        second, "id", "duplicate_id", "t/add_1")
+    assert first in rejection.reason
+
+
+def test_missing_folder_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="suite folder not found"):
+        load_suite(tmp_path / "nope")

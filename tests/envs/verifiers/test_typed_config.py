@@ -1,0 +1,147 @@
+"""One typed config per verifier: its validation and its JSON Schema both come from the declaration, agree with
+each other, and the docs' config tables are generated from it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import pytest
+import yaml
+
+from posttrain.envs import spec_json_schema
+from posttrain.envs.verifiers import VERIFIERS, get_verifier
+from posttrain.envs.verifiers.typed_config import Rule, config_problems, describe, json_schema, markdown_table
+
+pytestmark = pytest.mark.unit
+
+FIXTURES = Path("tests/fixtures/broken_suite")  # its good_* envs cover the kind no bundled suite uses
+
+
+@dataclass
+class Circle:
+    type: Literal["circle"]
+    radius: Annotated[float, Rule(low=0, open_low=True)]
+
+
+@dataclass
+class Square:
+    type: Literal["square"]
+    side: Annotated[float, Rule(low=0, open_low=True)]
+    filled: bool = False
+
+
+@dataclass
+class Demo:
+    kind: Literal["demo"]
+    shapes: Annotated[list[Union[Circle, Square]], Rule(min_len=1, max_len=4, noun="shapes", doc="what to draw")]
+    labels: Annotated[dict[Annotated[str, Rule(pattern=r"^[a-z]+$")], str], Rule(noun="names to text")] = \
+        field(default_factory=dict)
+    size: Annotated[int, Rule(low=1, high=10)] = 3
+    style: Literal["flat", "shaded"] = "flat"
+    note: Annotated[str | None, Rule(check=lambda s: "" if s is None or "!" not in s else "no shouting")] = None
+
+
+GOOD = {"kind": "demo", "shapes": [{"type": "circle", "radius": 1}, {"type": "square", "side": 2, "filled": True}],
+        "labels": {"a": "x"}, "size": 10, "style": "shaded", "note": None}
+BAD = [  # (change, field, words in the reason)
+    ({"shapes": []}, "verifier.shapes", "a list of 1..4 shapes"),
+    ({"shapes": [{"type": "star"}]}, "verifier.shapes[0]", "a known type (circle, square)"),
+    ({"shapes": [{"type": "circle"}]}, "verifier.shapes[0]", "a mapping with 'type', 'radius'; got keys ['type']"),
+    ({"shapes": [{"type": "square", "side": 0}]}, "verifier.shapes[0].side", "a positive number, got 0"),
+    ({"shapes": [{"type": "square", "side": 1, "filled": 1}]}, "verifier.shapes[0].filled", "true or false"),
+    ({"labels": {"B": "x"}}, "verifier.labels", "key must be a string, got 'B'"),
+    ({"labels": {"b": 2}}, "verifier.labels.b", "must be a string, got 2"),
+    ({"size": 11}, "verifier.size", "an integer in [1, 10], got 11"),
+    ({"size": True}, "verifier.size", "an integer in [1, 10], got True"),
+    ({"style": "bold"}, "verifier.style", "'flat' or 'shaded'"),
+    ({"note": "hi!"}, "verifier.note", "no shouting"),
+    ({"extra": 1}, "verifier.extra", "unknown key for demo (allowed: kind, labels, note, shapes, size, style)"),
+    ({"shapes": ...}, "verifier.shapes", "required key is missing (must be a list of 1..4 shapes)"),
+]
+
+
+def changed(change: dict) -> dict:
+    config = copy.deepcopy(GOOD)
+    for key, value in change.items():
+        config.pop(key) if value is ... else config.__setitem__(key, value)
+    return config
+
+
+def test_a_good_config_has_no_problems_and_fits_its_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    assert config_problems(Demo, GOOD, "demo") == []
+    jsonschema.Draft202012Validator(json_schema(Demo)).validate(GOOD)
+
+
+@pytest.mark.parametrize("change,where,words", BAD, ids=[b[1] + ":" + b[2][:20] for b in BAD])
+def test_each_problem_names_the_field_and_the_schema_agrees(change, where, words):
+    jsonschema = pytest.importorskip("jsonschema")
+    problems = config_problems(Demo, changed(change), "demo")
+    assert any(field == where and words in reason for field, reason in problems), problems
+    if change != {"note": "hi!"}:  # checks are code: the schema cannot say them
+        assert list(jsonschema.Draft202012Validator(json_schema(Demo)).iter_errors(changed(change)))
+
+
+def test_schema_carries_types_bounds_defaults_and_descriptions():
+    schema = json_schema(Demo)
+    assert schema["required"] == ["kind", "shapes"] and schema["additionalProperties"] is False
+    shapes = schema["properties"]["shapes"]
+    assert (shapes["minItems"], shapes["maxItems"], shapes["description"]) == (1, 4, "what to draw")
+    assert [arm["properties"]["type"] for arm in shapes["items"]["oneOf"]] == [{"const": "circle"},
+                                                                              {"const": "square"}]
+    assert schema["properties"]["size"] == {"type": "integer", "minimum": 1, "maximum": 10, "default": 3}
+    assert schema["properties"]["labels"]["propertyNames"] == {"pattern": "^[a-z]+$"}
+    assert schema["properties"]["style"] == {"enum": ["flat", "shaded"], "default": "flat"}
+    assert describe(Annotated[float, Rule(low=0)]) == "a non-negative number"
+
+
+def test_markdown_table_lists_nested_keys():
+    table = markdown_table(Demo)
+    for row in ("| `shapes` | a list of 1..4 shapes | **required** | what to draw |",
+                "| `shapes[].radius` (type `circle`) | a positive number | **required** |  |",
+                "| `size` | an integer in [1, 10] | `3` |  |", "| `note` |"):
+        assert row in table, table
+
+
+@pytest.mark.parametrize("kind", VERIFIERS)
+def test_each_verifier_validates_and_publishes_from_its_typed_config(kind):
+    verifier = get_verifier(kind)
+    assert verifier.config_schema == json_schema(verifier.config)
+    assert verifier.config_schema["properties"]["kind"] == {"const": kind}
+    spec_schema = spec_json_schema.spec_schema()["properties"]["verifier"]["oneOf"]
+    assert verifier.config_schema in spec_schema
+    files = sorted(Path("posttrain/envs/suites").rglob("*.yaml")) + sorted(FIXTURES.glob("good_*.yaml"))
+    configs = [c for c in (yaml.safe_load(f.read_text())["verifier"] for f in files) if c["kind"] == kind]
+    assert configs and all(config_problems(verifier.config, c, kind) == [] for c in configs)
+
+
+def test_docs_config_tables_are_generated_and_current():
+    text = spec_json_schema.DOCS_FILE.read_text()
+    assert sorted(spec_json_schema.documented_kinds(text)) == list(VERIFIERS)
+    assert spec_json_schema.render_docs(text) == text, "regenerate with: python -m posttrain.envs.spec_json_schema"
+
+
+def test_committed_schema_matches_and_regenerates(tmp_path, monkeypatch):
+    monkeypatch.setattr(spec_json_schema, "DOCS_FILE", tmp_path / "absent.md")
+    out = tmp_path / "schema.json"
+    assert spec_json_schema.main([str(out)]) == 0
+    assert out.read_text() == spec_json_schema.SCHEMA_FILE.read_text()
+    assert json.loads(out.read_text())["properties"]["verifier"]["oneOf"][0]["properties"]["kind"] == {
+        "const": "numeric"}
+
+
+def test_checks_and_semantic_problems_still_come_with_the_typed_ones():
+    from posttrain.envs.spec import EnvSpec
+
+    bad = EnvSpec(id="t/x", prompt="p", entry_point="2f", reference="", runtime="node",
+                  verifier={"kind": "python_tests", "cases": [{"args": [1], "expected": float("nan")}], "x": 1})
+    problems = get_verifier("python_tests").validate(bad)
+    assert [f for f, _ in problems] == ["runtime", "entry_point", "verifier.x", "verifier.cases[0]"]
+    assert "plain JSON values" in problems[-1][1]
+    anything: Any = {"kind": "numeric", "fields": {"a": 1, "b": 2}, "formulas": ["a = b"]}
+    assert get_verifier("numeric").validate(EnvSpec(id="t", prompt="p", reference="", verifier=anything)) == [
+        ("verifier.formulas[0]", "contradicts the expected values: a = b gives 2, but a is 1")]

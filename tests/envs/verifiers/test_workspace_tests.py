@@ -1,0 +1,119 @@
+"""The ``workspace_tests`` verifier: validation, what enters the sandbox, host scoring, edit-script mutants, and the
+real driver in bwrap (tests invisible while the solution runs, leftovers killed, cheats fail)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from posttrain.config import SandboxConfig
+from posttrain.envs.spec import EnvSpec
+from posttrain.envs.verifiers import verify_many
+from posttrain.envs.verifiers.workspace_admission import script_commands
+from posttrain.envs.verifiers.workspace_tests import build_execution, extract_solution, mutants, probes, score, validate
+from posttrain.sandbox import make_sandbox
+from posttrain.sandbox.base import ExecutionResult
+
+pytestmark = pytest.mark.unit
+
+N = "cd" * 16
+CFG = SandboxConfig(batch_concurrency=2)
+MARKER = "TRUSTED_TEST_MARKER_4242"
+CHECK = f"# {MARKER}\nimport json, sys\nsys.path.append('/work/src')\nimport calc\nprint(json.dumps(calc.add(2, 3)))\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+SPEC = EnvSpec(
+    id="t/calc", prompt="Fix add in src/calc.py.", kind="agent", runtime="python",
+    workspace={"src/calc.py": "def add(a, b):\n    return a - b\n", "tests/test_calc.py": "assert True\n"},
+    reference=f"cat > src/calc.py <<'EOF'\n{FIXED}EOF\n",
+    verifier={"kind": "workspace_tests", "files": {"check.py": CHECK},
+              "tests": [{"name": "add", "cmd": "python3 -I {tests}/check.py", "stdout": "5"},
+                        {"name": "saw_no_tests", "cmd": ["bash", "-c", "cat seen.txt 2>/dev/null || true"], "stdout": ""},
+                        {"name": "compiles", "cmd": "python3 -I -m py_compile src/calc.py", "exit_code": 0}]})
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+
+
+def records(*items) -> str:
+    return "".join(f"\n{N} {json.dumps(r)}\n" for r in items)
+
+
+def test_only_the_workspace_enters_the_sandbox_and_no_expected_output():
+    ex = build_execution(SPEC, "echo hi\n", CFG, N)
+    assert set(ex.files) == set(SPEC.workspace) and ex.command[:3] == ["python3", "-I", "-c"]
+    request = json.loads(ex.stdin)
+    assert request["solution"] == "echo hi\n" and request["files"] == {"check.py": CHECK}
+    assert request["tests"][0] == {"name": "add", "argv": ["python3", "-I", "{tests}/check.py"]}
+    assert '"stdout"' not in ex.stdin and '"exit_code"' not in ex.stdin
+    single = EnvSpec(**{**SPEC.__dict__, "verifier": {**SPEC.verifier, "solution_file": "src/calc.py"}})
+    ex = build_execution(single, FIXED, CFG, N)
+    assert ex.files["src/calc.py"] == FIXED and json.loads(ex.stdin)["solution"] is None
+
+
+def test_host_decides_from_exit_codes_and_stdout():
+    good = [{"test": 0, "exit": 0, "stdout": "5\n"}, {"test": 1, "exit": 0, "stdout": ""},
+            {"test": 2, "exit": 0, "stdout": "noise"}]
+    v = score(SPEC, ExecutionResult(exit_code=0, stdout=records({"phase": "syntax", "ok": True}, *good)), N)
+    assert (v.passed, v.tests_passed, v.compiled) == (True, 3, True), v.detail
+    bad = [{"test": 0, "exit": 0, "stdout": "6\n"}, {"test": 1, "exit": 1, "stdout": "", "stderr": "no such file"},
+           {"test": 2, "exit": 0, "timed_out": True}, {"test": 0, "exit": 0, "stdout": "5"}]
+    v = score(SPEC, ExecutionResult(exit_code=0, stdout=records(*bad) + 'PASS\n{"test": 2, "exit": 0}\n'), N)
+    assert v.tests_passed == 0 and 'add: printed "6\\n", expected "5"' in v.detail
+    v = score(SPEC, ExecutionResult(exit_code=0, stdout=records({"phase": "syntax", "ok": False, "error": "x"})), N)
+    assert (v.compiled, v.tests_passed) == (False, 0) and v.detail.startswith("solution script does not parse")
+    v = score(SPEC, ExecutionResult(exit_code=None, stdout="", timed_out=True), N)
+    assert v.detail.startswith("no driver output (timed out)") and v.timed_out
+
+
+@pytest.mark.parametrize("verifier,field", [
+    ({"tests": []}, "verifier.tests"),
+    ({"tests": [{"name": "a"}]}, "verifier.tests[0]"),
+    ({"tests": [{"name": "a", "cmd": "x", "stdout": 5}]}, "verifier.tests[0].stdout"),
+    ({"tests": [{"name": "a", "cmd": "x", "exit_code": 300}]}, "verifier.tests[0].exit_code"),
+    ({"tests": [{"name": "a", "cmd": "echo 'unclosed"}]}, "verifier.tests[0].cmd"),
+    ({"tests": [{"name": "a", "cmd": "x"}, {"name": "a", "cmd": "y"}]}, "verifier.tests[1].name"),
+    ({"tests": [{"name": "a", "cmd": "x"}], "files": {"../escape.py": ""}}, "verifier.files"),
+    ({"tests": [{"name": "a", "cmd": "x"}], "solution_file": "/etc/passwd"}, "verifier.solution_file"),
+    ({"tests": [{"name": "a", "cmd": "x"}], "solution_timeout_s": 0}, "verifier.solution_timeout_s"),
+    ({"tests": [{"name": "a", "cmd": "x"}], "stdout": "5"}, "verifier.stdout"),
+])
+def test_validate_names_the_field(verifier, field):
+    spec = EnvSpec(id="t/x", prompt="p", reference="", verifier={"kind": "workspace_tests", **verifier})
+    assert field in {where for where, _ in validate(spec)}, validate(spec)
+
+
+def test_extract_solution_and_edit_script_mutants():
+    assert extract_solution("Plan:\n```bash\nrm x\n```\nthen\n```sh\nsed -i s/a/b/ f\n```\n") == "sed -i s/a/b/ f\n"
+    assert extract_solution("sed -i s/a/b/ f\n") == "sed -i s/a/b/ f\n"
+    script = "# two edits\nsed -i 's/a/b/' f.txt\n\n" + SPEC.reference
+    assert script_commands(script) == ["sed -i 's/a/b/' f.txt", SPEC.reference.rstrip("\n")]
+    found = mutants(EnvSpec(**{**SPEC.__dict__, "reference": script}))
+    assert SPEC.reference in found  # the sed edit reverted
+    assert "sed -i 's/a/b/' f.txt\n" in found  # the heredoc edit reverted
+    assert any("return a - b" in m and m.startswith("sed") for m in found)  # an AST mutant of the written file
+    single = EnvSpec(**{**SPEC.__dict__, "reference": FIXED,
+                        "verifier": {**SPEC.verifier, "solution_file": "src/calc.py"}})
+    assert "def add(a, b):\n    return a - b\n" in mutants(single)
+    assert set(probes(single)) == {"empty file", "workspace file as given", "exit 0 at load", "fake pass output"}
+
+
+@needs_bwrap
+def test_real_driver_reference_passes_and_cheats_fail():
+    pattern = MARKER[:-1] + "[" + MARKER[-1] + "]"  # a pattern that does not match this script itself
+    looker = (f"grep -rl '{pattern}' /tmp /work /var /run /dev/shm /etc 2>/dev/null > seen.txt\n"
+              "ls -A /tmp | grep -v '^driver-' >> seen.txt\n" + SPEC.reference)
+    cheats = probes(SPEC)
+    box = make_sandbox(CFG)
+    try:
+        planted = EnvSpec(**{**SPEC.__dict__, "workspace": {**SPEC.workspace, "notes.txt": MARKER}})
+        verdicts = verify_many([(SPEC, SPEC.reference), (SPEC, looker), (SPEC, "if then fi\n"), (planted, looker),
+                                *[(SPEC, text) for text in cheats.values()]], box, CFG)
+    finally:
+        box.close()
+    reference, looked, syntax, control, *probe_verdicts = verdicts
+    assert not control.passed and "notes.txt" in control.detail  # the search does find what is on disk
+    assert reference.passed, reference.detail
+    assert looked.passed, looked.detail  # the trusted tests were nowhere on disk while the solution ran
+    assert (syntax.compiled, syntax.passed) == (False, False)
+    assert not {name: v.detail for name, v in zip(cheats, probe_verdicts) if v.passed}
+    assert all(not v.excluded for v in verdicts)

@@ -1,0 +1,63 @@
+"""A checkpoint written by the DeepSpeed trainer loads in real vLLM (bf16), samples, and scores like HF does."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from posttrain.config import TrainConfig
+from posttrain.training.losses import token_logprobs
+from posttrain.training.samples import TrainSample
+from posttrain.training.trainer import PolicyTrainer
+
+pytestmark = pytest.mark.integration
+
+pytest.importorskip("vllm")
+pytest.importorskip("deepspeed")
+
+PROMPT = "# Write a function add_2(x) that returns x plus 2.\n"
+
+
+@pytest.fixture(scope="module")
+def trained_checkpoint(tiny_policy, tmp_path_factory):
+    """The tiny policy after one DeepSpeed update, saved the way the RL loop saves v1."""
+    trainer = PolicyTrainer(tiny_policy, TrainConfig(micro_batch_size=4, learning_rate=1e-3))
+    try:
+        prompt = trainer.tokenizer(PROMPT).input_ids
+        completions = [trainer.tokenizer(text, add_special_tokens=False).input_ids + [trainer.tokenizer.eos_token_id]
+                       for text in ("def add_2(x):\n    return x + 2\n", "def add_2(x):\n    return x - 2\n")]
+        trainer.train_on([TrainSample(prompt, c, [-1.0] * len(c), a, "g") for c, a in zip(completions, (1.0, -1.0))])
+        return trainer.save(tmp_path_factory.mktemp("ckpt") / "v1", metadata={"version": 1})
+    finally:
+        trainer.close()
+
+
+def test_vllm_generates_with_logprobs_from_saved_checkpoint(trained_checkpoint):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=str(trained_checkpoint), dtype="bfloat16", max_model_len=256, enable_prefix_caching=True, seed=0)
+    try:
+        params = SamplingParams(n=4, temperature=1.0, max_tokens=24, logprobs=0, seed=0)
+        (request,) = llm.generate([PROMPT], params, use_tqdm=False)
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+
+    tok = AutoTokenizer.from_pretrained(trained_checkpoint)
+    assert request.prompt_token_ids == tok(PROMPT).input_ids  # same BOS + BPE ids in HF and vLLM
+    assert request.prompt_token_ids[0] == tok.bos_token_id
+    assert len(request.outputs) == 4
+
+    hf = AutoModelForCausalLM.from_pretrained(trained_checkpoint, dtype=torch.bfloat16).eval()
+    for sample in request.outputs:
+        ids = list(sample.token_ids)
+        assert ids and len(sample.logprobs) == len(ids)
+        vllm_lp = torch.tensor([step[t].logprob for step, t in zip(sample.logprobs, ids)])
+        assert all(math.isfinite(x) and x <= 0 for x in vllm_lp.tolist())
+        full = torch.tensor([request.prompt_token_ids + ids])
+        with torch.no_grad():
+            hf_lp = token_logprobs(hf(input_ids=full).logits[:, :-1], full[:, 1:])[0, len(request.prompt_token_ids) - 1 :]
+        # same weights and tokens, different bf16 kernels: the importance ratio starts near 1
+        assert (vllm_lp - hf_lp).abs().mean() < 0.1, (vllm_lp, hf_lp)

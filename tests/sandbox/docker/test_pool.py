@@ -1,0 +1,239 @@
+"""The docker backends against the shared sandbox and session cases: the warm pool (what ``make_sandbox("docker")``
+returns) and the cold one-container-per-execution sandbox; plus the pool's own behaviour (acquire latency, reuse
+never dirty, shrink and refill, replacement of broken containers) and the failure modes (image missing, daemon
+gone).
+
+Skipped only when dockerd is unreachable or the sandbox image is absent (build it: containers/build-sandbox-image.sh).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import docker
+import pytest
+
+from posttrain.config import DockerPoolConfig, SandboxConfig
+from posttrain.sandbox import Execution, make_sandbox, run_many
+from posttrain.sandbox.docker import DockerPool, DockerSandbox
+from tests.sandbox.cases import SandboxCases, SessionCases, processes_with, py
+
+IMAGE = DockerPoolConfig().image
+ABSENT = DockerPoolConfig(image="posttrain-no-such-image:absent", size=1)
+
+
+def _why_unavailable() -> str:
+    try:
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        return f"dockerd unreachable: {exc}"
+    try:
+        client.images.get(IMAGE)
+    except docker.errors.ImageNotFound:
+        return f"docker image {IMAGE} absent: run containers/build-sandbox-image.sh"
+    finally:
+        client.close()
+    return ""
+
+
+REASON = _why_unavailable()
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(REASON), reason=REASON)]
+
+
+def our_containers(**labels) -> list[str]:
+    api = docker.from_env().api  # the low-level listing: no per-container inspect racing with auto-removal
+    filters = [f"posttrain.owner={os.getpid()}"] + [f"{k}={v}" for k, v in labels.items()]
+    try:
+        return [c["Id"] for c in api.containers(all=True, filters={"label": filters})]
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    box = make_sandbox(SandboxConfig(backend="docker", docker=DockerPoolConfig(size=2, max_size=4)))
+    assert box.wait_ready(2, timeout_s=120)
+    yield box
+    box.close()
+    assert our_containers(**{"posttrain.pool": box.pool_id}) == []
+
+
+@pytest.fixture(scope="module")
+def broken_sandbox():
+    pool = DockerPool(ABSENT)
+    yield pool
+    pool.close()
+
+
+class TestDockerPool(SandboxCases, SessionCases):
+    pass
+
+
+@pytest.fixture(scope="module")
+def cold_sandbox():
+    box = DockerSandbox(IMAGE)
+    yield box
+    box.close()
+
+
+class TestDockerCold(SandboxCases):
+    @pytest.fixture
+    def sandbox(self, cold_sandbox):
+        return cold_sandbox
+
+    @pytest.fixture
+    def broken_sandbox(self):
+        return DockerSandbox("posttrain-no-such-image:absent")
+
+    def leftovers(self, token: str) -> list[str]:
+        return processes_with(token) + our_containers(**{"posttrain.kind": "cold"})
+
+    # the cold backend is the benchmark's baseline; the slow shared cases are covered by the pool
+    test_node_and_bash_see_their_limits = None
+    test_results_carry_scheduler_timings = None
+    test_huge_output_is_truncated_in_bounded_memory = None
+
+
+def test_missing_image_is_infra_error():
+    r = DockerSandbox("posttrain-no-such-image:absent").run(py("print(1)"))
+    assert r.exit_code is None and "No such image" in r.infra_error
+    assert our_containers(**{"posttrain.kind": "cold"}) == []
+    with DockerPool(ABSENT) as pool:
+        t0 = time.monotonic()
+        r = pool.run(py("print(1)"))
+        assert r.exit_code is None and "No such image" in r.infra_error and time.monotonic() - t0 < 10
+
+
+def test_unreachable_daemon_is_infra_error(tmp_path):
+    r = DockerSandbox(base_url=f"unix://{tmp_path}/no-docker.sock").run(py("print(1)"))
+    assert r.exit_code is None and "unreachable" in r.infra_error
+    with DockerPool(DockerPoolConfig(base_url=f"unix://{tmp_path}/no-docker.sock", size=1)) as pool:
+        r = pool.run(py("print(1)"))
+        assert r.exit_code is None and "unreachable" in r.infra_error
+
+
+HARDENING = ("import os\nstatus = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines())\n"
+             "print(os.getuid(), status['CapEff'], status['CapBnd'], status['NoNewPrivs'], status['Seccomp'])\n"
+             "for path in ['/', '/etc', '/usr', '/work', '/tmp']:\n"
+             "    try:\n        open(path + '/x', 'w').close()\n        print(path, 'writable')\n"
+             "    except OSError as e:\n        print(path, e.errno)\n"
+             "import socket\nprint(sorted(name for _, name in socket.if_nameindex()))\n")
+
+
+@pytest.mark.parametrize("backend", ["pool", "cold"])
+def test_container_is_hardened(backend, sandbox):
+    box = sandbox if backend == "pool" else DockerSandbox(IMAGE)
+    r = box.run(py(HARDENING))
+    lines = r.stdout.splitlines()
+    assert lines[0] == "10001 0000000000000000 0000000000000000 1 2", r  # non-root, no caps, no-new-privs, seccomp
+    assert lines[1:6] == ["/ 30", "/etc 30", "/usr 30", "/work writable", "/tmp writable"]  # read-only root
+    assert lines[6] == "['lo']"  # network none
+    assert r.extra["oom_killed"] is False
+    if backend == "pool":
+        [cid] = [c for c in our_containers() if c.startswith(r.extra["container"])]
+        info = docker.from_env().api.inspect_container(cid)
+        host = info["HostConfig"]
+        assert (host["ReadonlyRootfs"], host["NetworkMode"], host["CapDrop"], host["SecurityOpt"]) == \
+               (True, "none", ["ALL"], ["no-new-privileges"])
+        assert info["Config"]["User"] == "10001:10001" and host["PidsLimit"] > 0 and host["Memory"] > 0
+
+
+@pytest.mark.parametrize("backend", ["pool", "cold"])
+def test_memory_bomb_is_oom_killed(backend, sandbox):
+    box = sandbox if backend == "pool" else DockerSandbox(IMAGE)
+    r = box.run(py("x = [b'x' * 10_000_000 for _ in range(100)]", memory_mb=64))
+    assert r.exit_code == 137 and r.extra["oom_killed"] is True, r
+    after = box.run(py("print('fine')"))
+    assert after.stdout == "fine\n"  # the pool's container (or a replacement) serves the next execution
+
+
+@pytest.fixture(scope="module")
+def agent_only_pool():
+    """A pool without the host's view of its containers (as with a remote daemon): the agent's word only."""
+    pool = DockerPool(DockerPoolConfig(size=2, max_size=2), host_checks=False)
+    assert pool.wait_ready(2, timeout_s=120)
+    yield pool
+    pool.close()
+
+
+@pytest.mark.parametrize("checks", ["host", "agent-only"])
+def test_acquire_is_a_list_pop_and_containers_are_reused_clean(checks, sandbox, agent_only_pool):
+    sandbox = sandbox if checks == "host" else agent_only_pool
+    assert all((box.view is not None) == (checks == "host" and os.geteuid() == 0)
+               for box in list(sandbox._boxes.values()))
+    dirty = ("import os, subprocess\nopen('/work/left.txt', 'w').write('x'); open('/tmp/left', 'w').write('x')\n"
+             "open('/dev/shm/left', 'w').write('x')\n"
+             "subprocess.Popen(['sleep', '600'], start_new_session=True)\nos.chmod('/work', 0)\n")
+    probe = ("import os, time\ntime.sleep(0.3)\n"
+             "mine = [p for p in os.listdir('/proc') if p.isdigit() and p != '1' and"
+             " os.stat('/proc/' + p).st_uid == os.getuid()]\n"  # pid 1: the pool's agent
+             "print(sorted(os.listdir('/work')), os.listdir('/tmp'), os.listdir('/dev/shm'), len(mine))\n")
+    for _ in range(2):
+        run_many(sandbox, [py(dirty), py(dirty)], concurrency=2)
+        results = run_many(sandbox, [py(probe), py(probe)], concurrency=2)
+        assert [r.stdout for r in results] == ["['main.py'] [] [] 1\n"] * 2, results  # nothing of the dirty runs
+    acquires = [sandbox.run(py("pass")).extra["acquire_ms"] for _ in range(6)]
+    assert sorted(acquires)[3] < 10, acquires
+
+
+def test_programs_cannot_touch_the_agent(sandbox):
+    code = ("import ctypes, os, signal\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "print(libc.ptrace(0x4206, 1, 0, 0), ctypes.get_errno())\n"  # PTRACE_SEIZE the agent
+            "for path in ['/proc/1/environ', '/proc/1/mem', '/proc/1/fd/1']:\n    try:\n"
+            "        open(path, 'rb').read(1)\n        print(path, 'READ')\n    except OSError as e:\n"
+            "        print(path, e.errno)\n"
+            "for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGSTOP):\n    os.kill(1, sig)\n"
+            "print('still here')\n")
+    r = sandbox.run(py(code))
+    assert r.stdout == "-1 1\n/proc/1/environ 13\n/proc/1/mem 13\n/proc/1/fd/1 13\nstill here\n", r
+    assert sandbox.run(py("print('agent alive')")).stdout == "agent alive\n"
+
+
+def test_pool_shrinks_when_idle_refills_and_replaces_broken_containers():
+    with DockerPool(DockerPoolConfig(size=2, min_idle=0, idle_s=1.0, max_uses=3)) as pool:
+        assert pool.wait_ready(2, timeout_s=120)
+        used = {pool.run(py("pass")).extra["container"] for _ in range(3)}
+        deadline = time.monotonic() + 20
+        while our_containers(**{"posttrain.pool": pool.pool_id}) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert our_containers(**{"posttrain.pool": pool.pool_id}) == []  # idle: shrunk to min_idle=0
+        r = pool.run(py("print('back')"))  # demand again: a container is started on demand, the rest refill
+        assert r.stdout == "back\n" and r.extra["container"] not in used
+        assert pool.wait_ready(1, timeout_s=60)
+        [cid] = [c for c in our_containers(**{"posttrain.pool": pool.pool_id}) if c.startswith(r.extra["container"])]
+        docker.from_env().api.kill(cid)  # a container dies under the pool
+        results = [pool.run(py("print('ok')")) for _ in range(3)]
+        assert any(x.stdout == "ok\n" for x in results)
+        assert pool.stats["created"] >= 3
+    assert our_containers(**{"posttrain.pool": pool.pool_id}) == []
+
+
+def test_close_while_running_removes_everything():
+    pool = DockerPool(DockerPoolConfig(size=1))
+    import threading
+
+    results = []
+    worker = threading.Thread(target=lambda: results.append(pool.run(py("import time; time.sleep(30)",
+                                                                        timeout_s=60))))
+    worker.start()
+    time.sleep(3)
+    pool.close()
+    worker.join(30)
+    assert not worker.is_alive() and results and not results[0].ok
+    assert our_containers(**{"posttrain.pool": pool.pool_id}) == []
+
+
+def test_memory_limit_follows_the_execution(sandbox):
+    code = "print(open('/sys/fs/cgroup/memory/memory.limit_in_bytes').read().strip())"
+    if not os.path.exists("/sys/fs/cgroup/memory"):
+        code = "print(open('/sys/fs/cgroup/memory.max').read().strip())"
+    small = sandbox.run(py(code, memory_mb=96))
+    large = sandbox.run(py(code, memory_mb=300))
+    assert (int(small.stdout), int(large.stdout)) == (96 << 20, 300 << 20)
+
+
+def test_runtimes_exist_in_the_image(sandbox):
+    r = sandbox.run(Execution(files={}, command=["bash", "-c", "python3 --version; node --version"], runtime="bash"))
+    assert r.exit_code == 0 and r.stdout.startswith("Python 3") and "\nv" in r.stdout

@@ -1,0 +1,130 @@
+"""The bubblewrap backend against the shared sandbox and session cases, plus what only bwrap has (setup failures,
+limits, the hardening flags, host workspaces of sessions)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from posttrain.sandbox import Execution, make_sandbox
+from posttrain.sandbox.bwrap import BwrapSandbox
+from tests.sandbox.cases import SandboxCases, SessionCases, py
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")]
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    box = make_sandbox("bwrap")
+    yield box
+    box.close()
+
+
+@pytest.fixture(scope="module")
+def broken_sandbox():
+    """bwrap fails its own setup (a bind source that does not exist) after it has forked."""
+    return BwrapSandbox(extra_ro_binds=[("/nonexistent-posttrain-path", "/x")])
+
+
+class TestBwrap(SandboxCases, SessionCases):
+    pass
+
+
+def test_missing_bwrap_binary_is_infra_error():
+    r = BwrapSandbox(bwrap="/nonexistent/bwrap").run(py("print(1)"))
+    assert r.exit_code is None and "/nonexistent/bwrap" in r.infra_error
+
+
+def test_program_printing_like_bwrap_is_not_infra_error():
+    r = BwrapSandbox().run(py("import sys\nprint('bwrap: Can\\'t find source path', file=sys.stderr)\nsys.exit(1)"))
+    assert (r.exit_code, r.infra_error) == (1, "")
+
+
+def test_limits_and_isolation_inside():
+    code = ("import os, resource as r\n"
+            "print(r.getrlimit(r.RLIMIT_AS)[0] >> 20, r.getrlimit(r.RLIMIT_NPROC)[0], r.getrlimit(r.RLIMIT_CORE)[0],"
+            " r.getrlimit(r.RLIMIT_CPU)[0], os.getpid())\n"
+            "print(sorted(os.listdir('/etc')), os.path.exists('/root'), os.path.exists('/home'))\n"
+            "open('/usr/lib/x', 'w')\n")
+    r = BwrapSandbox(max_processes=32).run(py(code, memory_mb=300, timeout_s=4))
+    limits, visible, _ = r.stdout.split("\n")
+    assert limits.split()[:4] == ["300", "32", "0", "5"]
+    assert int(limits.split()[4]) < 10  # a fresh pid namespace
+    assert visible == "['group', 'hosts', 'passwd'] False False"
+    assert r.exit_code == 1 and "Read-only file system" in r.stderr
+
+
+def test_hardening_seen_from_inside():
+    code = ("import os\nstatus = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines())\n"
+            "print(status['Seccomp'], status['CapEff'], status['NoNewPrivs'], os.getsid(0) == os.getpid() or "
+            "os.getsid(0) != 0)\n"
+            "for path in ['/', '/dev', '/etc', '/usr']:\n"
+            "    try:\n        open(path + '/x', 'w')\n        print(path, 'WRITABLE')\n"
+            "    except OSError as e:\n        print(path, e.errno)\n"
+            "import subprocess\nprint(subprocess.run(['df', '-k', '/work', '/tmp', '/dev/shm'], capture_output=True,"
+            " text=True).stdout.split()[8:])\n"
+            "print(open('/proc/1/environ').read() == '', sorted(os.listdir('/proc/self/fd')))\n")
+    r = BwrapSandbox(workspace_mb=8, tmp_mb=4).run(py(code))
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:3] == ["2", "0000000000000000", "1"] or lines[0].split()[:2] == ["2", "0000000000000000"]
+    assert lines[1:5] == ["/ 30", "/dev 30", "/etc 30", "/usr 30"], r.stdout  # EROFS everywhere but /work, /tmp
+    sizes = lines[5]
+    assert "8192" in sizes and "4096" in sizes, sizes  # /work and /tmp are capped tmpfs
+    assert lines[6] == "True ['0', '1', '2', '3']", lines[6]  # no inherited environment, no stray descriptors
+
+
+def test_kernel_interfaces_are_closed_by_seccomp():
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "for name, nr in [('keyctl', 250), ('bpf', 321), ('perf_event_open', 298), ('unshare', 272),"
+            " ('io_uring_setup', 425), ('mount', 165)]:\n"
+            "    rc = libc.syscall(nr, 0, 0, 0, 0, 0)\n"
+            "    print(name, rc, ctypes.get_errno())\n")
+    r = BwrapSandbox().run(py(code))
+    if os.uname().machine != "x86_64":
+        pytest.skip("syscall numbers above are x86-64's")
+    assert r.stdout.splitlines() == [f"{n} -1 1" for n in ("keyctl", "bpf", "perf_event_open", "unshare",
+                                                           "io_uring_setup", "mount")], r.stdout
+
+
+@pytest.fixture
+def workspace_root(tmp_path):
+    """A directory bwrap (running as nobody when we are root) can reach: pytest's own tmp dirs are 0700."""
+    root = tempfile.mkdtemp(prefix="pt-ws-root-")
+    os.chmod(root, 0o711)
+    yield Path(root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_single_runs_leave_nothing_on_disk_and_sessions_clean_up(workspace_root):
+    tmp_path = workspace_root
+    box = BwrapSandbox(workspace_root=str(tmp_path))
+    box.run(py("import os\nos.makedirs('a/b')\nos.chmod('a', 0)\n"))
+    box.run(py("import time; time.sleep(10)", timeout_s=0.5))
+    assert os.listdir(tmp_path) == []
+    session = box.session()
+    assert session.run("mkdir -p locked/deeper && touch locked/deeper/f && chmod 0 locked").exit_code == 0
+    [workspace] = os.listdir(tmp_path)
+    assert os.path.ismount(tmp_path / workspace / "work") == (os.geteuid() == 0)
+    box.close()  # closes the session it made
+    assert os.listdir(tmp_path) == []
+
+
+def test_session_workspace_is_size_capped(workspace_root):
+    if os.geteuid() != 0:
+        pytest.skip("the workspace quota is a tmpfs mount, which needs root")
+    box = BwrapSandbox(workspace_root=str(workspace_root), workspace_mb=4)
+    with box.session() as s:
+        r = s.run("head -c 10000000 /dev/zero > big; echo $?; du -k big | cut -f1")
+        code, size = r.stdout.split()
+        assert code != "0" and int(size) <= 4096
+
+
+def test_bash_runtime_resolves_runtimes_inside():
+    r = BwrapSandbox().run(Execution(files={"t.sh": "python3 -c 'print(1)'; node -e 'console.log(2)'"},
+                                     command=["bash", "t.sh"], runtime="bash"))
+    assert r.stdout == "1\n2\n", r

@@ -1,0 +1,30 @@
+"""Batch padding: completion tokens, behavior log-probs and the mask line up for next-token scoring."""
+
+import pytest
+
+from posttrain.training.batching import pad_batch
+
+pytestmark = pytest.mark.unit
+
+
+def test_pad_batch_aligns_completion_tokens():
+    b = pad_batch([([0, 5, 6], [7, 1], [-0.5, -0.25]), ([0, 5], [9, 8, 1], [-1.0, -2.0, -3.0])],
+                  advantages=[1.0, -1.0], pad_id=2)
+    assert b.input_ids.tolist() == [[0, 5, 6, 7, 1], [0, 5, 9, 8, 1]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 1]]
+    assert b.targets.tolist() == [[5, 6, 7, 1], [5, 9, 8, 1]]
+    assert b.mask.tolist() == [[0, 0, 1, 1], [0, 1, 1, 1]]
+    assert b.behavior_logprobs.tolist() == [[0, 0, -0.5, -0.25], [0, -1.0, -2.0, -3.0]]
+    assert b.num_tokens == 5
+
+
+def test_pad_batch_pads_right():
+    b = pad_batch([([0, 5], [7], [-0.5]), ([0, 5, 6, 6], [1], [-0.1])], advantages=[1.0, 1.0], pad_id=2)
+    assert b.input_ids[0].tolist() == [0, 5, 7, 2, 2]
+    assert b.attention_mask[0].tolist() == [1, 1, 1, 0, 0]
+    assert b.mask[0].tolist() == [0, 1, 0, 0]
+
+
+def test_pad_batch_rejects_logprob_length_mismatch():
+    with pytest.raises(ValueError, match="sample 0: 1 behavior logprobs for 2 completion tokens"):
+        pad_batch([([0], [7, 1], [-0.5])], advantages=[1.0], pad_id=2)

@@ -1,0 +1,30 @@
+"""The demo policy build is seeded and single-threaded: the same config gives byte-identical weights."""
+
+from __future__ import annotations
+
+import pytest
+
+import hashlib
+from dataclasses import replace
+
+from posttrain.config import DEMO_SUITE, DemoPolicyConfig
+from posttrain.envs.suite import load_suite
+from posttrain.training.checkpoints import check_policy_dir, policy_version
+from posttrain.training.demo_policy import build_demo_policy
+
+pytestmark = pytest.mark.integration
+
+
+def _weights_sha(path) -> str:
+    return hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_demo_policy_build_is_deterministic_and_loadable(tmp_path):
+    pairs = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
+    cfg = replace(DemoPolicyConfig(), sft_steps=4)
+    first = build_demo_policy(tmp_path / "a", cfg, pairs)
+    second = build_demo_policy(tmp_path / "b", cfg, pairs)
+    assert _weights_sha(first) == _weights_sha(second)
+    assert check_policy_dir(first) == first and policy_version(first) == 0
+    other = build_demo_policy(tmp_path / "c", replace(cfg, seed=1), pairs)
+    assert _weights_sha(other) != _weights_sha(first)
