@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers.typed_config import Problems, config_problems, json_schema
+from posttrain.envs.verifiers.typed_config import Problems, config_problems, json_schema, parse
 from posttrain.sandbox.base import Execution, ExecutionResult
 
 
@@ -160,10 +160,11 @@ class Verifier:
       provide ``score_on_host(spec, solution)`` and ``verify_many`` never starts a sandbox for them (their
       ``build_execution`` and ``score`` raise ``HostOnlyError``).
 
-    The config: ``config`` is the dataclass declaring the ``verifier:`` mapping (``typed_config``); ``validate``
-    and ``config_schema`` come from it. ``check_spec(spec)`` adds what the config's types cannot say about the
-    rest of the spec (runtime, entry point, reserved files), ``check_config(spec)`` what they cannot say about a
-    well-typed config (formulas that contradict the values, duplicate names); it runs only when the types fit.
+    The config: ``config`` is the dataclass declaring the ``verifier:`` mapping (``typed_config``); ``validate``,
+    ``config_schema`` and ``settings`` (a valid spec's mapping as a ``config`` instance) come from it.
+    ``check_spec(spec)`` adds what the config's types cannot say about the rest of the spec (runtime, entry point,
+    reserved files), ``check_config(spec)`` what they cannot say about a well-typed config (formulas that
+    contradict the values, duplicate names); it runs only when the types fit.
 
     Admission's questions (defaults in parentheses):
 
@@ -179,6 +180,11 @@ class Verifier:
     - ``solution_language(spec)`` -> the language of a solution program, for scanning the files it reads; ""
       when the solution is data (the runtime's language).
     - ``reference_program(spec)`` -> the program the reference runs as (the reference).
+
+    Scoring, ``check_config``, ``probes`` and ``mutants`` read the typed config (``settings``), so defaults live only
+    in ``config``. ``test_sources``, ``vacuous_tests``, ``agent_only``, ``own_files`` and ``solution_language``
+    read the raw ``spec.verifier`` mapping defensively instead: admission may ask them about any spec (one of
+    another kind, or one whose config failed validation), and they answer from whatever is well-formed in it.
     """
 
     kind: str
@@ -204,6 +210,12 @@ class Verifier:
         turns each into a ``Rejection`` naming the field."""
         typed = config_problems(self.config, spec.verifier, self.kind)
         return self.check_spec(spec) + typed + ([] if typed else self.check_config(spec))
+
+    def settings(self, spec: EnvSpec):
+        """The ``verifier`` mapping of a valid spec as a ``config`` instance, absent keys set to their defaults.
+        Parsed on every call (tens of microseconds; about 0.5 ms for 100 cases), never cached: specs are mutable
+        and the ids of dead objects are reused."""
+        return parse(self.config, spec.verifier)
 
     @property
     def config_schema(self) -> dict:

@@ -48,9 +48,8 @@ from typing import Annotated, Literal
 
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, answer_is_data, host_only
-from posttrain.envs.verifiers.typed_config import Rule
+from posttrain.envs.verifiers.typed_config import Rule, parse
 
-DEFAULT_REL_TOL = 1e-3
 MAX_FIELDS = 50
 MAX_ANSWER_CHARS = 100_000
 MAX_SCAN_CHARS, MAX_SCAN_ATTEMPTS = 20_000, 500  # where and how hard to look for the answer object
@@ -148,15 +147,6 @@ def parse_formula(text: str, names) -> tuple[str, ast.Expression]:
     return lhs, parse_expression(rhs, names)
 
 
-def _field_spec(config: dict, name: str) -> tuple[float, float, float]:
-    """(expected value, rel_tol, abs_tol) of one field."""
-    raw = config["fields"][name]
-    rel, absolute = config.get("rel_tol", DEFAULT_REL_TOL), config.get("abs_tol", 0.0)
-    if isinstance(raw, dict):
-        return raw["value"], raw.get("rel_tol", rel), raw.get("abs_tol", absolute)
-    return raw, rel, absolute
-
-
 def close(got: float, want: float, rel: float, absolute: float) -> bool:
     """Within tolerance: ``|got - want| <= max(rel * |want|, abs)``."""
     return abs(got - want) <= max(rel * abs(want), absolute)
@@ -185,7 +175,7 @@ class NumericConfig:
                       Rule(min_len=1, max_len=MAX_FIELDS, noun="field names to values",
                            doc="field -> expected value, or {value, rel_tol, abs_tol}")]
     rel_tol: Annotated[Tolerance, Rule(doc="default relative tolerance (a value passes if either tolerance "
-                                           "holds)")] = DEFAULT_REL_TOL
+                                           "holds)")] = 1e-3
     abs_tol: Annotated[Tolerance, Rule(doc="default absolute tolerance")] = 0.0
     formulas: Annotated[list[Annotated[str, Rule(pattern=r"^[^=]+=[^=]+$", noun="'name = expression' string")]],
                         Rule(noun="'name = expression' strings",
@@ -193,15 +183,27 @@ class NumericConfig:
     formula_rel_tol: Annotated[Tolerance, Rule(doc="formulas' relative tolerance (default: rel_tol)")] = None
     formula_abs_tol: Annotated[Tolerance, Rule(doc="formulas' absolute tolerance (default: abs_tol)")] = None
 
+    def field_check(self, name: str) -> tuple[float, float, float]:
+        """(expected value, rel_tol, abs_tol) of one field: its own tolerances, else the defaults."""
+        want = self.fields[name]
+        if not isinstance(want, FieldValue):
+            return want, self.rel_tol, self.abs_tol
+        return (want.value, self.rel_tol if want.rel_tol is None else want.rel_tol,
+                self.abs_tol if want.abs_tol is None else want.abs_tol)
+
+    def formula_tolerances(self) -> tuple[float, float]:
+        """(rel_tol, abs_tol) of the formulas: their own, else the fields' defaults."""
+        return (self.rel_tol if self.formula_rel_tol is None else self.formula_rel_tol,
+                self.abs_tol if self.formula_abs_tol is None else self.formula_abs_tol)
+
 
 def check_config(spec: EnvSpec) -> Problems:
     """Formulas that do not parse, name unknown fields, or do not hold for the expected values."""
-    config, problems = spec.verifier, []
-    fields = config["fields"]
-    expected = {name: _field_spec(config, name)[0] for name in fields}
-    rel = config.get("formula_rel_tol", config.get("rel_tol", DEFAULT_REL_TOL))
-    absolute = config.get("formula_abs_tol", config.get("abs_tol", 0.0))
-    for i, text in enumerate(config.get("formulas", [])):
+    config, problems = parse(NumericConfig, spec.verifier), []
+    fields = config.fields
+    expected = {name: config.field_check(name)[0] for name in fields}
+    rel, absolute = config.formula_tolerances()
+    for i, text in enumerate(config.formulas):
         where = f"verifier.formulas[{i}]"
         try:
             lhs, tree = parse_formula(text, set(fields))
@@ -265,8 +267,8 @@ def _number(value) -> float | None:
 
 def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
     """Check every field and every formula of the answer; reward is the fraction of checks passed."""
-    config = spec.verifier
-    fields, formulas = list(config["fields"]), list(config.get("formulas", []))
+    config = parse(NumericConfig, spec.verifier)
+    fields, formulas = list(config.fields), config.formulas
     total = len(fields) + len(formulas)
     answer = _json_object(solution[:MAX_ANSWER_CHARS].strip())
     if answer is None:
@@ -275,7 +277,7 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
     got: dict[str, float] = {}
     failures: list[str] = []
     for name in fields:
-        want, rel, absolute = _field_spec(config, name)
+        want, rel, absolute = config.field_check(name)
         if name not in answer:
             failures.append(f"{name}: missing")
             continue
@@ -286,8 +288,7 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
         got[name] = value
         if not close(value, want, rel, absolute):
             failures.append(f"{name}: got {value:.6g}, expected {want:.6g}")
-    rel = config.get("formula_rel_tol", config.get("rel_tol", DEFAULT_REL_TOL))
-    absolute = config.get("formula_abs_tol", config.get("abs_tol", 0.0))
+    rel, absolute = config.formula_tolerances()
     for text in formulas:
         lhs, tree = parse_formula(text, set(fields))
         try:
@@ -310,7 +311,7 @@ _PROMPT_NUMBER = re.compile(r"(?<![\w.])[-+]?\$?\d[\d,]*(?:\.\d+)?")
 
 def probes(spec: EnvSpec) -> dict[str, str]:
     """Answers that must fail: empty, zeros, nulls, NaN, numbers copied from the document's first lines."""
-    fields = list(spec.verifier["fields"])
+    fields = list(parse(NumericConfig, spec.verifier).fields)
     numbers = []
     for token in _PROMPT_NUMBER.findall(spec.prompt):
         value = _number(token.lstrip("+").rstrip(","))
@@ -337,7 +338,7 @@ def mutants(spec: EnvSpec) -> list[str]:
     if reference is None:
         return []
     out = []
-    for name in spec.verifier["fields"]:
+    for name in parse(NumericConfig, spec.verifier).fields:
         value = _number(reference.get(name))
         if value is None:
             continue

@@ -44,7 +44,7 @@ from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import python_common
 from posttrain.envs.verifiers.base import TrustedSource, Verdict, Verifier, harness_records
 from posttrain.envs.verifiers.python_tests import extract_solution
-from posttrain.envs.verifiers.typed_config import Rule
+from posttrain.envs.verifiers.typed_config import Rule, parse
 from posttrain.sandbox.base import Execution, ExecutionResult
 
 HARNESS = trusted.source("python_asserts_harness")
@@ -88,14 +88,17 @@ class PythonAssertsConfig:
     test_timeout_s: Annotated[float, Rule(low=0, open_low=True, high=60,
                                           doc="per test (default: the env's timeout, at most 5 s)")] = None
 
+    def test_deadline(self, timeout_s: float) -> float:
+        """Seconds per test: ``test_timeout_s``, else the env's ``timeout_s`` capped at 5 s."""
+        return float(min(timeout_s, 5.0) if self.test_timeout_s is None else self.test_timeout_s)
+
 
 def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str) -> Execution:
     """Harness + solution (+ workspace); the request carries the tests (asserts have no hidden answers)."""
     timeout = min(spec.limits.timeout_s, cfg.timeout_s)
-    config = spec.verifier
-    request = {"nonce": nonce, "entry_point": spec.entry_point, "setup": config.get("setup", ""),
-               "tests": list(config["asserts"]), "plain_values": config.get("plain_values", True),
-               "test_timeout_s": float(config.get("test_timeout_s", min(timeout, 5.0)))}
+    config = parse(PythonAssertsConfig, spec.verifier)
+    request = {"nonce": nonce, "entry_point": spec.entry_point, "setup": config.setup, "tests": config.asserts,
+               "plain_values": config.plain_values, "test_timeout_s": config.test_deadline(timeout)}
     return Execution(
         files={**spec.workspace, HARNESS_FILE: HARNESS, SOLUTION_FILE: python_common.program_for(spec, solution)},
         command=list(COMMAND), timeout_s=timeout, memory_mb=min(spec.limits.memory_mb, cfg.memory_mb),
@@ -104,7 +107,7 @@ def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str
 
 def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     """Count the tests the harness's parent process reported as run to the end without a failed assert."""
-    total = len(spec.verifier["asserts"])
+    total = len(parse(PythonAssertsConfig, spec.verifier).asserts)
     if result.infra_error:
         return Verdict.infra(result, total)
     records = harness_records(result.stdout, nonce)
@@ -125,7 +128,7 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
 
 
 def test_sources(spec: EnvSpec) -> list[TrustedSource]:
-    """The asserts and the setup code (Python)."""
+    """The asserts and the setup code (Python), from the raw mapping: admission may ask about an invalid config."""
     config = spec.verifier
     out = [TrustedSource(f"verifier.asserts[{i}]", a, "python") for i, a in enumerate(config.get("asserts", []))
            if isinstance(a, str)]

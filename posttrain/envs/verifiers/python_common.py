@@ -78,7 +78,9 @@ def defines(source: str, name: str) -> bool:
 
 def program_for(spec: EnvSpec, solution: str) -> str:
     """The Python program the harness runs for ``solution`` (see the module docstring for ``complete_prompt``)."""
-    if spec.verifier.get("complete_prompt") and not defines(solution, spec.entry_point):
+    from posttrain.envs.verifiers import get_verifier  # the registry imports this module: look it up when called
+
+    if get_verifier(spec.verifier_kind).settings(spec).complete_prompt and not defines(solution, spec.entry_point):
         return spec.prompt + solution
     return solution
 

@@ -35,7 +35,7 @@ from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import python_common
 from posttrain.envs.verifiers.base import Verdict, Verifier, harness_records
-from posttrain.envs.verifiers.typed_config import Rule, clip
+from posttrain.envs.verifiers.typed_config import Rule, clip, parse
 from posttrain.sandbox.base import Execution, ExecutionResult
 
 HARNESS = trusted.source("python_tests_harness")
@@ -90,7 +90,7 @@ class PythonTestsConfig:
 def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str) -> Execution:
     """The sandbox run for one solution: harness + solution (+ workspace); the request carries args only."""
     request = {"nonce": nonce, "entry_point": spec.entry_point,
-               "cases": [case["args"] for case in spec.verifier["cases"]]}
+               "cases": [case.args for case in parse(PythonTestsConfig, spec.verifier).cases]}
     return Execution(
         files={**spec.workspace, HARNESS_FILE: HARNESS, SOLUTION_FILE: python_common.program_for(spec, solution)},
         command=list(COMMAND),
@@ -124,7 +124,7 @@ def same_value(got, want) -> bool:
 
 def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     """Compare the values the harness reported (lines prefixed with ``nonce``) with the spec's expected values."""
-    cases = spec.verifier["cases"]
+    cases = parse(PythonTestsConfig, spec.verifier).cases
     total = len(cases)
     if result.infra_error:
         return Verdict.infra(result, total)
@@ -139,13 +139,13 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     failures = []
     for index, case in enumerate(cases):
         answer = answers.get(index)
-        if answer is not None and "value" in answer and same_value(answer["value"], case["expected"]):
+        if answer is not None and "value" in answer and same_value(answer["value"], case.expected):
             passed += 1
         elif answer is None:
             failures.append(f"case {index}: no result")
         elif "value" in answer:
-            failures.append(f"case {index}: {spec.entry_point}(*{clip(json.dumps(case['args']), 40)}) returned "
-                            f"{clip(json.dumps(answer['value']), 40)}, expected {clip(json.dumps(case['expected']), 40)}")
+            failures.append(f"case {index}: {spec.entry_point}(*{clip(json.dumps(case.args), 40)}) returned "
+                            f"{clip(json.dumps(answer['value']), 40)}, expected {clip(json.dumps(case.expected), 40)}")
         else:
             failures.append(f"case {index}: {str(answer.get('error', 'no value'))[:80]}")
     detail = _detail(status, compiled, records, result, passed, total, failures)

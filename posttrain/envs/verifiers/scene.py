@@ -51,11 +51,10 @@ from typing import Annotated, Literal, Union
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, answer_is_data, host_only
 from posttrain.envs.verifiers.numeric import extract_solution as _extract_json
-from posttrain.envs.verifiers.typed_config import Rule
+from posttrain.envs.verifiers.typed_config import Rule, parse
 
 MAX_OBJECTS = 200
 MAX_ANSWER_CHARS = 200_000
-DEFAULT_TOLERANCE = 1e-3
 Vector = Annotated[list[float], Rule(min_len=3, max_len=3, noun="numbers")]
 TypeName = Annotated[str, Rule(min_len=1)]
 Distance = Annotated[float, Rule(low=0, doc="gap in the x-y plane")]
@@ -95,6 +94,16 @@ class Count(AgainstWall):
     min: Annotated[int, Rule(low=0, high=MAX_OBJECTS)] = None
     max: Annotated[int, Rule(low=0, high=MAX_OBJECTS)] = None
 
+    @property
+    def least(self) -> int:
+        """The lower bound: ``min``, else 0."""
+        return 0 if self.min is None else self.min
+
+    @property
+    def most(self) -> float:
+        """The upper bound: ``max``, else none (infinity)."""
+        return math.inf if self.max is None else self.max
+
 
 @dataclass
 class SizeOf(AgainstWall):
@@ -132,8 +141,7 @@ class SceneConfig:
     kind: Literal["scene"]
     bounds: Annotated[Bounds, Rule(doc="the room")]
     constraints: Annotated[list[Constraint], Rule(min_len=1, noun="constraints", doc="one check each")]
-    tolerance: Annotated[float, Rule(low=0, high=1, doc="slack for touching, resting and size comparisons")] = \
-        DEFAULT_TOLERANCE
+    tolerance: Annotated[float, Rule(low=0, high=1, doc="slack for touching, resting and size comparisons")] = 1e-3
 
 
 @dataclass(frozen=True)
@@ -213,10 +221,9 @@ def _gap_xy(a: Box, b: Box) -> float:
     return math.hypot(dx, dy)
 
 
-def check(constraint: dict, boxes: list[Box], lo, hi, tol: float) -> str:
+def check(constraint: Constraint, boxes: list[Box], lo, hi, tol: float) -> str:
     """'' when ``constraint`` holds for ``boxes``, else the reason it does not."""
-    kind = constraint["type"]
-    of = [b for b in boxes if b.type == constraint.get("object_type")]
+    kind = constraint.type
     if kind == "inside_bounds":
         out = [b.name for b in boxes if any(bl < l - tol or bh > h + tol for bl, bh, l, h in zip(b.lo, b.hi, lo, hi))]
         return f"outside the bounds: {', '.join(out[:5])}" if out else ""
@@ -230,28 +237,27 @@ def check(constraint: dict, boxes: list[Box], lo, hi, tol: float) -> str:
         loose = [a.name for a in boxes
                  if abs(a.lo[2] - lo[2]) > tol and not any(_rests_on(a, b, tol) for b in boxes)]
         return f"not on the floor or on another object: {', '.join(loose[:5])}" if loose else ""
+    of = [b for b in boxes if b.type == constraint.object_type]
     if kind == "count":
-        n, least, most = len(of), constraint.get("min", 0), constraint.get("max", math.inf)
-        return "" if least <= n <= most else f"{n} of type {constraint['object_type']!r}, wanted " + (
+        n, least, most = len(of), constraint.least, constraint.most
+        return "" if least <= n <= most else f"{n} of type {constraint.object_type!r}, wanted " + (
             f"{least}" if least == most else f"{least}..{most}")
     if kind == "size":
-        want = constraint["size"]
-        rotations = [want, [want[1], want[0], want[2]]] if constraint.get("rotatable", True) else [want]
+        want = constraint.size
+        rotations = [want, [want[1], want[0], want[2]]] if constraint.rotatable else [want]
         wrong = [b.name for b in of if not any(all(abs(s - w) <= tol for s, w in zip(b.size, r)) for r in rotations)]
         return f"wrong size (want {want}): {', '.join(wrong[:5])}" if wrong else ""
     if kind == "on_top_of":
-        supports = [b for b in boxes if b.type == constraint["support_type"]]
+        supports = [b for b in boxes if b.type == constraint.support_type]
         loose = [a.name for a in of if not any(_rests_on(a, b, tol) for b in supports)]
-        return f"not on a {constraint['support_type']}: {', '.join(loose[:5])}" if loose else ""
-    others = [b for b in boxes if b.type == constraint.get("other_type")]
-    if kind == "max_distance":
-        far = [a.name for a in of if not any(_gap_xy(a, b) <= constraint["distance"] + tol for b in others if b is not a)]
-        return f"farther than {constraint['distance']} from any {constraint['other_type']}: {', '.join(far[:5])}" \
-            if far else ""
-    if kind == "min_distance":
-        near = [a.name for a in of if any(_gap_xy(a, b) < constraint["distance"] - tol for b in others if b is not a)]
-        return f"closer than {constraint['distance']} to a {constraint['other_type']}: {', '.join(near[:5])}" \
-            if near else ""
+        return f"not on a {constraint.support_type}: {', '.join(loose[:5])}" if loose else ""
+    if kind in ("max_distance", "min_distance"):
+        others, distance = [b for b in boxes if b.type == constraint.other_type], constraint.distance
+        if kind == "max_distance":
+            far = [a.name for a in of if not any(_gap_xy(a, b) <= distance + tol for b in others if b is not a)]
+            return f"farther than {distance} from any {constraint.other_type}: {', '.join(far[:5])}" if far else ""
+        near = [a.name for a in of if any(_gap_xy(a, b) < distance - tol for b in others if b is not a)]
+        return f"closer than {distance} to a {constraint.other_type}: {', '.join(near[:5])}" if near else ""
     if kind == "against_wall":
         free = [b.name for b in of if not any(abs(b.lo[k] - lo[k]) <= tol or abs(b.hi[k] - hi[k]) <= tol
                                               for k in (0, 1))]
@@ -259,27 +265,22 @@ def check(constraint: dict, boxes: list[Box], lo, hi, tol: float) -> str:
     raise ValueError(f"unknown constraint type {kind!r}")  # pragma: no cover - validate refused it
 
 
-def _label(constraint: dict) -> str:
-    return constraint["type"] + (f"({constraint['object_type']})" if "object_type" in constraint else "")
-
-
 def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
     """Check every constraint; a scene that does not parse fails them all, with the reasons."""
-    config = spec.verifier
-    constraints = config["constraints"]
+    config = parse(SceneConfig, spec.verifier)
+    constraints = config.constraints
     total = len(constraints)
     boxes, errors = parse_scene(solution)
     if errors:
         return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=total,
                        detail="scene does not parse: " + "; ".join(errors[:5]))
-    tol = config.get("tolerance", DEFAULT_TOLERANCE)
-    lo, hi = config["bounds"]["min"], config["bounds"]["max"]
+    lo, hi = config.bounds.min, config.bounds.max
     failures = []
-    for constraint in constraints:
-        reason = check(constraint, boxes, lo, hi, tol)
+    for c in constraints:
+        reason = check(c, boxes, lo, hi, config.tolerance)
         if reason:
-            failures.append(f"{_label(constraint) if constraint['type'] in ('count', 'size') else constraint['type']}"
-                            f": {reason}")
+            label = f"{c.type}({c.object_type})" if c.type in ("count", "size") else c.type
+            failures.append(f"{label}: {reason}")
     passed = total - len(failures)
     return Verdict(reward=passed / total, passed=not failures, compiled=True, tests_passed=passed, tests_total=total,
                    detail=("; ".join(failures) if failures else f"{total}/{total} constraints satisfied")[:1000])
@@ -287,21 +288,22 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
 
 def check_config(spec: EnvSpec) -> Problems:
     """What the types cannot say: bounds in order, counts with a min or max, no constraint that holds vacuously."""
-    config, problems, counted = spec.verifier, [], set()
-    if not all(a < b for a, b in zip(config["bounds"]["min"], config["bounds"]["max"])):
+    config, problems, counted = parse(SceneConfig, spec.verifier), [], set()
+    if not all(a < b for a, b in zip(config.bounds.min, config.bounds.max)):
         problems.append(("verifier.bounds", "min must be below max on every axis"))
-    for i, c in enumerate(config["constraints"]):
-        if c["type"] == "count":
-            if ("min" not in c and "max" not in c) or c.get("min", 0) > c.get("max", MAX_OBJECTS):
+    for i, c in enumerate(config.constraints):
+        if c.type == "count":
+            if (c.min is None and c.max is None) or c.least > c.most:
                 problems.append((f"verifier.constraints[{i}]",
                                  f"count needs integer min and/or max with 0 <= min <= max <= {MAX_OBJECTS}"))
-            elif c.get("min", 0) >= 1:
-                counted.add(c["object_type"])
-    for i, c in enumerate(config["constraints"]):  # a per-type constraint with no object of the type holds vacuously
+            elif c.least >= 1:
+                counted.add(c.object_type)
+    for i, c in enumerate(config.constraints):  # a per-type constraint with no object of the type holds vacuously
         for key in ("object_type", "support_type", "other_type"):
-            if c["type"] != "count" and key in c and c[key] not in counted:
+            name = getattr(c, key, None)  # None: this constraint type has no such field
+            if c.type != "count" and name is not None and name not in counted:
                 problems.append((f"verifier.constraints[{i}].{key}",
-                                 f"type {c[key]!r} needs a count constraint with min >= 1, or this constraint "
+                                 f"type {name!r} needs a count constraint with min >= 1, or this constraint "
                                  "holds vacuously"))
     return problems
 
@@ -323,7 +325,8 @@ def _reference_objects(spec: EnvSpec) -> list[dict]:
 def probes(spec: EnvSpec) -> dict[str, str]:
     """Scenes that must fail: empty, all at the origin, outside the bounds, zero-sized, floating, not JSON."""
     objects = _reference_objects(spec)
-    lo, hi = spec.verifier["bounds"]["min"], spec.verifier["bounds"]["max"]
+    bounds = parse(SceneConfig, spec.verifier).bounds
+    lo, hi = bounds.min, bounds.max
     width = hi[0] - lo[0]
 
     def scene(transform) -> str:
@@ -345,7 +348,7 @@ def mutants(spec: EnvSpec, limit: int = 24) -> list[str]:
     from posttrain.envs.mutation import thin
 
     objects = _reference_objects(spec)
-    hi = spec.verifier["bounds"]["max"]
+    hi = parse(SceneConfig, spec.verifier).bounds.max
     out = []
     for i, obj in enumerate(objects):
         other = objects[(i + 1) % len(objects)]

@@ -11,6 +11,8 @@ field with a default is optional (``None``: computed when absent).
   (``verifier.cases[2].args``), in declaration order; empty when the mapping fits.
 - ``json_schema(Config)``: the same declaration as a JSON Schema (draft 2020-12) fragment.
 - ``markdown_table(Config)``: one row per key (type, default, meaning), for ``docs/env-spec.md``.
+- ``parse(Config, mapping)``: a mapping that fits, as a ``Config`` instance (absent keys take their defaults); the
+  verifiers read their config this way, so a default lives only in the declaration.
 
 Example:
     >>> @dataclass
@@ -25,11 +27,14 @@ Example:
     ('verifier.strict', "must be true or false, got 'yes'")
     >>> json_schema(Demo)["properties"]["cases"]
     {'type': 'array', 'items': {'type': 'integer'}, 'minItems': 1, 'maxItems': 3, 'description': 'inputs'}
+    >>> parse(Demo, {"kind": "demo", "cases": [1, 2]})
+    Demo(kind='demo', cases=[1, 2], strict=False)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -60,6 +65,7 @@ _NO_RULE = Rule()
 _UNION = (typing.Union, types.UnionType)
 
 
+@functools.cache  # like _hints and _tagged: per declared type, never per value (parsing every verdict stays cheap)
 def _unwrap(hint) -> tuple[Any, Rule]:
     """(type, rule) of an annotation; the rules of nested ``Annotated`` aliases merge, the outer ones winning."""
     if typing.get_origin(hint) is not Annotated:
@@ -72,6 +78,7 @@ def _unwrap(hint) -> tuple[Any, Rule]:
     return base, Rule(**merged)
 
 
+@functools.cache
 def _hints(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls, include_extras=True)
 
@@ -97,6 +104,7 @@ def _tag(cls) -> tuple[str, Any] | None:
     return None
 
 
+@functools.cache
 def _tagged(union) -> tuple[str, dict[Any, Any]] | None:
     """(key, {tag: arm}) when every arm of a union is a config dataclass told apart by the same tag key."""
     arms = typing.get_args(union)
@@ -276,6 +284,38 @@ def config_problems(cls, config, kind: str, where: str = "verifier") -> Problems
     if not isinstance(config, dict):
         return [(where, f"must be {describe(cls)}, got {clip(repr(config))}")]
     return _record_problems(config, cls, where, kind)
+
+
+def parse(hint, value):
+    """A value that fits a declared type (``config_problems`` found nothing), as the declaration's Python objects.
+
+    Config dataclasses become instances, their absent keys taking the declared defaults; a union of dataclasses
+    picks its arm by the tag, any other union the first arm the value fits; lists and mappings are parsed item by
+    item; every other value is returned as it is. Nothing is checked: parse only what validation accepted.
+
+    >>> @dataclass
+    ... class Arm:
+    ...     tag: Literal["arm"]
+    ...     reach: float = 1.0
+    >>> parse(dict[str, Arm | int], {"a": {"tag": "arm"}, "b": 2})
+    {'a': Arm(tag='arm', reach=1.0), 'b': 2}
+    """
+    base, _ = _unwrap(hint)
+    origin = typing.get_origin(base)
+    if dataclasses.is_dataclass(base):
+        hints = _hints(base)
+        return base(**{f.name: parse(hints[f.name], value[f.name]) for f in dataclasses.fields(base)
+                       if f.name in value})
+    if origin in _UNION:
+        tagged = _tagged(base)
+        if tagged:
+            return parse(tagged[1][value[tagged[0]]], value)
+        return parse(next((arm for arm in typing.get_args(base) if not _problems(value, arm, "")), Any), value)
+    if origin is list:
+        return [parse(typing.get_args(base)[0], item) for item in value]
+    if origin is dict:
+        return {key: parse(typing.get_args(base)[1], item) for key, item in value.items()}
+    return value
 
 
 def json_schema(hint) -> dict:

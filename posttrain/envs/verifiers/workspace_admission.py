@@ -7,6 +7,9 @@ must fail, wrong-but-plausible solutions, and which files and languages are invo
 - ``agent_only(spec)``: without a ``solution_file`` the solution is an agent's edit script.
 - ``probes(spec)`` / ``mutants(spec)``: the anti-hacking battery and the coverage check's mutants.
 
+``probes`` and ``mutants`` read the typed config (admission asks them about valid envs only); the other hooks read
+the raw ``verifier`` mapping and skip what is malformed, since they may be asked about any spec (see ``Verifier``).
+
 Example:
     >>> from posttrain.envs.spec import EnvSpec
     >>> spec = EnvSpec(id="t/cfg", prompt="Set port=8080 in app.ini", reference="sed -i s/80/8080/ app.ini\\n",
@@ -30,6 +33,8 @@ from pathlib import PurePosixPath
 from posttrain.envs import mutation
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers.base import TrustedSource, language_of, runtime_language
+from posttrain.envs.verifiers.typed_config import parse
+from posttrain.envs.verifiers.workspace_config import WorkspaceTestsConfig
 
 MAX_MUTANTS = mutation.DEFAULT_LIMIT
 
@@ -111,12 +116,12 @@ def _quote(path: str) -> str:
 def probes(spec: EnvSpec) -> dict[str, str]:
     """Solutions that must fail: untouched workspace, exits, deleting or overwriting tests, fake results, and
     processes left behind to tamper with the tests."""
-    config = spec.verifier
-    test_names = sorted(config.get("files", {}))
+    config = parse(WorkspaceTestsConfig, spec.verifier)
+    test_names = sorted(config.files)
     visible_tests = sorted(name for name in spec.workspace if "test" in name.lower())
     fake = "".join(f"echo {shlex.quote(line)}\n" for line in _FAKE_PASS)
-    if config.get("solution_file"):
-        target = config["solution_file"]
+    if config.solution_file:
+        target = config.solution_file
         suffix = PurePosixPath(target).suffix
         original = spec.workspace.get(target, "")
         fake_print = {".py": "".join(f"print({line!r})\n" for line in _FAKE_PASS),
@@ -196,9 +201,9 @@ def _file_mutants(name: str, text: str, limit: int | None) -> list[str]:
 
 def mutants(spec: EnvSpec, limit: int = MAX_MUTANTS) -> list[str]:
     """Wrong-but-plausible solutions: the reference with one edit reverted, or one edited file mutated."""
-    config = spec.verifier
-    if config.get("solution_file"):
-        return _file_mutants(config["solution_file"], spec.reference, limit)
+    solution_file = parse(WorkspaceTestsConfig, spec.verifier).solution_file
+    if solution_file:
+        return _file_mutants(solution_file, spec.reference, limit)
     commands = script_commands(spec.reference)
     out = []
     for i in range(len(commands)):  # each edit reverted (dropped)

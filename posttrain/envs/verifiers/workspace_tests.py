@@ -50,90 +50,31 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
-from dataclasses import dataclass, field
-from pathlib import PurePosixPath
-from typing import Annotated, Literal
 
 from posttrain import trusted
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, harness_records
-from posttrain.envs.verifiers.typed_config import Rule, clip
+from posttrain.envs.verifiers.typed_config import clip, parse
 from posttrain.envs.verifiers.workspace_admission import (agent_only, mutants, own_files, probes, solution_language,
                                                           test_sources, vacuous_tests)
+from posttrain.envs.verifiers.workspace_config import WorkspaceTestsConfig, command_argv
 from posttrain.sandbox.base import Execution, ExecutionResult
 
 DRIVER = trusted.source("workspace_driver")
 COMMAND = ["python3", "-I", "-c", DRIVER]
-MAX_TESTS = 50
-MIN_TEST_TIMEOUT_S = 2.0  # a test's default deadline is a cap for hung tests, not a budget: slow hosts stay green
 TEST_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 FENCE = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.DOTALL)
-
-
-def _relative(name) -> bool:
-    if not isinstance(name, str) or not name or "\0" in name:
-        return False
-    path = PurePosixPath(name)
-    return not path.is_absolute() and ".." not in path.parts and str(path) not in (".", "")
-
-
-def _relative_path(name: str) -> str:
-    return "" if _relative(name) else f"must be a relative path in the workspace, got {name!r}"
-
-
-def _command(cmd) -> str:
-    try:
-        return "" if _argv(cmd) else "is empty"
-    except ValueError as error:
-        return f"must be a command line or a list of strings ({error})"
-
-
-RelativePath = Annotated[str, Rule(check=_relative_path)]
-Seconds = Annotated[float, Rule(low=0, open_low=True, high=300)]
-
-
-@dataclass
-class WorkspaceTest:
-    name: Annotated[str, Rule(min_len=1, doc="unique among the env's tests")]
-    cmd: Annotated[str | list[str], Rule(check=_command, doc="one process, cwd /work; {tests} is the trusted "
-                                                             "files' directory")]
-    stdout: Annotated[str, Rule(doc="expected stdout (trailing whitespace ignored), compared on the host")] = None
-    exit_code: Annotated[int, Rule(low=0, high=255, doc="expected exit code")] = 0
-
-
-@dataclass
-class WorkspaceTestsConfig:
-    """The ``verifier:`` mapping of a ``workspace_tests`` env."""
-
-    kind: Literal["workspace_tests"]
-    tests: Annotated[list[WorkspaceTest], Rule(min_len=1, max_len=MAX_TESTS, noun="tests")]
-    solution_file: Annotated[RelativePath | None, Rule(doc="the solution is this file's content; else a bash "
-                                                           "edit script")] = None
-    files: Annotated[dict[RelativePath, str], Rule(noun="relative paths to file contents",
-                                                   doc="trusted test files, written after the solution ran")] = \
-        field(default_factory=dict)
-    solution_timeout_s: Annotated[Seconds, Rule(doc="default: a third of the env's timeout, at most 10 s")] = None
-    test_timeout_s: Annotated[Seconds, Rule(doc="default: the rest, shared by the tests, at least 2 s each")] = None
 
 
 def check_config(spec: EnvSpec) -> Problems:
     """Test names are unique."""
     problems, names = [], set()
-    for i, test in enumerate(spec.verifier["tests"]):
-        if test["name"] in names:
-            problems.append((f"verifier.tests[{i}].name", f"must be unique, {test['name']!r} is used twice"))
-        names.add(test["name"])
+    for i, test in enumerate(parse(WorkspaceTestsConfig, spec.verifier).tests):
+        if test.name in names:
+            problems.append((f"verifier.tests[{i}].name", f"must be unique, {test.name!r} is used twice"))
+        names.add(test.name)
     return problems
-
-
-def _argv(cmd) -> list[str]:
-    if isinstance(cmd, str):
-        return shlex.split(cmd)
-    if isinstance(cmd, list) and all(isinstance(a, str) for a in cmd):
-        return list(cmd)
-    raise ValueError(f"got {type(cmd).__name__}")
 
 
 def extract_solution(completion: str) -> str:
@@ -149,28 +90,24 @@ def extract_solution(completion: str) -> str:
 def timeouts(spec: EnvSpec, cfg: SandboxConfig) -> tuple[float, float, float]:
     """(whole execution, solution phase, each test) deadlines in seconds."""
     total = min(spec.limits.timeout_s, cfg.timeout_s)
-    config = spec.verifier
-    solution = float(config.get("solution_timeout_s", min(total / 3, 10.0)))
-    share = (total - solution) / max(1, len(config["tests"]))
-    test = float(config.get("test_timeout_s", min(total, max(MIN_TEST_TIMEOUT_S, share))))
-    return total, solution, test
+    return total, *parse(WorkspaceTestsConfig, spec.verifier).deadlines(total)
 
 
 def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str) -> Execution:
     """The workspace (plus the solution file, if any); the driver gets the script and tests on stdin, no answers."""
-    config = spec.verifier
+    config = parse(WorkspaceTestsConfig, spec.verifier)
     total, solution_s, test_s = timeouts(spec, cfg)
     files = dict(spec.workspace)
     script = solution
-    if config.get("solution_file"):
-        files[config["solution_file"]] = solution
+    if config.solution_file:
+        files[config.solution_file] = solution
         script = None
     env = dict(TEST_ENV)
     if spec.runtime == "node":
         env["NODE_OPTIONS"] = f"--max-old-space-size={min(spec.limits.memory_mb, cfg.memory_mb)}"
     request = {"nonce": nonce, "solution": script, "solution_timeout_s": solution_s, "test_timeout_s": test_s,
-               "files": dict(config.get("files", {})), "env": env,
-               "tests": [{"name": t["name"], "argv": _argv(t["cmd"])} for t in config["tests"]]}
+               "files": config.files, "env": env,
+               "tests": [{"name": t.name, "argv": command_argv(t.cmd)} for t in config.tests]}
     return Execution(files=files, command=list(COMMAND), timeout_s=total,
                      memory_mb=min(spec.limits.memory_mb, cfg.memory_mb), runtime=spec.runtime,
                      max_output_bytes=cfg.max_output_bytes, stdin=json.dumps(request))
@@ -182,7 +119,7 @@ def _normalize(text: str) -> str:
 
 def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     """Each test passes iff the driver saw the expected exit code (and stdout, when the spec gives one)."""
-    tests = spec.verifier["tests"]
+    tests = parse(WorkspaceTestsConfig, spec.verifier).tests
     total = len(tests)
     if result.infra_error:
         return Verdict.infra(result, total)
@@ -197,17 +134,16 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     passed, failures = 0, []
     for index, test in enumerate(tests):
         record = outcomes.get(index)
-        want_exit = test.get("exit_code", 0)
         if record is None:
-            failures.append(f"{test['name']}: no result")
+            failures.append(f"{test.name}: no result")
         elif record.get("timed_out"):
-            failures.append(f"{test['name']}: timed out")
-        elif record.get("exit") != want_exit:
+            failures.append(f"{test.name}: timed out")
+        elif record.get("exit") != test.exit_code:
             tail = str(record.get("stderr", "")).strip().splitlines()[-1:] or [""]
-            failures.append(f"{test['name']}: exit code {record.get('exit')} (want {want_exit}) {tail[0][:100]}")
-        elif "stdout" in test and _normalize(str(record.get("stdout", ""))) != _normalize(test["stdout"]):
-            failures.append(f"{test['name']}: printed {clip(json.dumps(str(record.get('stdout', ''))))}, "
-                            f"expected {clip(json.dumps(test['stdout']))}")
+            failures.append(f"{test.name}: exit code {record.get('exit')} (want {test.exit_code}) {tail[0][:100]}")
+        elif test.stdout is not None and _normalize(str(record.get("stdout", ""))) != _normalize(test.stdout):
+            failures.append(f"{test.name}: printed {clip(json.dumps(str(record.get('stdout', ''))))}, "
+                            f"expected {clip(json.dumps(test.stdout))}")
         else:
             passed += 1
     if not compiled:

@@ -1,9 +1,10 @@
 """One typed config per verifier: its validation and its JSON Schema both come from the declaration, agree with
-each other, and the docs' config tables are generated from it."""
+each other, the docs' config tables are generated from it, and the verifiers read it parsed (defaults filled)."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,8 +14,10 @@ import pytest
 import yaml
 
 from posttrain.envs import spec_json_schema
+from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import VERIFIERS, get_verifier
-from posttrain.envs.verifiers.typed_config import Rule, config_problems, describe, json_schema, markdown_table
+from posttrain.envs.verifiers.typed_config import (Rule, config_problems, describe, json_schema, markdown_table,
+                                                   parse)
 
 pytestmark = pytest.mark.unit
 
@@ -107,6 +110,44 @@ def test_markdown_table_lists_nested_keys():
         assert row in table, table
 
 
+def bundled_configs(kind: str) -> list[dict]:
+    files = sorted(Path("posttrain/envs/suites").rglob("*.yaml")) + sorted(FIXTURES.glob("good_*.yaml"))
+    return [c for c in (yaml.safe_load(f.read_text())["verifier"] for f in files) if c["kind"] == kind]
+
+
+def test_parse_fills_the_declared_defaults():
+    minimal = {"kind": "demo", "shapes": [{"type": "square", "side": 2}]}
+    assert parse(Demo, minimal) == Demo(kind="demo", shapes=[Square("square", 2)], labels={}, size=3, style="flat",
+                                        note=None)
+    first, second = parse(Demo, minimal), parse(Demo, minimal)
+    assert first.labels is not second.labels  # a default factory gives each instance its own
+    assert minimal == {"kind": "demo", "shapes": [{"type": "square", "side": 2}]}  # the mapping is left alone
+
+
+def test_parse_builds_nested_records_and_picks_union_arms():
+    demo = parse(Demo, GOOD)
+    assert demo.shapes == [Circle("circle", 1), Square("square", 2, filled=True)]  # tagged by ``type``
+    assert (demo.labels, demo.size, demo.style, demo.note) == ({"a": "x"}, 10, "shaded", None)
+    untagged = parse(dict[str, float | Circle], {"a": 1.5, "b": {"type": "circle", "radius": 2}})
+    assert untagged == {"a": 1.5, "b": Circle("circle", 2)}  # the first arm the value fits
+    assert parse(Annotated[str | list[str], Rule()], ["a", "b"]) == ["a", "b"]  # no record arm: as it is
+    assert parse(list[Any], [{"x": 1}]) == [{"x": 1}]
+
+
+@pytest.mark.parametrize("kind", VERIFIERS)
+def test_each_verifier_reads_every_bundled_config_typed(kind):
+    verifier = get_verifier(kind)
+    for config in bundled_configs(kind):
+        settings = verifier.settings(EnvSpec(id="t/x", prompt="p", reference="", verifier=config))
+        assert isinstance(settings, verifier.config)
+        for f in dataclasses.fields(settings):
+            got = getattr(settings, f.name)
+            if f.name not in config:
+                assert got == (f.default if f.default_factory is dataclasses.MISSING else f.default_factory())
+            elif isinstance(config[f.name], (bool, int, float, str)):
+                assert got == config[f.name]
+
+
 @pytest.mark.parametrize("kind", VERIFIERS)
 def test_each_verifier_validates_and_publishes_from_its_typed_config(kind):
     verifier = get_verifier(kind)
@@ -114,8 +155,7 @@ def test_each_verifier_validates_and_publishes_from_its_typed_config(kind):
     assert verifier.config_schema["properties"]["kind"] == {"const": kind}
     spec_schema = spec_json_schema.spec_schema()["properties"]["verifier"]["oneOf"]
     assert verifier.config_schema in spec_schema
-    files = sorted(Path("posttrain/envs/suites").rglob("*.yaml")) + sorted(FIXTURES.glob("good_*.yaml"))
-    configs = [c for c in (yaml.safe_load(f.read_text())["verifier"] for f in files) if c["kind"] == kind]
+    configs = bundled_configs(kind)
     assert configs and all(config_problems(verifier.config, c, kind) == [] for c in configs)
 
 
@@ -135,8 +175,6 @@ def test_committed_schema_matches_and_regenerates(tmp_path, monkeypatch):
 
 
 def test_checks_and_semantic_problems_still_come_with_the_typed_ones():
-    from posttrain.envs.spec import EnvSpec
-
     bad = EnvSpec(id="t/x", prompt="p", entry_point="2f", reference="", runtime="node",
                   verifier={"kind": "python_tests", "cases": [{"args": [1], "expected": float("nan")}], "x": 1})
     problems = get_verifier("python_tests").validate(bad)
