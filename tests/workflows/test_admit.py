@@ -4,7 +4,6 @@ checkpoint policy sampled through real vLLM (the discrimination check's weak pol
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +14,8 @@ import pytest
 from posttrain.admission import admit
 from posttrain.config import DEMO_SUITE, AdmissionConfig, SandboxConfig
 from posttrain.sandbox import make_sandbox
+from tests import ROOT, launch_env
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
@@ -24,7 +23,7 @@ def test_admit_workflow_logs_the_report_to_mlflow(tmp_path):
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "POSTTRAIN_ARTIFACT_ROOT": (tmp_path / "artifacts").as_uri()}
+    env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri())
     pyflyte = Path(sys.executable).parent / "pyflyte"
     proc = subprocess.run([str(pyflyte), "run", "--overwrite-cache", "workflows/admit.py", "admit",
                            "--suite", "tests/fixtures/broken_suite"],

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import ROOT, launch_env
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
@@ -18,8 +18,8 @@ def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(tmp_path):
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "POSTTRAIN_ARTIFACT_ROOT": (tmp_path / "artifacts").as_uri(),
-           "DS_ACCELERATOR": "cpu"}
+    env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri(),
+                     DS_ACCELERATOR="cpu")
     pyflyte = Path(sys.executable).parent / "pyflyte"
     proc = subprocess.run([str(pyflyte), "run", "--overwrite-cache", "workflows/rl_loop.py", "rl_smoke"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)

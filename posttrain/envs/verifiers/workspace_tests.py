@@ -60,6 +60,7 @@ from posttrain.envs.verifiers.workspace_admission import (agent_only, mutants, o
                                                           test_sources, vacuous_tests)
 from posttrain.envs.verifiers.workspace_config import WorkspaceTestsConfig, command_argv
 from posttrain.sandbox.base import Execution, ExecutionResult
+from posttrain.sandbox.workspace import node_heap_mb
 
 DRIVER = trusted.source("workspace_driver")
 COMMAND = ["python3", "-I", "-c", DRIVER]
@@ -104,7 +105,7 @@ def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str
         script = None
     env = dict(TEST_ENV)
     if spec.runtime == "node":
-        env["NODE_OPTIONS"] = f"--max-old-space-size={min(spec.limits.memory_mb, cfg.memory_mb)}"
+        env["NODE_OPTIONS"] = f"--max-old-space-size={node_heap_mb(min(spec.limits.memory_mb, cfg.memory_mb))}"
     request = {"nonce": nonce, "solution": script, "solution_timeout_s": solution_s, "test_timeout_s": test_s,
                "files": config.files, "env": env,
                "tests": [{"name": t.name, "argv": command_argv(t.cmd)} for t in config.tests]}
