@@ -71,6 +71,21 @@ def harness_records(stdout: str, nonce: str) -> list[dict]:
     return records
 
 
+def first_record_per_index(records: list[dict], key: str, total: int) -> dict[int, dict]:
+    """The first record whose ``key`` is an index in ``range(total)``, per index: the harness's own line comes
+    first, so later look-alikes (a program printing after it with the stolen nonce) are ignored.
+
+    >>> first_record_per_index([{"case": 0, "v": 1}, {"case": 0, "v": 9}, {"case": 5}, {"case": "0"}], "case", 2)
+    {0: {'case': 0, 'v': 1}}
+    """
+    first: dict[int, dict] = {}
+    for record in records:
+        index = record.get(key)
+        if type(index) is int and 0 <= index < total:
+            first.setdefault(index, record)
+    return first
+
+
 class HostOnlyError(TypeError):
     """A sandbox function was called on a verifier that scores on the host (``needs_sandbox=False``)."""
 

@@ -42,7 +42,7 @@ from posttrain import trusted
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import python_common
-from posttrain.envs.verifiers.base import TrustedSource, Verdict, Verifier, harness_records
+from posttrain.envs.verifiers.base import TrustedSource, Verdict, Verifier, first_record_per_index, harness_records
 from posttrain.envs.verifiers.python_tests import extract_solution
 from posttrain.envs.verifiers.typed_config import Rule, parse
 from posttrain.sandbox.base import Execution, ExecutionResult
@@ -112,11 +112,7 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
         return Verdict.infra(result, total)
     records = harness_records(result.stdout, nonce)
     status, compiled = python_common.harness_status(records)
-    outcomes: dict[int, dict] = {}
-    for record in records:
-        index = record.get("test")
-        if type(index) is int and 0 <= index < total:
-            outcomes.setdefault(index, record)
+    outcomes = first_record_per_index(records, "test", total)
     passed = sum(1 for i in range(total) if outcomes.get(i, {}).get("ok") is True)
     failures = [f"test {i}: {str(outcomes[i].get('error', 'failed'))[:120]}" if i in outcomes else
                 f"test {i}: no result" for i in range(total) if outcomes.get(i, {}).get("ok") is not True]
@@ -137,7 +133,8 @@ def test_sources(spec: EnvSpec) -> list[TrustedSource]:
 
 
 VERIFIER = Verifier(kind="python_asserts", config=PythonAssertsConfig, extract_solution=extract_solution,
-                    build_execution=build_execution, score=score, probes=python_common.python_probes, mutants=python_common.python_mutants,
+                    build_execution=build_execution, score=score, probes=python_common.python_probes,
+                    mutants=python_common.python_mutants,
                     check_spec=python_common.spec_checks("python_asserts", OWN_FILES), own_files=lambda spec: OWN_FILES,
                     test_sources=test_sources, reference_program=python_common.reference_program)
 validate = VERIFIER.validate

@@ -3,8 +3,9 @@
 Spec config: ``verifier: {kind: python_tests, cases: [{args: [...], expected: ...}, ...]}`` plus ``entry_point``;
 optional ``complete_prompt: true`` runs ``prompt + solution`` when the solution does not define the entry point
 (HumanEval-style prompts that end in a signature and docstring; see ``python_common.program_for``).
-The sandbox runs the trusted ``harness.py`` (``posttrain/trusted/python_tests_harness.py``), which reports each *returned value* (or the
-exception type) on a nonce-prefixed line; the expected values stay on the host and ``score`` compares them here.
+The sandbox runs the trusted ``harness.py`` (``posttrain/trusted/python_tests_harness.py``), which reports each
+*returned value* (or the exception type) on a nonce-prefixed line; the expected values stay on the host and
+``score`` compares them here.
 A solution that exits early, crashes or prints look-alike lines earns nothing for the cases it did not answer.
 For admission, ``probes`` gives the cheat battery and ``mutants`` the AST mutants of the reference
 (``python_common``).
@@ -34,7 +35,7 @@ from posttrain import trusted
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import python_common
-from posttrain.envs.verifiers.base import Verdict, Verifier, harness_records
+from posttrain.envs.verifiers.base import Verdict, Verifier, first_record_per_index, harness_records
 from posttrain.envs.verifiers.typed_config import Rule, clip, parse
 from posttrain.sandbox.base import Execution, ExecutionResult
 
@@ -130,11 +131,7 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
         return Verdict.infra(result, total)
     records = harness_records(result.stdout, nonce)
     status, compiled = python_common.harness_status(records)
-    answers: dict[int, dict] = {}
-    for record in records:
-        index = record.get("case")
-        if type(index) is int and 0 <= index < total:
-            answers.setdefault(index, record)  # the harness's own line comes first; later look-alikes are ignored
+    answers = first_record_per_index(records, "case", total)
     passed = 0
     failures = []
     for index, case in enumerate(cases):
@@ -165,7 +162,8 @@ def _detail(status, compiled, records, result, passed, total, failures) -> str:
 
 
 VERIFIER = Verifier(kind="python_tests", config=PythonTestsConfig, extract_solution=extract_solution,
-                    build_execution=build_execution, score=score, probes=python_common.python_probes, mutants=python_common.python_mutants,
+                    build_execution=build_execution, score=score, probes=python_common.python_probes,
+                    mutants=python_common.python_mutants,
                     check_spec=python_common.spec_checks("python_tests", OWN_FILES), own_files=lambda spec: OWN_FILES,
                     reference_program=python_common.reference_program)
 validate = VERIFIER.validate

@@ -54,7 +54,7 @@ import re
 from posttrain import trusted
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, harness_records
+from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, first_record_per_index, harness_records
 from posttrain.envs.verifiers.typed_config import clip, parse
 from posttrain.envs.verifiers.workspace_admission import (agent_only, mutants, own_files, probes, solution_language,
                                                           test_sources, vacuous_tests)
@@ -127,11 +127,7 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     records = harness_records(result.stdout, nonce)
     syntax = next((r for r in records if r.get("phase") == "syntax"), None)
     compiled = syntax is None or syntax.get("ok") is True
-    outcomes: dict[int, dict] = {}
-    for record in records:
-        index = record.get("test")
-        if type(index) is int and 0 <= index < total:
-            outcomes.setdefault(index, record)
+    outcomes = first_record_per_index(records, "test", total)
     passed, failures = 0, []
     for index, test in enumerate(tests):
         record = outcomes.get(index)
