@@ -37,7 +37,7 @@ from posttrain.config import TrainConfig
 from posttrain.training.algorithms import aggregate, check_aggregation, get_policy_loss
 from posttrain.training.batching import Batch, pad_batch
 from posttrain.training.checkpoints import POLICY_META
-from posttrain.training.losses import token_logprobs
+from posttrain.training.logprobs import token_logprobs
 
 if TYPE_CHECKING:  # the trainer reads TrainSample's fields; samples.py (pandas, the reward stage) is not imported
     from posttrain.training.samples import TrainSample

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from posttrain.config import TrainConfig
-from posttrain.training.losses import token_logprobs
+from posttrain.training.logprobs import token_logprobs
 from posttrain.training.samples import TrainSample
 from posttrain.training.trainer import PolicyTrainer
 

@@ -16,7 +16,7 @@ from posttrain.config import DEMO_SUITE, TrainConfig
 from posttrain.envs.suite import load_suite
 from posttrain.training.algorithms import get_advantage_estimator, register_policy_loss
 from posttrain.training.checkpoints import POLICY_META
-from posttrain.training.losses import token_logprobs
+from posttrain.training.logprobs import token_logprobs
 from posttrain.training.samples import TrainSample
 from posttrain.training.trainer import PolicyTrainer
 

@@ -2,8 +2,8 @@
 
 ``TrainConfig.advantage_estimator``, ``TrainConfig.policy_loss`` and ``TrainConfig.loss_aggregation`` name the
 pieces of an update. A variant is one function registered with ``@register_advantage(name)`` or
-``@register_policy_loss(name)`` (the built-in entries live in ``advantages.py`` and ``losses.py``), never a new
-branch in the trainer. Shapes: N scored samples; B sequences of a micro batch; L-1 target positions.
+``@register_policy_loss(name)`` in a module of its own in this package (``grpo.py``, ``ppo_clip.py``, ...), never a
+new branch in the trainer: every module here is imported before a name is looked up, so a new file is all it takes. Shapes: N scored samples; B sequences of a micro batch; L-1 target positions.
 
 - An **advantage estimator** maps ``(rewards [N], group_ids [N], cfg)`` to ``[N]`` float advantages, input order.
 - A **policy loss** maps ``(logprobs [B, L-1], behavior_logprobs [B, L-1], advantages [B], mask [B, L-1], cfg)``
@@ -32,7 +32,9 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -85,9 +87,14 @@ def register_policy_loss(name: str) -> Callable[[F], F]:
     return _register(POLICY_LOSSES, "policy loss", name)
 
 
-def _lookup(registry: dict, field: str, kind: str, name: str):
-    from posttrain.training import advantages, losses  # noqa: F401  importing them registers the built-ins
+def _import_variants() -> None:
+    """Import every module of this package: each registers its variants as it is imported."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
 
+
+def _lookup(registry: dict, field: str, kind: str, name: str):
+    _import_variants()
     if name not in registry:
         raise ValueError(f"TrainConfig.{field}: unknown {kind} {name!r}; known: {sorted(registry)}")
     return registry[name]

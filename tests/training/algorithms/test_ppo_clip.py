@@ -1,4 +1,4 @@
-"""Token log-probs and the PPO-clip loss against hand-computed values and gradients."""
+"""The PPO-clip loss against hand-computed values and gradients."""
 
 import math
 
@@ -7,18 +7,12 @@ import torch
 
 from posttrain.config import TrainConfig
 from posttrain.training.algorithms import aggregate
-from posttrain.training.losses import ppo_clip_loss, token_logprobs
+from posttrain.training.algorithms.ppo_clip import ppo_clip_loss
 
 pytestmark = pytest.mark.unit
 
 
 CLIP_02 = TrainConfig(clip_eps=0.2)
-
-
-def test_token_logprobs_matches_log_softmax():
-    logits = torch.tensor([[[0.0, math.log(3.0)], [2.0, 2.0]]])  # p = [1/4, 3/4], then [1/2, 1/2]
-    lp = token_logprobs(logits, torch.tensor([[1, 0]]))
-    assert torch.allclose(lp, torch.log(torch.tensor([[0.75, 0.5]])))
 
 
 def _ratios_case():

@@ -10,11 +10,11 @@ import torch
 
 from posttrain.config import TrainConfig
 from posttrain.schemas import TrainRows
-from posttrain.training.advantages import group_advantages
+from posttrain.training.algorithms.grpo import group_advantages
 from posttrain.training.algorithms import (ADVANTAGE_ESTIMATORS, AGGREGATIONS, POLICY_LOSSES, aggregate,
                                            get_advantage_estimator, get_policy_loss, register_advantage,
                                            register_policy_loss)
-from posttrain.training.losses import ppo_clip_loss
+from posttrain.training.algorithms.ppo_clip import ppo_clip_loss
 from posttrain.training.samples import TrainSample, train_samples, with_advantages
 
 pytestmark = pytest.mark.unit

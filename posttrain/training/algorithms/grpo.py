@@ -1,4 +1,5 @@
-"""GRPO advantages: each sample's reward normalized within its group (the n samples of one env).
+"""GRPO advantages (``TrainConfig.advantage_estimator = "grpo"``, the default): each sample's reward normalized
+within its group (the n samples of one env).
 
 ``grpo_advantages`` works on a dense ``[G, n]`` reward matrix; ``group_advantages`` (registered as the ``grpo``
 advantage estimator, ``TrainConfig.advantage_estimator``) takes the flat rewards and group ids of scored rollouts

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from posttrain.config import TrainConfig
-from posttrain.training.advantages import group_advantages, grpo_advantages
+from posttrain.training.algorithms.grpo import group_advantages, grpo_advantages
 
 pytestmark = pytest.mark.unit
 

@@ -1,19 +1,14 @@
-"""Policy-gradient losses (pure torch): per-token log-probabilities and the PPO-clip surrogate.
+"""The PPO-clip policy loss (``TrainConfig.policy_loss = "ppo_clip"``, the default), pure torch.
 
-Shapes: B sequences, T token positions (``L - 1`` in the trainer), V vocabulary. ``mask[b, t] = 1`` marks a
-completion token that is trained on; prompt and padding positions are 0. ``ppo_clip_loss`` is registered as the
-``ppo_clip`` policy loss (``TrainConfig.policy_loss``): it returns the per-token loss and detached token-mean stats;
-``algorithms.aggregate`` turns the per-token loss into the scalar (``TrainConfig.loss_aggregation``).
+Shapes: B sequences, T token positions (``L - 1`` in the trainer). ``mask[b, t] = 1`` marks a completion token
+that is trained on; prompt and padding positions are 0. It returns the per-token loss and detached token-mean
+stats; ``algorithms.aggregate`` turns the per-token loss into the scalar (``TrainConfig.loss_aggregation``).
 
 Example:
     >>> import torch
     >>> from posttrain.config import TrainConfig
-    >>> logits = torch.zeros(1, 2, 4)                      # uniform over 4 tokens
-    >>> token_logprobs(logits, torch.tensor([[0, 3]])).exp()
-    tensor([[0.2500, 0.2500]])
     >>> logp = torch.log(torch.tensor([[0.5, 0.5]]))
-    >>> cfg = TrainConfig(clip_eps=0.2)
-    >>> per_token, stats = ppo_clip_loss(logp, logp, torch.tensor([2.0]), torch.ones(1, 2), cfg)
+    >>> per_token, stats = ppo_clip_loss(logp, logp, torch.tensor([2.0]), torch.ones(1, 2), TrainConfig(clip_eps=0.2))
     >>> per_token, float(stats["clip_fraction"]), float(stats["ratio_mean"])
     (tensor([[-2., -2.]]), 0.0, 1.0)
 """
@@ -29,20 +24,6 @@ from posttrain.training.algorithms import register_policy_loss
 
 if TYPE_CHECKING:
     from posttrain.config import TrainConfig
-
-
-def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
-    """Log-probability of each target token.
-
-    Args:
-        logits: ``[B, T, V]`` (any float dtype; computed in float32).
-        targets: ``[B, T]`` token ids, ``targets[b, t]`` is the token scored by ``logits[b, t]``.
-
-    Returns:
-        ``[B, T]`` float32 log-probabilities.
-    """
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
 
 
 @register_policy_loss("ppo_clip")
