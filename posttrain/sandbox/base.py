@@ -92,14 +92,16 @@ class SandboxBackend(ABC):
         try:
             prepared = self._prepare(execution)
         except ValueError as exc:
-            return self._infra(f"invalid execution: {exc}", t0)
+            refused = self._infra(f"invalid execution: {exc}", t0)
+            refused.extra["invalid"] = True  # nothing started, and retrying cannot help
+            return refused
         return self._run(execution, prepared, t0)
 
     def _prepare(self, execution: Execution) -> Prepared:
         """The checked execution; ``ValueError`` naming the field when it cannot run (overrides add checks)."""
-        from posttrain.sandbox.workspace import checked_files, resolve_command, runtime_of, sandbox_env
+        from posttrain.sandbox.workspace import check_execution, checked_files, resolve_command, sandbox_env
 
-        runtime_of(execution)
+        check_execution(execution)
         return Prepared(checked_files(execution.files), sandbox_env(execution), resolve_command(execution))
 
     @abstractmethod

@@ -264,7 +264,7 @@ def _complete(job: _Job, result) -> None:
 
 def run_one(sandbox: Sandbox, execution: Execution, start_retries: int = 2,
             retry_delay_s: float = 0.2) -> ExecutionResult:
-    """Run one execution, retrying while the result is an infra error; never raises."""
+    """Run one execution, retrying while the result is an infra error (not an invalid execution); never raises."""
     attempts = 0
     while True:
         attempts += 1
@@ -272,7 +272,7 @@ def run_one(sandbox: Sandbox, execution: Execution, start_retries: int = 2,
             result = sandbox.run(execution)
         except Exception as exc:  # a backend bug must not lose the result or the batch
             result = ExecutionResult(exit_code=None, infra_error=f"{sandbox.name} raised {type(exc).__name__}: {exc}")
-        if not result.infra_error or attempts > start_retries:
+        if not result.infra_error or attempts > start_retries or result.extra.get("invalid"):
             result.extra["attempts"] = attempts
             return result
         time.sleep(retry_delay_s * attempts)

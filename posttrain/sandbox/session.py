@@ -35,7 +35,7 @@ from typing import Sequence
 
 from posttrain.sandbox.base import Execution, ExecutionResult, SandboxStartError
 from posttrain.sandbox.capture import CappedBuffer, RawRun
-from posttrain.sandbox.workspace import WORKDIR, checked_files
+from posttrain.sandbox.workspace import WORKDIR, check_execution, checked_files
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +108,19 @@ class SandboxSession:
                               memory_mb=self.memory_mb, runtime=runtime or ("bash" if isinstance(command, str)
                                                                             else self.runtime),
                               max_output_bytes=self.output_bytes, stdin=stdin)
+        try:
+            check_execution(execution)  # refused before the step starts, like a single run
+        except ValueError as exc:
+            raise SessionError(f"run(): {exc}") from None
         return self._step("run", execution, stdin.encode("utf-8")).result()
 
     def write_file(self, path: str, content: str | bytes) -> None:
         """Create or replace ``path`` (relative to the workspace) with ``content``; parents are created."""
         name = self._path(path)
-        data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        try:
+            data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        except UnicodeEncodeError as exc:
+            raise SessionError(f"write_file({path!r}): content not encodable as UTF-8 ({exc.reason})") from None
         raw = self._step("write", self._execution([SH, "-c", WRITE, "write", name], 1024), data, label=name)
         self._check(raw, f"write_file({path!r})")
 

@@ -94,6 +94,60 @@ def sandbox_env(execution: Execution) -> dict[str, str]:
     return {**BASE_ENV, **{k: v.format(node_heap_mb=node_heap_mb(execution.memory_mb)) for k, v in extra.items()}}
 
 
+MIN_MEMORY_MB = 16  # below this not even python3 can map its libraries: the limit itself would be the failure
+TIERS = ("", "short", "long")
+
+
+def check_execution(execution: Execution) -> None:
+    """Refuse, before anything starts, an ``Execution`` no backend can run: ``ValueError`` naming every bad field.
+
+    Both backends call this first (``SandboxBackend.run``, sessions), so the same bad input gets the same error.
+
+    >>> check_execution(Execution({}, ["python3", "-c", "pass"], timeout_s=0, memory_mb=0, stdin="\\ud800"))
+    Traceback (most recent call last):
+    ...
+    ValueError: timeout_s: must be a finite number > 0, got 0; memory_mb: must be an integer >= 16, got 0; stdin: not encodable as UTF-8 (surrogates not allowed) at index 0
+    """
+    problems = []
+    if not (isinstance(execution.command, list) and execution.command
+            and all(isinstance(arg, str) for arg in execution.command)):
+        problems.append(f"command: must be a non-empty list of strings, got {execution.command!r}")
+    if not _number(execution.timeout_s) or not 0 < execution.timeout_s < math.inf:
+        problems.append(f"timeout_s: must be a finite number > 0, got {execution.timeout_s!r}")
+    for name, least in (("memory_mb", MIN_MEMORY_MB), ("max_output_bytes", 0)):
+        value = getattr(execution, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            problems.append(f"{name}: must be an integer >= {least}, got {value!r}")
+    if execution.queue_timeout_s is not None and not (_number(execution.queue_timeout_s)
+                                                      and execution.queue_timeout_s >= 0):
+        problems.append(f"queue_timeout_s: must be None or a number >= 0, got {execution.queue_timeout_s!r}")
+    if execution.tier not in TIERS:
+        problems.append(f"tier: must be one of {TIERS}, got {execution.tier!r}")
+    if execution.runtime not in RUNTIMES:
+        problems.append(f"runtime: unknown {execution.runtime!r}, expected one of {sorted(RUNTIMES)}")
+    texts = [("stdin", execution.stdin)]
+    if isinstance(execution.command, list):
+        texts += [(f"command[{i}]", arg) for i, arg in enumerate(execution.command) if isinstance(arg, str)]
+    texts += [(f"files[{name!r}]", content) for name, content in execution.files.items() if isinstance(content, str)]
+    problems += [problem for field_name, text in texts if (problem := _not_utf8(field_name, text))]
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _not_utf8(field_name: str, text) -> str:
+    if not isinstance(text, str):
+        return f"{field_name}: must be str, got {type(text).__name__}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{field_name}: not encodable as UTF-8 ({exc.reason}) at index {exc.start}"
+    return ""
+
+
 def checked_files(files: dict[str, str]) -> list[tuple[str, str]]:
     """``files`` as (normalized relative path, content) pairs; ``ValueError`` naming the first bad entry."""
     checked = []

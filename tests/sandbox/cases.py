@@ -95,6 +95,21 @@ class SandboxCases:
         r = sandbox.run(Execution(files={"../escape.py": ""}, command=["python3", "-c", "pass"]))
         assert r.exit_code is None and "files['../escape.py']" in r.infra_error
 
+    @pytest.mark.parametrize("bad, field", [
+        ({"stdin": "\ud800"}, "stdin"), ({"files": {"a.py": "x = '\udcff'"}}, "files['a.py']"),
+        ({"command": ["python3", "-c", "\ud800"]}, "command[2]"), ({"command": []}, "command"),
+        ({"memory_mb": 0}, "memory_mb"), ({"memory_mb": -1}, "memory_mb"), ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_s": float("nan")}, "timeout_s"), ({"max_output_bytes": -5}, "max_output_bytes"),
+        ({"runtime": "ruby"}, "runtime"), ({"tier": "urgent"}, "tier"), ({"queue_timeout_s": -1.0}, "queue_timeout_s"),
+    ])
+    def test_bad_execution_is_refused_before_anything_starts(self, sandbox, bad, field):
+        fds = len(os.listdir("/proc/self/fd"))
+        [r] = run_many(sandbox, [Execution(**{"files": {}, "command": ["python3", "-c", "pass"], **bad})])
+        assert r.exit_code is None and r.infra_error.startswith(f"invalid execution: {field}: "), r
+        assert r.extra["invalid"] and r.extra["attempts"] == 1, r.extra  # refused at once, never retried
+        assert "container" not in r.extra and "acquire_ms" not in r.extra  # no container was even taken
+        assert len(os.listdir("/proc/self/fd")) == fds  # nothing opened, nothing leaked
+
     def test_deadline_kills_everything(self, sandbox):
         token = f"pt-sleeper-{uuid.uuid4().hex}"
         code = ("import subprocess, sys, time\n"
@@ -267,6 +282,14 @@ class SessionCases:
             with pytest.raises(SessionError):
                 s.write_file("../escape.txt", "x")
         assert secret.read_text() == "HOST-SECRET-CONTENT" and sorted(os.listdir(tmp_path)) == ["host-secret.txt"]
+
+    def test_bad_session_input_is_refused_before_the_step(self, sandbox):
+        with sandbox.session(timeout_s=10) as s:
+            with pytest.raises(SessionError, match=r"run\(\): stdin: not encodable as UTF-8"):
+                s.run("cat", stdin="\ud800")
+            with pytest.raises(SessionError, match=r"write_file\('a.txt'\): content not encodable"):
+                s.write_file("a.txt", "\udcff")
+            assert s.log == [] and s.run("echo ok").stdout == "ok\n"
 
     def test_a_closed_session_refuses_work(self, sandbox):
         s = sandbox.session(timeout_s=5)
