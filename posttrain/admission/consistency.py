@@ -141,9 +141,12 @@ def _entry_point_problems(spec: EnvSpec, tests: list[TrustedSource]) -> list[tup
     elif not word.search(spec.reference):
         problems.append((f"{CHECK}.entry_point_not_in_reference",
                          f"entry point {entry!r} is not named in the reference"))
-    if tests and not any(word.search(text) for _, text, _ in tests):
+    aliases = get_verifier(spec.verifier_kind).entry_point_names(spec)
+    called = re.compile(rf"(?<![\w.])({'|'.join(map(re.escape, aliases))})\b")
+    if tests and not any(called.search(text) for _, text, _ in tests):
         problems.append((f"{CHECK}.entry_point_not_in_tests",
-                         f"entry point {entry!r} is not used by the tests ({', '.join(f for f, _, _ in tests)})"))
+                         f"no test uses the entry point (as {' or '.join(map(repr, aliases))}): "
+                         f"{', '.join(f for f, _, _ in tests)}"))
     return problems
 
 

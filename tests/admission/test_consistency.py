@@ -61,6 +61,15 @@ def test_contradictory_kind_vacuous_workspace_tests_and_unused_entry_point():
     assert codes(spec(entry_point="", prompt="anything")) == []
 
 
+def test_humaneval_style_asserts_through_candidate_use_the_entry_point():
+    def asserts(*lines):  # a python_asserts spec as import-jsonl writes HumanEval's check(candidate)
+        return spec(verifier={"kind": "python_asserts", "asserts": list(lines)})
+
+    assert codes(asserts("assert candidate(1) == 2", "assert add_1(2) == 3")) == []
+    assert codes(asserts("assert all(candidate(x) > x for x in range(3))")) == []  # only the harness's alias
+    assert codes(asserts("assert abs(-1) == 1", "assert candidates == 0")) == ["consistency.entry_point_not_in_tests"]
+
+
 @pytest.mark.parametrize("field, code, reason, expected", [
     ("<document>", "malformed_yaml", "malformed YAML: ...", "consistency.malformed_yaml"),
     ("reference", "missing_field", "required field is missing", "consistency.missing_field"),

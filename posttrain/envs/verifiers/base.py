@@ -152,6 +152,11 @@ def no_own_files(spec: EnvSpec) -> frozenset[str]:
     return frozenset()
 
 
+def entry_point_only(spec: EnvSpec) -> tuple[str, ...]:
+    """Default ``entry_point_names``: the tests call the entry point by its own name."""
+    return (spec.entry_point,) if spec.entry_point else ()
+
+
 def reference_as_is(spec: EnvSpec) -> str:
     """Default ``reference_program``: the reference is the whole program."""
     return spec.reference
@@ -195,6 +200,7 @@ class Verifier:
     - ``solution_language(spec)`` -> the language of a solution program, for scanning the files it reads; ""
       when the solution is data (the runtime's language).
     - ``reference_program(spec)`` -> the program the reference runs as (the reference).
+    - ``entry_point_names(spec)`` -> the names under which the tests may call the entry point (its own name).
 
     Scoring, ``check_config``, ``probes`` and ``mutants`` read the typed config (``settings``), so defaults live only
     in ``config``. ``test_sources``, ``vacuous_tests``, ``agent_only``, ``own_files`` and ``solution_language``
@@ -219,6 +225,7 @@ class Verifier:
     own_files: Callable[[EnvSpec], frozenset[str]] = no_own_files
     solution_language: Callable[[EnvSpec], str] = runtime_language
     reference_program: Callable[[EnvSpec], str] = reference_as_is
+    entry_point_names: Callable[[EnvSpec], tuple[str, ...]] = entry_point_only
 
     def validate(self, spec: EnvSpec) -> Problems:
         """Problems with a spec's verifier config, as (field, reason) pairs; empty when valid. The suite loader

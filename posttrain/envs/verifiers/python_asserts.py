@@ -132,9 +132,15 @@ def test_sources(spec: EnvSpec) -> list[TrustedSource]:
                   else [])
 
 
+def entry_point_names(spec: EnvSpec) -> tuple[str, ...]:
+    """The entry point's own name, and ``candidate``: the harness binds both (HumanEval's ``check(candidate)``)."""
+    return (spec.entry_point, "candidate") if spec.entry_point else ("candidate",)
+
+
 VERIFIER = Verifier(kind="python_asserts", config=PythonAssertsConfig, extract_solution=extract_solution,
                     build_execution=build_execution, score=score, probes=python_common.python_probes,
                     mutants=python_common.python_mutants,
                     check_spec=python_common.spec_checks("python_asserts", OWN_FILES), own_files=lambda spec: OWN_FILES,
-                    test_sources=test_sources, reference_program=python_common.reference_program)
+                    test_sources=test_sources, reference_program=python_common.reference_program,
+                    entry_point_names=entry_point_names)
 validate = VERIFIER.validate

@@ -4,7 +4,7 @@ the consistency check gives the bundled suites the same verdicts as before."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -44,6 +44,7 @@ def test_every_verifier_answers_every_hook(kind):
     assert isinstance(verifier.own_files(spec), frozenset)
     assert verifier.solution_language(spec) in ("", "python", "shell", "javascript")
     assert isinstance(verifier.reference_program(spec), str)
+    assert spec.entry_point in verifier.entry_point_names(spec) or not spec.entry_point
     assert verifier.probes(spec) and isinstance(verifier.mutants(spec), list)
 
 
@@ -56,6 +57,8 @@ def test_each_verifier_answers_for_its_own_config():
                                               ("verifier.setup", "import os\n", "python")]
     assert verifier.own_files(asserts) == {"asserts_harness.py", "solution.py"}
     assert verifier.reference_program(asserts) == "def inc(x):\n    return x + 1\n"
+    assert verifier.entry_point_names(asserts) == ("inc", "candidate")  # the harness binds both names
+    assert get_verifier("python_tests").entry_point_names(asserts) == ("inc",)
     assert get_verifier("python_tests").test_sources(asserts) == []  # value cases are data, not code
     assert get_verifier("python_tests").own_files(asserts) == {"harness.py", "solution.py"}
 
@@ -88,6 +91,7 @@ def test_a_new_verifier_gets_sensible_defaults():
     assert (echo.test_sources(spec), echo.vacuous_tests(spec), echo.agent_only(spec), echo.own_files(spec)) == (
         [], [], "", frozenset())
     assert echo.solution_language(spec) == "javascript" and echo.reference_program(spec) == "hi"
+    assert echo.entry_point_names(spec) == () and echo.entry_point_names(replace(spec, entry_point="f")) == ("f",)
     assert echo.config_schema["properties"]["text"] == {"type": "string", "minLength": 1, "description": "what to echo"}
 
 
