@@ -3,20 +3,32 @@
 Every size is a field here, never a constant in code. Flyte turns these dataclasses into typed workflow
 inputs, so ``pyflyte run workflows/rl_loop.py rl_loop --cfg '{"iterations": 1}'`` overrides any field.
 
+Every config validates when built (``__post_init__``, which Flyte's deserialization runs too): each class declares
+``RULES``, field name -> rule(s), next to its fields, and a value that cannot work raises one ``ConfigError`` naming
+every bad field by its path in ``LoopConfig``, so a bad workflow input fails in the first seconds.
+
 Example:
-    >>> from posttrain.config import LoopConfig
+    >>> from posttrain.config import LoopConfig, RolloutConfig
     >>> cfg = LoopConfig(iterations=1)
     >>> cfg.rollout.samples_per_env, cfg.sandbox.backend
     (8, 'bwrap')
     >>> LoopConfig.smoke().iterations
     1
+    >>> RolloutConfig(samples_per_env=0, top_p=1.5)
+    Traceback (most recent call last):
+    ...
+    posttrain.config.ConfigError: rollout.samples_per_env=0: must be >= 1; rollout.top_p=1.5: must be in (0, 1]
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import reduce
 from pathlib import Path
+from typing import Any, ClassVar
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEMO_SUITE = str(Path(__file__).resolve().parent / "envs" / "suites" / "demo_python")
@@ -27,8 +39,101 @@ def default_policy_dir() -> str:
     return os.environ.get("POSTTRAIN_POLICY", str(PROJECT_ROOT / ".posttrain" / "demo-policy"))
 
 
+class ConfigError(ValueError):
+    """A config value that cannot work; the message lists every bad field of the config as ``path=value: problem``."""
+
+
+# A rule maps (value, the whole config) to what is wrong with the value, or None when it is fine.
+Rule = Callable[[Any, Any], "str | None"]
+
+
+def check(ok: Callable[[Any], bool], expected: str) -> Rule:
+    """The rule ``ok(value)``, reported as ``must be <expected>``."""
+    return lambda value, cfg: None if ok(value) else f"must be {expected}"
+
+
+def at_least(low: float) -> Rule:
+    return check(lambda value: value >= low, f">= {low}")
+
+
+def above(low: float) -> Rule:
+    return check(lambda value: value > low, f"> {low}")
+
+
+def _resolve(choices: tuple | str) -> tuple:
+    """``choices`` itself, or the tuple a ``"module:NAME"`` reference names (imported only when a value is checked)."""
+    if isinstance(choices, str):
+        module, name = choices.split(":")
+        return tuple(getattr(importlib.import_module(module), name))
+    return choices
+
+
+def one_of(choices: tuple | str) -> Rule:
+    return lambda value, cfg: None if value in _resolve(choices) else f"must be one of {list(_resolve(choices))}"
+
+
+def each_one_of(choices: tuple | str) -> Rule:
+    def rule(values, cfg):
+        unknown = [v for v in values if v not in _resolve(choices)]
+        return f"unknown {unknown}; known: {list(_resolve(choices))}" if unknown else None
+
+    return rule
+
+
+def below(other: str) -> Rule:
+    """Less than the field at dotted path ``other`` of the same config."""
+    def rule(value, cfg):
+        limit = _get(cfg, other)
+        return None if value < limit else f"must be < {other} ({limit})"
+
+    return rule
+
+
+def registered(lookup: str) -> Rule:
+    """A name ``posttrain.training.algorithms.<lookup>`` knows (imported only when a value is checked)."""
+    def rule(value, cfg):
+        from posttrain.training import algorithms
+
+        try:
+            getattr(algorithms, lookup)(value)
+        except ValueError as unknown:  # "TrainConfig.<field>: unknown ...; known: [...]"
+            return str(unknown).split(": ", 1)[-1]
+        return None
+
+    return rule
+
+
+def local_dir(path: str, cfg) -> str | None:
+    """An existing directory, unless ``path`` is a URI (``s3://...``) that only the task's machine can check."""
+    return None if "://" in path or Path(path).is_dir() else "no such directory"
+
+
+def _get(cfg, path: str):
+    return reduce(getattr, path.split("."), cfg)
+
+
+class Validated:
+    """Base of the configs: building one checks its ``RULES`` and raises one ``ConfigError`` naming every bad field.
+
+    ``PATH`` is where the config sits in ``LoopConfig`` (``"rollout."``): the prefix of its fields in messages.
+    """
+
+    PATH: ClassVar[str] = ""
+    RULES: ClassVar[dict[str, Rule | tuple[Rule, ...]]] = {}
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name, rules in self.RULES.items():
+            value = _get(self, name)
+            for rule in rules if isinstance(rules, tuple) else (rules,):
+                if problem := rule(value, self):
+                    problems.append(f"{self.PATH}{name}={value!r}: {problem}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+
 @dataclass
-class DockerPoolConfig:
+class DockerPoolConfig(Validated):
     """The Docker backend's warm pool (``posttrain.sandbox.docker.DockerPool``): image, sizing, daemon."""
 
     image: str = "posttrain-sandbox:latest"
@@ -43,9 +148,15 @@ class DockerPoolConfig:
     api_timeout_s: float = 60.0  # one call to the Docker daemon
     base_url: str = ""  # the daemon's socket; "" means DOCKER_HOST or the local socket
 
+    PATH = "sandbox.docker."
+    # The pool raises max_size to size, min_idle to at most size and parallel_starts to 1: those may be "too small".
+    RULES = {"image": check(bool, "non-empty"), "size": at_least(0), "max_size": at_least(0), "min_idle": at_least(0),
+             "idle_s": at_least(0), "max_uses": at_least(1), "cpus": above(0), "parallel_starts": at_least(0),
+             "acquire_timeout_s": above(0), "api_timeout_s": above(0)}
+
 
 @dataclass
-class SandboxConfig:
+class SandboxConfig(Validated):
     backend: str = "bwrap"  # "bwrap" (no daemon) or "docker" (needs dockerd and the sandbox image)
     timeout_s: float = 10.0  # wall-clock limit of one execution, unless the env asks for less
     memory_mb: int = 512  # address-space / cgroup memory limit per execution
@@ -65,9 +176,16 @@ class SandboxConfig:
     session_output_bytes: int = 16384  # output kept per session step (stdout and stderr each); the rest is cut, marked
     docker: DockerPoolConfig = field(default_factory=DockerPoolConfig)  # backend "docker" only
 
+    PATH = "sandbox."
+    RULES = {"backend": one_of("posttrain.sandbox:BACKENDS"), "timeout_s": above(0), "memory_mb": at_least(1),
+             "max_output_bytes": at_least(1), "batch_concurrency": at_least(1), "start_retries": at_least(0),
+             "global_concurrency": at_least(1), "long_slots": at_least(0), "short_timeout_s": at_least(0),
+             "queue_timeout_s": at_least(0), "hang_grace_s": at_least(0), "workspace_mb": at_least(1),
+             "tmp_mb": at_least(1), "max_processes": at_least(1), "session_output_bytes": at_least(1)}
+
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(Validated):
     samples_per_env: int = 8  # group size n for GRPO
     envs_per_iteration: int = 24  # envs sampled from the admitted training split each iteration
     temperature: float = 1.0
@@ -78,9 +196,14 @@ class RolloutConfig:
     enable_prefix_caching: bool = True
     seed: int = 0
 
+    PATH = "rollout."
+    RULES = {"samples_per_env": at_least(1), "envs_per_iteration": at_least(1), "temperature": at_least(0),
+             "top_p": check(lambda p: 0 < p <= 1, "in (0, 1]"), "max_model_len": at_least(1),
+             "max_new_tokens": (at_least(1), below("max_model_len"))}
+
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Validated):
     learning_rate: float = 1e-4  # 4-iteration sweep on the demo policy: 1e-3 collapses, 5e-5 moves greedy eval little
     clip_eps: float = 0.2  # PPO clip range
     micro_batch_size: int = 32  # sequences per DeepSpeed step
@@ -96,16 +219,25 @@ class TrainConfig:
     loss_aggregation: str = "token_mean"  # or "seq_mean_token_mean", "seq_mean_token_sum_norm" (Dr. GRPO)
     loss_norm_len: int = 0  # seq_mean_token_sum_norm's divisor, e.g. rollout max_new_tokens; 0: the batch's width
 
+    PATH = "train."
+    RULES = {"learning_rate": above(0), "clip_eps": above(0), "micro_batch_size": at_least(1), "epochs": at_least(1),
+             "zero_stage": one_of((0, 1, 2, 3)), "max_grad_norm": at_least(0), "advantage_eps": at_least(0),
+             "advantage_estimator": registered("get_advantage_estimator"), "policy_loss": registered("get_policy_loss"),
+             "loss_aggregation": registered("check_aggregation"), "loss_norm_len": at_least(0)}
+
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Validated):
     max_new_tokens: int = 48
     split: str = "eval"
     limit: int = 0  # 0 means every env of the split
 
+    PATH = "eval."
+    RULES = {"max_new_tokens": at_least(1), "split": one_of("posttrain.envs.spec:SPLITS"), "limit": at_least(0)}
+
 
 @dataclass
-class DemoPolicyConfig:
+class DemoPolicyConfig(Validated):
     vocab_size: int = 384
     hidden_size: int = 128
     intermediate_size: int = 384
@@ -117,12 +249,17 @@ class DemoPolicyConfig:
     sft_learning_rate: float = 3e-3
     seed: int = 0
 
+    PATH = "demo_policy."
+    RULES = {**dict.fromkeys(["vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                              "max_position_embeddings", "sft_batch_size"], at_least(1)),
+             "sft_steps": at_least(0), "sft_learning_rate": above(0)}
+
 
 ADMISSION_CHECKS = ("consistency", "solvability", "reproducibility", "anti_hacking", "coverage", "discrimination")
 
 
 @dataclass
-class AdmissionConfig:
+class AdmissionConfig(Validated):
     """Which admission checks run and how strict they are (``posttrain.admission``; reason codes documented there).
 
     Policies are named by a string: ``reference`` (answers the reference), ``identity`` / ``noop`` (degenerate),
@@ -146,9 +283,15 @@ class AdmissionConfig:
     max_new_tokens: int = 64
     seed: int = 0
 
+    PATH = "admission."
+    RULES = {"checks": each_one_of(ADMISSION_CHECKS), "repeats": at_least(1),
+             "mutation_threshold": check(lambda t: 0 <= t <= 1, "in [0, 1]"), "max_mutants": at_least(0),
+             "k": at_least(1), "batch_concurrency": at_least(0), "min_timeout_s": at_least(0),
+             "min_memory_mb": at_least(0), "temperature": at_least(0), "max_new_tokens": at_least(1)}
+
 
 @dataclass
-class LoopConfig:
+class LoopConfig(Validated):
     suite: str = DEMO_SUITE
     policy: str = field(default_factory=default_policy_dir)
     iterations: int = 4
@@ -158,6 +301,11 @@ class LoopConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+
+    # Each part checked itself when built; these are what only the whole config (or the file system) can tell.
+    RULES = {"suite": local_dir, "iterations": at_least(0), "experiment": check(bool, "non-empty"),
+             "policy": lambda path, cfg: None if path == default_policy_dir() else local_dir(path, cfg),
+             "eval.max_new_tokens": below("rollout.max_model_len")}
 
     @classmethod
     def smoke(cls) -> "LoopConfig":
