@@ -24,7 +24,10 @@ from typing import Protocol, runtime_checkable
 
 @dataclass
 class Execution:
-    """One program to run: ``files`` are written into an empty workspace, then ``command`` runs inside it."""
+    """One program to run: ``files`` are written into an empty workspace, then ``command`` runs inside it.
+
+    ``trusted_files`` (a verifier's tests) appear read-only under ``/trusted`` (``workspace.TRUSTED_DIR``): no
+    process of the program's uid can change, add or remove them, on every backend."""
 
     files: dict[str, str]
     command: list[str]
@@ -35,6 +38,7 @@ class Execution:
     stdin: str = ""
     tier: str = ""  # scheduling tier: "short", "long", or "" (decided from ``timeout_s`` by the scheduler)
     queue_timeout_s: float | None = None  # give up (infra error) if not started this long after submission
+    trusted_files: dict[str, str] = field(default_factory=dict)  # read-only at /trusted
 
 
 @dataclass
@@ -77,6 +81,7 @@ class Prepared:
     files: list[tuple[str, str]]
     env: dict[str, str]
     argv: list[str]
+    trusted_files: list[tuple[str, str]] = field(default_factory=list)
 
 
 class SandboxBackend(ABC):
@@ -102,7 +107,8 @@ class SandboxBackend(ABC):
         from posttrain.sandbox.workspace import check_execution, checked_files, resolve_command, sandbox_env
 
         check_execution(execution)
-        return Prepared(checked_files(execution.files), sandbox_env(execution), resolve_command(execution))
+        return Prepared(checked_files(execution.files), sandbox_env(execution), resolve_command(execution),
+                        checked_files(execution.trusted_files, "trusted_files"))
 
     @abstractmethod
     def _run(self, execution: Execution, prepared: Prepared, t0: float) -> ExecutionResult:

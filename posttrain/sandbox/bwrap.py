@@ -49,8 +49,8 @@ from posttrain.sandbox import lifecycle, seccomp
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
 from posttrain.sandbox.session import SandboxSession
-from posttrain.sandbox.workspace import (SANDBOX_GID, SANDBOX_UID, WORKDIR, memfd, prlimit_args, resolve_command,
-                                         runtime_of, sandbox_env)
+from posttrain.sandbox.workspace import (SANDBOX_GID, SANDBOX_UID, TRUSTED_DIR, WORKDIR, memfd, prlimit_args,
+                                         resolve_command, runtime_of, sandbox_env)
 
 log = logging.getLogger(__name__)
 
@@ -114,15 +114,11 @@ class BwrapSandbox(SandboxBackend):
         """The workspace as a size-capped tmpfs filled from memfds, then ``spawn``."""
         fds: list[int] = []
         try:
-            layout = ["--size", str(self.workspace_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR]
-            made: set[str] = set()
-            for name, content in prepared.files:
-                for parent in reversed(PurePosixPath(name).parents[:-1]):
-                    if str(parent) not in made:
-                        made.add(str(parent))
-                        layout += ["--perms", "0755", "--dir", f"{WORKDIR}/{parent}"]
-                fds.append(memfd("file", content.encode("utf-8")))
-                layout += ["--perms", "0644", "--file", str(fds[-1]), f"{WORKDIR}/{name}"]
+            layout = ["--size", str(self.workspace_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR,
+                      *_tree_args(WORKDIR, prepared.files, fds, "0755", "0644")]
+            if prepared.trusted_files:  # on the root, which is remounted read-only once the layout is done
+                layout += ["--perms", "0111", "--dir", TRUSTED_DIR,
+                           *_tree_args(TRUSTED_DIR, prepared.trusted_files, fds, "0555", "0444")]
             return self.spawn(execution, layout, fds, t0).result()
         except OSError as exc:
             return self._infra(f"bwrap sandbox failed to start: {exc}", t0)
@@ -153,7 +149,7 @@ class BwrapSandbox(SandboxBackend):
         runtime = runtime_of(execution)
         cmd = [self.bwrap, "--json-status-fd", str(status_fd), "--unshare-all", "--unshare-user", "--unshare-cgroup",
                "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox",
-               "--new-session", "--die-with-parent", "--clearenv"]
+               "--new-session", "--die-with-parent", "--as-pid-1", "--clearenv"]
         if self._disable_userns:
             cmd.append("--disable-userns")
         for key, value in sandbox_env(execution).items():
@@ -259,7 +255,7 @@ class BwrapSession(SandboxSession):
         self.root = lifecycle.workspace_dir(box.workspace_root)
         self.work = self.root / "work"
         try:
-            self.work.mkdir(mode=0o755)
+            self.work.mkdir(mode=0o700)  # no other host user may read the workspace
             owner = box.owner()
             self.quota = owner is not None and lifecycle.mount_tmpfs(self.work, box.workspace_mb, *owner)
             if owner and not self.quota:
@@ -284,6 +280,20 @@ class BwrapSession(SandboxSession):
         for proc, status in running:
             _kill_sandbox(proc, status)
         lifecycle.release_workspace(self.root)
+
+
+def _tree_args(root: str, files: list[tuple[str, str]], fds: list[int], dir_perms: str, file_perms: str) -> list[str]:
+    """bwrap options that create ``files`` (checked names) under ``root`` from memfds (appended to ``fds``)."""
+    args: list[str] = []
+    made: set[str] = set()
+    for name, content in files:
+        for parent in reversed(PurePosixPath(name).parents[:-1]):
+            if str(parent) not in made:
+                made.add(str(parent))
+                args += ["--perms", dir_perms, "--dir", f"{root}/{parent}"]
+        fds.append(memfd("file", content.encode("utf-8")))
+        args += ["--perms", file_perms, "--file", str(fds[-1]), f"{root}/{name}"]
+    return args
 
 
 def _kill_sandbox(proc: subprocess.Popen, status: CappedBuffer, wait: bool = True) -> None:

@@ -33,6 +33,7 @@ from posttrain.sandbox.base import Execution
 SANDBOX_UID = 10001  # the program's uid inside every sandbox (the docker image's ``sandbox`` user)
 SANDBOX_GID = 10001
 WORKDIR = "/work"  # where the workspace appears inside the sandbox
+TRUSTED_DIR = "/trusted"  # where ``Execution.trusted_files`` appear, read-only for the program
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}  # all a program inherits
 
 
@@ -128,7 +129,9 @@ def check_execution(execution: Execution) -> None:
     texts = [("stdin", execution.stdin)]
     if isinstance(execution.command, list):
         texts += [(f"command[{i}]", arg) for i, arg in enumerate(execution.command) if isinstance(arg, str)]
-    texts += [(f"files[{name!r}]", content) for name, content in execution.files.items() if isinstance(content, str)]
+    for kind in ("files", "trusted_files"):
+        texts += [(f"{kind}[{name!r}]", content) for name, content in getattr(execution, kind).items()
+                  if isinstance(content, str)]
     problems += [problem for field_name, text in texts if (problem := _not_utf8(field_name, text))]
     if problems:
         raise ValueError("; ".join(problems))
@@ -148,16 +151,16 @@ def _not_utf8(field_name: str, text) -> str:
     return ""
 
 
-def checked_files(files: dict[str, str]) -> list[tuple[str, str]]:
+def checked_files(files: dict[str, str], field_name: str = "files") -> list[tuple[str, str]]:
     """``files`` as (normalized relative path, content) pairs; ``ValueError`` naming the first bad entry."""
     checked = []
     for name, content in files.items():
         path = PurePosixPath(name)
         parts = [p for p in path.parts if p != "."]
         if path.is_absolute() or not parts or ".." in parts or "\0" in name:
-            raise ValueError(f"files[{name!r}]: must be a relative path inside the workspace")
+            raise ValueError(f"{field_name}[{name!r}]: must be a relative path inside the workspace")
         if not isinstance(content, str):
-            raise ValueError(f"files[{name!r}]: content must be str, got {type(content).__name__}")
+            raise ValueError(f"{field_name}[{name!r}]: content must be str, got {type(content).__name__}")
         checked.append(("/".join(parts), content))
     return checked
 

@@ -6,12 +6,14 @@ one self-contained file and the preamble is written once. Standard library only,
 sandbox's ``python3``, which may be older than ours.
 
 - ``start(non_dumpable)``: read the host's one JSON request (all of stdin), make this process non-dumpable if
-  asked, open the ``Results``: the original stdout (``fd``) is kept for results and fd 1 (so ``print``) points at
+  asked, give SIGINT back its default action (on bwrap the harness is the sandbox's pid 1, which then ignores
+  every signal its programs send it), open the ``Results``: the original stdout (``fd``) is kept for results and fd 1 (so ``print``) points at
   stderr; ``emit`` writes one JSON record on a line of its own, prefixed with the nonce the host chose for this
   run, so no line printed by the program under test can pass for a result.
 - ``make_non_dumpable()`` (best effort) and ``set_dumpable(libc, flag)``: ``prctl(PR_SET_DUMPABLE)``; a
   non-dumpable process cannot be ptraced by, nor have its ``/proc`` entries (fds, memory, environ) opened by,
   the same-uid programs it runs.
+- ``reap_orphans()``: wait for every child that already exited (orphans of the program are re-parented to pid 1).
 - ``compile_solution(path, results)``: compile the solution (never run it) and report whether it compiled.
 
 Example:
@@ -23,6 +25,7 @@ Example:
 
 import json
 import os
+import signal
 import sys
 
 PR_SET_DUMPABLE = 4
@@ -68,7 +71,19 @@ def start(non_dumpable):
     request = json.loads(sys.stdin.read())
     if non_dumpable:
         make_non_dumpable()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     return request, Results(request["nonce"])
+
+
+def reap_orphans():
+    """Reap every exited child without waiting for live ones."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def describe(error):

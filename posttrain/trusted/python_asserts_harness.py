@@ -34,7 +34,7 @@ import sys
 import time
 import types
 
-from posttrain.trusted.prelude import compile_solution, start
+from posttrain.trusted.prelude import compile_solution, reap_orphans, start
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_REPORT = 4096  # bytes read from a child's pipe
@@ -146,6 +146,7 @@ def run_test(code, request, index, results):
             pass
     if status is None:
         _, status = os.waitpid(pid, 0)
+    reap_orphans()
     exit_code = os.waitstatus_to_exitcode(status)
     text = data.decode("utf-8", "replace")
     ok = (not timed_out) and text == token and exit_code == 0

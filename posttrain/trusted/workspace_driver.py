@@ -3,17 +3,21 @@
 It is never a file in the workspace, so the solution cannot edit it. It reads one JSON request from stdin::
 
     {"nonce", "solution": <bash script or null>, "solution_timeout_s", "test_timeout_s",
-     "files": {name: trusted test file text}, "tests": [{"name", "argv": [...]}], "env": {...}}
+     "tests_dir": <where the trusted test files are>, "tests": [{"name", "argv": [...]}], "env": {...}}
 
-1. Makes itself non-dumpable (no same-uid process can open its ``/proc`` entries: fds, memory, environ), keeps the
-   original stdout for results and points its own fd 1 at stderr.
+The trusted test files are ``Execution.trusted_files`` under ``/trusted/<random name>``: read-only for every
+process of the sandbox, and ``/trusted`` cannot be listed, so only a process told the name (a test's argv) finds
+them; the solution phase does not.
+
+1. Runs as the sandbox's pid 1 on bwrap (nothing of the sandbox sits above it), makes itself non-dumpable (no same-uid
+   process can ptrace it or open its ``/proc`` entries: fds, memory, environ), keeps the original stdout for
+   results and points its own fd 1 at stderr.
 2. Solution phase (when ``solution`` is a script): checks it with ``bash -n``, runs it with cwd ``/work`` in its own
    session with stdin from ``/dev/null`` and its output on stderr, under a deadline; then kills every process left in
    the sandbox except itself and its ancestors (a background process left behind cannot touch the tests).
-3. Test phase: for each test, writes the trusted test files into a *fresh* private temp dir (a new one per test, so
-   a test whose code under test tampered with the files cannot affect the next test), substitutes ``{tests}`` in
-   the argv, runs it with cwd ``/work``, a clean environment (``HOME`` is a fresh dir too) and a deadline, then kills
-   every leftover process again.
+3. Test phase: for each test, substitutes ``{tests}`` in the argv with the tests' directory, runs it with cwd
+   ``/work``, a clean environment (``HOME`` is a fresh private dir per test) and a deadline, then kills every
+   leftover process again and reaps them.
 4. Emits one nonce-prefixed JSON record per phase and per test: exit code, timeout flag, captured stdout (capped)
    and the tail of stderr. The host compares exit codes and stdout with the expectations it kept to itself.
 
@@ -28,7 +32,7 @@ import subprocess
 import tempfile
 import time
 
-from posttrain.trusted.prelude import start
+from posttrain.trusted.prelude import reap_orphans, start
 
 WORKDIR = "/work"
 MAX_STDOUT = 64 * 1024
@@ -36,7 +40,7 @@ MAX_STDERR_TAIL = 2000
 
 
 def ancestors():
-    """This process and every ancestor (their pids), read from /proc."""
+    """This process and every ancestor (their pids) in this pid namespace, read from /proc."""
     pids, pid = set(), os.getpid()
     while pid > 0 and pid not in pids:
         pids.add(pid)
@@ -65,9 +69,9 @@ def live_others(keep):
     return found
 
 
-def kill_others(keep):
-    """SIGKILL every other process until none is left (or 2 s passed); returns how many were killed."""
-    killed, deadline = set(), time.monotonic() + 2.0
+def kill_others():
+    """SIGKILL every other process until none is left (or 2 s passed), reap them; returns how many were killed."""
+    keep, killed, deadline = ancestors(), set(), time.monotonic() + 2.0
     while time.monotonic() < deadline:
         others = live_others(keep)
         if not others:
@@ -79,6 +83,7 @@ def kill_others(keep):
             except OSError:
                 pass
         time.sleep(0.005)
+    reap_orphans()
     return len(killed)
 
 
@@ -110,17 +115,8 @@ def run(argv, timeout_s, env, stdout=None):
     return code, timed_out, data, err_file.read()
 
 
-def write_tree(root, files):
-    for name, text in files.items():
-        path = os.path.join(root, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
-
-
 def main():
     request, results = start(non_dumpable=True)
-    keep = ancestors()
     base_env = dict(request.get("env") or {})
     private = tempfile.mkdtemp(prefix="driver-")
     solution = request.get("solution")
@@ -133,21 +129,18 @@ def main():
         if code == 0:
             code, timed_out, _, _ = run(["bash", script], float(request["solution_timeout_s"]),
                                         dict(base_env, HOME=private), stdout=2)
-            killed = kill_others(keep)
+            killed = kill_others()
             results.emit({"phase": "solution", "exit": code, "timed_out": timed_out, "killed": killed})
     for index, test in enumerate(request["tests"]):
-        kill_others(keep)
-        test_dir = tempfile.mkdtemp(prefix="tests-")
+        kill_others()
         home = tempfile.mkdtemp(prefix="home-")
-        write_tree(test_dir, request["files"])
-        argv = [arg.replace("{tests}", test_dir) for arg in test["argv"]]
+        argv = [arg.replace("{tests}", request["tests_dir"]) for arg in test["argv"]]
         code, timed_out, out, err = run(argv, float(request["test_timeout_s"]), dict(base_env, HOME=home))
-        kill_others(keep)
+        kill_others()
         results.emit({"test": index, "exit": code, "timed_out": timed_out,
               "stdout": out[:MAX_STDOUT].decode("utf-8", "replace"), "truncated": len(out) > MAX_STDOUT,
               "stderr": err.decode("utf-8", "replace")})
-        for path in (test_dir, home):
-            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
     results.emit({"phase": "done"})
 
 

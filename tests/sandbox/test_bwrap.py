@@ -68,14 +68,16 @@ def test_hardening_seen_from_inside():
             "    except OSError as e:\n        print(path, e.errno)\n"
             "import subprocess\nprint(subprocess.run(['df', '-k', '/work', '/tmp', '/dev/shm'], capture_output=True,"
             " text=True).stdout.split()[8:])\n"
-            "print(open('/proc/1/environ').read() == '', sorted(os.listdir('/proc/self/fd')))\n")
+            "env = sorted(v.split('=')[0] for v in open('/proc/1/environ').read().split('\\0') if v)\n"
+            "print(os.getpid(), env, sorted(os.listdir('/proc/self/fd')))\n")
     r = BwrapSandbox(workspace_mb=8, tmp_mb=4).run(py(code))
     lines = r.stdout.splitlines()
     assert lines[0].split()[:3] == ["2", "0000000000000000", "1"] or lines[0].split()[:2] == ["2", "0000000000000000"]
     assert lines[1:5] == ["/ 30", "/dev 30", "/etc 30", "/usr 30"], r.stdout  # EROFS everywhere but /work, /tmp
     sizes = lines[5]
     assert "8192" in sizes and "4096" in sizes, sizes  # /work and /tmp are capped tmpfs
-    assert lines[6] == "True ['0', '1', '2', '3']", lines[6]  # no inherited environment, no stray descriptors
+    # the program is the sandbox's pid 1 (no bwrap init above it), with only its own environment and descriptors
+    assert lines[6] == "1 ['HOME', 'LANG', 'PATH', 'PWD'] ['0', '1', '2', '3']", lines[6]
 
 
 def test_kernel_interfaces_are_closed_by_seccomp():
@@ -109,9 +111,31 @@ def test_single_runs_leave_nothing_on_disk_and_sessions_clean_up(workspace_root)
     session = box.session()
     assert session.run("mkdir -p locked/deeper && touch locked/deeper/f && chmod 0 locked").exit_code == 0
     [workspace] = os.listdir(tmp_path)
-    assert os.path.ismount(tmp_path / workspace / "work") == (os.geteuid() == 0)
+    work = tmp_path / workspace / "work"
+    assert os.path.ismount(work) == (os.geteuid() == 0)
+    assert work.stat().st_mode & 0o077 == 0  # no other host user can list or read the workspace
     box.close()  # closes the session it made
     assert os.listdir(tmp_path) == []
+
+
+def bwrap_zombies() -> set[int]:
+    """Pids of dead bwrap processes nobody reaped yet."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat.split(" (", 1)[1].startswith("bwrap) Z"):
+            found.add(int(pid))
+    return found
+
+
+def test_runs_leave_no_zombie_behind():
+    before, box = bwrap_zombies(), BwrapSandbox()
+    for _ in range(3):
+        assert box.run(Execution(files={}, command=["true"], runtime="bash")).ok
+    assert bwrap_zombies() - before == set()  # bwrap reaps the sandbox's pid 1 itself (the program, --as-pid-1)
 
 
 def test_session_workspace_is_size_capped(workspace_root):

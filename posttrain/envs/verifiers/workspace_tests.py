@@ -3,18 +3,19 @@
 The env's ``workspace`` files are written; then the solution is applied: either a bash script run in the
 workspace (agent envs; later the final workspace of an agent episode) or, with ``solution_file``, the solution
 text written to that file (single-turn envs: "write ``src/slug.js``"). Only *after* the solution finished (and
-every process it left behind was killed) are the trusted test files written, into a fresh private directory per
-test, and each test command run. Everything happens in one sandbox execution under a small trusted driver
-(``workspace_driver.py``, passed as ``python3 -I -c``, never a workspace file). The host decides: a test passes
-iff it exited with the expected code within its deadline and, when the spec gives ``stdout``, printed exactly
-that (trailing whitespace ignored). Expected outputs never enter the sandbox.
+every process it left behind was killed) does each test command run. The trusted test files are
+``Execution.trusted_files``: read-only on every backend, in a directory with a random name under the unlistable
+``/trusted``, so the solution neither finds nor changes them. Everything happens in one sandbox execution under a
+small trusted driver (``workspace_driver.py``, passed as ``python3 -I -c``, never a workspace file). The host
+decides: a test passes iff it exited with the expected code within its deadline and, when the spec gives
+``stdout``, printed exactly that (trailing whitespace ignored). Expected outputs never enter the sandbox.
 
 Spec config::
 
     verifier:
       kind: workspace_tests
       solution_file: src/slug.js     # optional: the solution is this file's content; else a bash edit script
-      files:                         # trusted test files (relative paths), written after the solution ran
+      files:                         # trusted test files (relative paths), read-only, hidden from the solution
         check.py: |
           import json, sys
           sys.path.append("/work/src")   # append, never insert: stdlib modules cannot be shadowed
@@ -29,8 +30,9 @@ Spec config::
 Strength: a test with ``stdout`` is a value comparison decided on the host; an exit-code-only test that runs
 workspace code can be passed by code that exits 0 early, so use those only for checks that run trusted code
 (reading a config file). Residual risk: the solution and the tests share one sandbox; the driver kills every
-process the solution left before writing the tests (and again after each test), and is non-dumpable, so only a
-kernel-level escape could tamper with a test once it runs. The sandbox's pid namespace (issue 3) bounds the rest.
+process the solution left before the first test (and again after each test), is non-dumpable, and on bwrap is the
+sandbox's pid 1 (nothing the program can reach sits above it); the test files cannot be written by any process of
+the program's uid. Code under test sees the tests' directory name in its test's argv, so it may read that test.
 
 Example:
     >>> from posttrain.config import SandboxConfig
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 
 from posttrain import trusted
 from posttrain.config import SandboxConfig
@@ -60,7 +63,7 @@ from posttrain.envs.verifiers.workspace_admission import (agent_only, mutants, o
                                                           test_sources, vacuous_tests)
 from posttrain.envs.verifiers.workspace_config import WorkspaceTestsConfig, command_argv
 from posttrain.sandbox.base import Execution, ExecutionResult
-from posttrain.sandbox.workspace import node_heap_mb
+from posttrain.sandbox.workspace import TRUSTED_DIR, node_heap_mb
 
 DRIVER = trusted.source("workspace_driver")
 COMMAND = ["python3", "-I", "-c", DRIVER]
@@ -106,12 +109,14 @@ def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str
     env = dict(TEST_ENV)
     if spec.runtime == "node":
         env["NODE_OPTIONS"] = f"--max-old-space-size={node_heap_mb(min(spec.limits.memory_mb, cfg.memory_mb))}"
+    hidden = secrets.token_hex(16)  # /trusted cannot be listed: without this name the solution cannot find the tests
     request = {"nonce": nonce, "solution": script, "solution_timeout_s": solution_s, "test_timeout_s": test_s,
-               "files": config.files, "env": env,
+               "tests_dir": f"{TRUSTED_DIR}/{hidden}", "env": env,
                "tests": [{"name": t.name, "argv": command_argv(t.cmd)} for t in config.tests]}
     return Execution(files=files, command=list(COMMAND), timeout_s=total,
                      memory_mb=min(spec.limits.memory_mb, cfg.memory_mb), runtime=spec.runtime,
-                     max_output_bytes=cfg.max_output_bytes, stdin=json.dumps(request))
+                     max_output_bytes=cfg.max_output_bytes, stdin=json.dumps(request),
+                     trusted_files={f"{hidden}/{name}": text for name, text in config.files.items()})
 
 
 def _normalize(text: str) -> str:

@@ -42,7 +42,10 @@ def test_only_the_workspace_enters_the_sandbox_and_no_expected_output():
     ex = build_execution(SPEC, "echo hi\n", CFG, N)
     assert set(ex.files) == set(SPEC.workspace) and ex.command[:3] == ["python3", "-I", "-c"]
     request = json.loads(ex.stdin)
-    assert request["solution"] == "echo hi\n" and request["files"] == {"check.py": CHECK}
+    assert request["solution"] == "echo hi\n" and "files" not in request
+    [(name, text)] = ex.trusted_files.items()  # read-only, under a random name in the unlistable /trusted
+    assert text == CHECK and f"/trusted/{name}" == request["tests_dir"] + "/check.py" and len(name) > 32
+    assert build_execution(SPEC, "echo hi\n", CFG, N).trusted_files != ex.trusted_files
     assert request["tests"][0] == {"name": "add", "argv": ["python3", "-I", "{tests}/check.py"]}
     assert '"stdout"' not in ex.stdin and '"exit_code"' not in ex.stdin
     single = EnvSpec(**{**SPEC.__dict__, "verifier": {**SPEC.verifier, "solution_file": "src/calc.py"}})
@@ -100,8 +103,8 @@ def test_extract_solution_and_edit_script_mutants():
 @needs_bwrap
 def test_real_driver_reference_passes_and_cheats_fail():
     pattern = MARKER[:-1] + "[" + MARKER[-1] + "]"  # a pattern that does not match this script itself
-    looker = (f"grep -rl '{pattern}' /tmp /work /var /run /dev/shm /etc 2>/dev/null > seen.txt\n"
-              "ls -A /tmp | grep -v '^driver-' >> seen.txt\n" + SPEC.reference)
+    looker = (f"grep -rl '{pattern}' /tmp /work /var /run /dev/shm /etc /trusted 2>/dev/null > seen.txt\n"
+              "ls -A /tmp | grep -v '^driver-' >> seen.txt\nls -A /trusted >> seen.txt 2>/dev/null\n" + SPEC.reference)
     cheats = probes(SPEC)
     box = make_sandbox(CFG)
     try:

@@ -501,22 +501,34 @@ def close_streams_and_linger(box, host):
 
 @attack("hijack_the_sandbox_init", "isolation")
 def hijack_the_sandbox_init(box, host):
-    # pid 1 is bwrap's init or the docker pool's agent (which holds the result channel): try to take it over
+    # pid 1 and every ancestor the program can see: on bwrap the program is pid 1 itself (nothing of the sandbox sits
+    # above it); in a pool container pid 1 is the agent, which holds the result channel. Try to take them over.
     code = HEADER + ("import ctypes, signal\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                     "print('ptrace', libc.ptrace(0x4206, 1, 0, 0), ctypes.get_errno())\n"
-                     "for path in ['/proc/1/environ', '/proc/1/mem', '/proc/1/fd/0', '/proc/1/fd/1']:\n"
-                     "    try:\n        with open(path, 'rb') as f:\n            print(path, f.read(300))\n"
-                     "    except OSError as e:\n        print(path, 'DENIED', e.errno)\n"
-                     "for path in ['/proc/1/fd/1', '/proc/1/fd/0']:\n    try:\n"
-                     "        with open(path, 'wb') as f:\n            f.write(b'X' + bytes(8) + b'{\"exit\": 0}')\n"
-                     "        print(path, 'WROTE')\n    except OSError as e:\n        print(path, 'DENIED', e.errno)\n"
-                     "for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGSTOP, signal.SIGKILL):\n"
-                     "    try:\n        os.kill(1, sig)\n    except OSError:\n        pass\nraise SystemExit(3)\n")
+                     "def parent(pid):\n    return int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+                     "targets, pid = {1}, parent(os.getpid())\nwhile pid > 0:\n    targets.add(pid)\n"
+                     "    pid = parent(pid)\ntargets.discard(os.getpid())\nprint('targets', len(targets))\n"
+                     "for t in sorted(targets):\n"
+                     "    print('ptrace', libc.ptrace(0x4206, t, 0, 0), ctypes.get_errno())\n"
+                     "    pidfd = libc.syscall(434, t, 0)\n"
+                     "    print('pidfd_getfd', libc.syscall(438, pidfd, 1, 0) if pidfd >= 0 else 'no pidfd')\n"
+                     "    for name in ['environ', 'mem', 'fd/0', 'fd/1']:\n"
+                     "        try:\n            with open(f'/proc/{t}/{name}', 'rb') as f:\n"
+                     "                print(name, f.read(300))\n"
+                     "        except OSError as e:\n            print(name, 'DENIED', e.errno)\n"
+                     "    for name in ['fd/1', 'fd/0']:\n        try:\n"
+                     "            with open(f'/proc/{t}/{name}', 'wb') as f:\n"
+                     "                f.write(b'X' + bytes(8) + b'{\"exit\": 0}')\n"
+                     "            print(name, 'WROTE')\n        except OSError as e:\n"
+                     "            print(name, 'DENIED', e.errno)\n"
+                     "    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGSTOP, signal.SIGKILL):\n"
+                     "        try:\n            os.kill(t, sig)\n        except OSError:\n            pass\n"
+                     "raise SystemExit(3)\n")
     r = box.run(host.execution(code, timeout_s=3))
-    # its own failure, reported as such: exit 3, or (bwrap's init can be ptraced and stopped) the deadline
-    assert not r.infra_error and (r.exit_code == 3 or r.timed_out), r
-    # the pool's agent holds the result channel: unreachable (bwrap's init holds only the program's own pipes)
-    assert box.name == "bwrap" or ("WROTE" not in r.stdout and "ptrace -1 1" in r.stdout), r.stdout
+    assert not r.infra_error and r.exit_code == 3, r  # its own failure, reported as such
+    if box.name == "bwrap":  # the program is the sandbox's pid 1: nothing above it to take over
+        assert r.stdout.startswith("targets 0\n"), r.stdout
+    else:
+        assert "WROTE" not in r.stdout and "ptrace 0" not in r.stdout and "pidfd_getfd -1" in r.stdout, r.stdout
     assert host.secret not in r.stdout
     assert box.run(Execution(files={}, command=["true"], runtime="bash")).ok  # pid 1 of the next run is fine
 
