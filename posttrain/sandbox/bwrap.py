@@ -10,19 +10,27 @@ disabled, a seccomp deny-list (``seccomp.py``) closes risky kernel interfaces, t
 ``--new-session`` detaches the controlling terminal (no ``TIOCSTI``), and ``--die-with-parent`` ties the sandbox to
 us. As host root, bwrap itself runs as an unprivileged host uid (``host_uid``), so even an escape lands on nobody.
 
-Limits are set inside the sandbox by ``prlimit`` (so ``RLIMIT_NPROC`` counts only this sandbox's processes):
-address space from ``memory_mb``, CPU seconds from the timeout, processes, file size, open files, no core dumps.
-The wall-clock deadline SIGKILLs the sandbox's init (bwrap's child, pid 1 of the sandbox's pid namespace), so the
-whole namespace, orphans included, dies with it and bwrap exits; if bwrap lingers, its process group is killed too
-and the init follows through ``--die-with-parent``. The same holds when a program exits early: its
-background processes die with the namespace.
+Limits: each execution gets its own cgroup (``cgroup.py``, where the host allows: root, cgroup v1 or v2) that caps
+the whole process tree together: memory (``memory_mb`` plus the sizes of the tmpfs mounts, whose pages and inodes
+are charged to it; no swap; past it the kernel OOM-kills, reported as ``extra["oom_killed"]``), tasks, and CPU time
+(``cpus`` cores). Inside the sandbox ``prlimit`` sets per-process limits on top (so ``RLIMIT_NPROC`` counts only
+this sandbox's processes): address space from ``memory_mb``, CPU seconds from the timeout, processes, file size,
+open files, no core dumps. Where cgroups are unavailable only these per-process limits hold (logged once).
+The program itself is the sandbox's pid 1 (``--as-pid-1``): no bwrap init sits above it, so nothing the program
+could take over is above or beside a trusted harness, and bwrap reaps it (no zombie is left for the host's pid 1).
+The wall-clock deadline SIGKILLs the sandbox's pid 1 (bwrap's child), so the whole namespace, orphans included,
+dies with it and bwrap exits; if bwrap lingers, its process group is killed too and pid 1 follows through
+``--die-with-parent``. The same holds when a program exits early: its background processes die with the namespace.
+``Execution.trusted_files`` are created under ``/trusted`` on the root, which is remounted read-only; ``/trusted``
+itself is mode 0111, so its entries can be opened by name but not listed.
 
 Whether the program started is read from bwrap's ``--json-status-fd``: bwrap reports ``exit-code`` only once its
 setup finished and the payload ran, so a bwrap failure (missing bind source, no user namespaces) is an
 ``infra_error``, and no program can fake one by printing "bwrap: ...".
 
-Sessions (``session()``) keep their workspace in a host directory bound at ``/work`` instead: a size-capped tmpfs
-mount when we are root, removed on ``close()``; leftovers of a killed owner are reaped by the next process.
+Sessions (``session()``) keep their workspace in a host directory bound at ``/work`` instead (mode 0700): a
+size- and inode-capped tmpfs mount when we are root, removed on ``close()``; leftovers of a killed owner are
+reaped by the next process.
 
 Example:
     >>> from posttrain.sandbox.bwrap import BwrapSandbox
@@ -45,7 +53,7 @@ import time
 from pathlib import PurePosixPath
 from typing import Sequence
 
-from posttrain.sandbox import lifecycle, seccomp
+from posttrain.sandbox import cgroup, lifecycle, seccomp
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
 from posttrain.sandbox.session import SandboxSession
@@ -85,11 +93,14 @@ class BwrapSandbox(SandboxBackend):
                  host_uid: int = 65534, host_gid: int = 65534, max_processes: int = 64,
                  max_open_files: int = 256, max_file_mb: int = 64, workspace_mb: int = 64, tmp_mb: int = 64,
                  extra_ro_binds: Sequence[tuple[str, str]] = (), workspace_root: str | None = None,
-                 use_seccomp: bool = True, session_output_bytes: int = 16384):
+                 use_seccomp: bool = True, session_output_bytes: int = 16384, cpus: float = 1.0,
+                 aggregate_limits: bool = True):
         """``host_uid``/``host_gid``: who bwrap runs as when we are root (ignored otherwise).
         ``extra_ro_binds``: (host path, sandbox path) pairs bound read-only, e.g. a Python prefix outside /usr.
         ``workspace_root``: where session workspaces are made (default: the system temp dir); as root, every
-        directory above it must be searchable by ``host_uid`` (the workspace itself is made so)."""
+        directory above it must be searchable by ``host_uid`` (the workspace itself is made so).
+        ``cpus``, ``aggregate_limits``: each execution gets a cgroup capping its memory, tasks and CPU time
+        together (``cgroup.py``) where the host allows; elsewhere only the per-process rlimits hold."""
         self.bwrap, self.prlimit = bwrap, prlimit
         self.host_uid, self.host_gid = host_uid, host_gid
         self.max_processes, self.max_open_files, self.max_file_mb = max_processes, max_open_files, max_file_mb
@@ -98,6 +109,11 @@ class BwrapSandbox(SandboxBackend):
         self.workspace_root = workspace_root
         self.session_output_bytes = session_output_bytes
         self._seccomp = seccomp.program() if use_seccomp else None
+        self.cpus = cpus
+        self.aggregate_limits = "" if not aggregate_limits else cgroup.limits_unavailable_reason() or "cgroup"
+        if aggregate_limits and self.aggregate_limits != "cgroup":
+            log.warning("bwrap: no aggregate memory/pids/CPU limit per execution, only per-process rlimits: %s",
+                        self.aggregate_limits)
         self._disable_userns = _supports(bwrap, "--disable-userns")
         self._live: dict[subprocess.Popen, CappedBuffer] = {}  # running bwrap -> its status stream
         self._sessions: set[BwrapSession] = set()
@@ -190,18 +206,27 @@ class BwrapSandbox(SandboxBackend):
                           extra={"backend": self.name})
         fds = list(fds)
         own_fds: list[int] = []
+        try:
+            group = self._group(execution)
+        except OSError as exc:
+            return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
+                          infra_error=f"cannot make the execution's cgroup: {exc}", extra={"backend": self.name})
         (in_r, in_w), (out_r, out_w), (err_r, err_w), (status_r, status_w) = os.pipe(), os.pipe(), os.pipe(), os.pipe()
         try:
             cmd = self._command(execution, layout, status_w, own_fds)
             owner = self.owner()
-            drop = {"user": owner[0], "group": owner[1], "extra_groups": []} if owner else {}
-            # env={}: bwrap's own processes (the sandbox's pid 1 among them, whose /proc/1/environ the program can
-            # read) must not carry our environment; the program's comes from --setenv after --clearenv.
+            drop = {"user": owner[0], "group": owner[1], "extra_groups": []} if owner and not group else {}
+            if group:  # bwrap and all it starts are in the group from the first instruction; setpriv drops root
+                cmd = group.join_command(cmd, user=owner)
+            # env={}: bwrap's own processes must not carry our environment; the program's comes from --setenv
+            # after --clearenv.
             proc = subprocess.Popen(cmd, stdin=in_r, stdout=out_w, stderr=err_w, env={},
                                     pass_fds=(status_w, *fds, *own_fds), start_new_session=True, cwd="/", **drop)
         except BaseException:
             for fd in (in_w, out_r, err_r, status_r):
                 os.close(fd)
+            if group:
+                group.remove()
             raise
         finally:
             for fd in (in_r, out_w, err_w, status_w, *own_fds):
@@ -230,13 +255,31 @@ class BwrapSandbox(SandboxBackend):
                 self._live.pop(proc, None)
                 if track is not None:
                     track.discard(proc)
+            oom_killed = group is not None and group.oom_killed()
+            if group:
+                group.remove()
         run_ms = _ms_since(t_start)
         raw = RawRun(exit_code=proc.returncode, stdout=out, stderr=err, timed_out=timed_out,
                      start_ms=(t_start - t0) * 1000, run_ms=run_ms, extra={"backend": self.name})
+        if oom_killed:
+            raw.extra["oom_killed"] = True
         started = b'"exit-code"' in status.getvalue() or status.total > STATUS_CAP
         if not timed_out and not started:
-            raw.infra_error = f"bwrap setup failed (exit {proc.returncode}): {err.result()[0].strip()[-2000:]}"
+            if oom_killed:  # the kernel killed bwrap itself for the program's memory: the program's outcome
+                raw.exit_code = 128 + signal.SIGKILL
+            else:
+                raw.infra_error = f"bwrap setup failed (exit {proc.returncode}): {err.result()[0].strip()[-2000:]}"
         return raw
+
+    def _group(self, execution: Execution) -> cgroup.ExecutionGroup | None:
+        """The execution's cgroup, or None where the host has none for us. Its memory cap is ``memory_mb`` plus
+        the sizes of the sandbox's tmpfs mounts (its disk, whose pages count as memory); bwrap's own process
+        outside the sandbox is one more task."""
+        if self.aggregate_limits != "cgroup":
+            return None
+        mounts_mb = self.workspace_mb + self.tmp_mb + SHM_MB
+        return cgroup.ExecutionGroup.create((execution.memory_mb + mounts_mb) << 20, self.max_processes + 1,
+                                            self.cpus)
 
 
 class BwrapSession(SandboxSession):

@@ -174,7 +174,8 @@ def mount_tmpfs(target: Path, size_mb: int, uid: int, gid: int) -> bool:
     """Mount a tmpfs of ``size_mb`` owned by ``uid``:``gid`` at ``target``; False when not permitted (not root)."""
     if os.geteuid() != 0:
         return False
-    opts = f"size={size_mb}m,mode=0700,uid={uid},gid={gid}".encode()  # only its owner may look inside
+    # only its owner may look inside; one inode per 4 KB page of the cap, so empty files cannot outgrow it
+    opts = f"size={size_mb}m,nr_inodes={size_mb * 256},mode=0700,uid={uid},gid={gid}".encode()
     flags = 0x2 | 0x4  # MS_NOSUID | MS_NODEV (not MS_NOEXEC: workspace scripts must run)
     if _lib().mount(b"tmpfs", str(target).encode(), b"tmpfs", flags, opts) != 0:
         log.warning("cannot mount a tmpfs at %s: %s", target, os.strerror(ctypes.get_errno()))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.sandbox import Execution, make_sandbox
+from posttrain.sandbox import Execution, cgroup, make_sandbox
 from posttrain.sandbox.bwrap import BwrapSandbox
 from tests.sandbox.cases import SandboxCases, SessionCases, py
 
@@ -138,7 +138,7 @@ def test_runs_leave_no_zombie_behind():
     assert bwrap_zombies() - before == set()  # bwrap reaps the sandbox's pid 1 itself (the program, --as-pid-1)
 
 
-def test_session_workspace_is_size_capped(workspace_root):
+def test_session_workspace_is_size_and_inode_capped(workspace_root):
     if os.geteuid() != 0:
         pytest.skip("the workspace quota is a tmpfs mount, which needs root")
     box = BwrapSandbox(workspace_root=str(workspace_root), workspace_mb=4)
@@ -146,6 +146,20 @@ def test_session_workspace_is_size_capped(workspace_root):
         r = s.run("head -c 10000000 /dev/zero > big; echo $?; du -k big | cut -f1")
         code, size = r.stdout.split()
         assert code != "0" and int(size) <= 4096
+        r = s.run("rm big; mkdir e && cd e && for i in $(seq 2000); do : > $i || break; done; ls | wc -l")
+        assert int(r.stdout) < 1030, r  # 4 MB: 1024 inodes, so empty files cannot outgrow the cap
+
+
+@pytest.mark.skipif(bool(cgroup.limits_unavailable_reason()), reason=cgroup.limits_unavailable_reason() or "-")
+def test_one_memory_limit_for_the_whole_execution():
+    code = ("import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n        b = bytearray(60 << 20)\n"
+            "        b[::4096] = b'x' * len(b[::4096])\n        time.sleep(2)\n        os._exit(0)\n"
+            "print(sum(os.wait()[1] == 0 for _ in range(5)))\n")
+    box = BwrapSandbox(workspace_mb=8, tmp_mb=8)
+    assert box.aggregate_limits == "cgroup"
+    r = box.run(py(code, memory_mb=128))  # each child is within its own rlimit; together they are not
+    assert r.extra.get("oom_killed") and int(r.stdout) <= 2, r
+    assert BwrapSandbox(aggregate_limits=False).run(py(code, memory_mb=128)).stdout == "5\n"  # rlimits alone
 
 
 def test_bash_runtime_resolves_runtimes_inside():
