@@ -64,7 +64,7 @@ class WorkspaceTestsConfig:
     solution_file: Annotated[RelativePath | None, Rule(doc="the solution is this file's content; else a bash "
                                                            "edit script")] = None
     files: Annotated[dict[RelativePath, str], Rule(noun="relative paths to file contents",
-                                                   doc="trusted test files, written after the solution ran")] = \
+                                                   doc="trusted test files: read-only, hidden from the solution")] = \
         field(default_factory=dict)
     solution_timeout_s: Annotated[Seconds, Rule(doc="default: a third of the env's timeout, at most 10 s")] = None
     test_timeout_s: Annotated[Seconds, Rule(doc="default: the rest, shared by the tests, at least 2 s each")] = None
