@@ -25,8 +25,9 @@ $(STAMP): pyproject.toml
 # System packages the sandboxes and tests need. Installs them when run as root; otherwise says what is missing.
 setup:
 	@missing=""; \
-	for pair in bwrap:bubblewrap dockerd:docker.io debootstrap:debootstrap; do \
-	  command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair##*:}"; \
+	for pair in bwrap:bubblewrap dockerd:docker.io debootstrap:debootstrap \
+	            /usr/share/containers/seccomp.json:golang-github-containers-common; do \
+	  command -v $${pair%%:*} >/dev/null || [ -e $${pair%%:*} ] || missing="$$missing $${pair##*:}"; \
 	done; \
 	if [ -z "$$missing" ]; then echo "setup: system packages present"; \
 	elif [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \

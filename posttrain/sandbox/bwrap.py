@@ -6,9 +6,10 @@ them), a new ``/proc``, a minimal read-only ``/dev`` with a small private ``/dev
 ``/home``, ``/root`` or project files. The root itself is read-only. The workspace ``/work`` is a size-capped tmpfs
 made by bwrap and filled from in-memory files (``--file``), so a single execution leaves nothing on the host disk.
 Every namespace is new (user, pid, net with only its own loopback, ipc, uts, cgroup), nested user namespaces are
-disabled, a seccomp deny-list (``seccomp.py``) closes risky kernel interfaces, the environment is cleared,
-``--new-session`` detaches the controlling terminal (no ``TIOCSTI``), and ``--die-with-parent`` ties the sandbox to
-us. As host root, bwrap itself runs as an unprivileged host uid (``host_uid``), so even an escape lands on nobody.
+disabled, the seccomp allow-list both backends share (``seccomp.py``) closes the rest of the kernel, the
+environment is cleared, ``--new-session`` detaches the controlling terminal (no ``TIOCSTI``), and
+``--die-with-parent`` ties the sandbox to us. As host root, bwrap itself runs as an unprivileged host uid
+(``host_uid``), so even an escape lands on nobody.
 
 Limits: each execution gets its own cgroup (``cgroup.py``, where the host allows: root, cgroup v1 or v2) that caps
 the whole process tree together: memory (``memory_mb`` plus the sizes of the tmpfs mounts, whose pages and inodes

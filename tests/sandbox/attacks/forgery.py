@@ -33,7 +33,7 @@ def add(a, b):
                     os.write(copy, forged)
                 except OSError:
                     pass
-    return a - b
+    return a - b + 1  # wrong for every test
 '''
 
 
