@@ -10,11 +10,16 @@ Everything the agent says is parsed defensively (sizes capped, unknown messages 
 protected from the programs (see ``container_agent``), but the host never has to trust it beyond one execution's
 result.
 
+Where the line between infra and program falls: a run fails as infrastructure (``AgentClosed``, an ``infra_error``
+upstream) only until the agent says the program started. Whatever goes wrong after that (the agent fails or
+vanishes, misses its deadline, cannot kill what the program left) is the program's outcome, as observed: the
+result is never an ``infra_error``, and ``extra["discard"]`` says why the container must not serve again.
+
 Example:
-    >>> AGENT_COMMAND[:4]
-    ['python3', '-I', '-S', '-c']
+    >>> AGENT_COMMAND[:4], AGENT_COMMAND[-2:]
+    (['python3', '-I', '-S', '-c'], ['10001', '10001'])
     >>> channel = AgentChannel.attach(api, container_id)                  # doctest: +SKIP
-    >>> raw = agent_run(channel, 1, execution, argv, env, archive, b"", limits, t0)   # doctest: +SKIP
+    >>> raw = agent_run(channel, 1, execution, argv, env, archive, b"", b"", limits, t0)   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ import time
 from posttrain import trusted
 from posttrain.sandbox.base import Execution, SandboxStartError
 from posttrain.sandbox.capture import CHUNK, FRAME_HEADER, CappedBuffer, RawRun
+from posttrain.sandbox.workspace import SANDBOX_GID, SANDBOX_UID
 
-AGENT_COMMAND = ["python3", "-I", "-S", "-c", trusted.source("container_agent")]
+AGENT_COMMAND = ["python3", "-I", "-S", "-c", trusted.source("container_agent"), str(SANDBOX_UID), str(SANDBOX_GID)]
 MSG = struct.Struct(">cII")  # kind, execution id, payload length
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 8 << 20  # the agent sends output in chunks of at most 64 KiB; anything larger is a broken channel
@@ -131,50 +137,64 @@ class AgentChannel:
 
 
 def agent_run(channel: AgentChannel, xid: int, execution: Execution, argv: list[str], env: dict[str, str],
-              archive: bytes, stdin: bytes, limits: dict, t0: float, on_overdue=None) -> RawRun:
-    """Run ``argv`` through the agent; the result, or an infra error (``AgentClosed``) if the agent fails.
+              archive: bytes, trusted: bytes, stdin: bytes, limits: dict, t0: float, on_overdue=None) -> RawRun:
+    """Run ``argv`` through the agent (``archive`` unpacked into /work, ``trusted`` into /trusted); the result, or
+    ``AgentClosed`` if the container fails before the program started.
 
     ``on_overdue()`` is called if the agent misses its own deadline by ``SLACK_S`` (it kills the program from the
-    host); the run is then reported timed out and the container must be discarded (``extra["overdue"]``)."""
+    host); the run is then reported timed out. ``extra["discard"]``: why the container must not be reused ("")."""
     out, err = CappedBuffer(execution.max_output_bytes), CappedBuffer(execution.max_output_bytes)
     header = {"op": "run", "id": xid, "argv": argv, "env": env, "cwd": "/work", "archive": len(archive),
-              "stdin": len(stdin), "timeout_s": execution.timeout_s, "max_output": execution.max_output_bytes,
-              "limits": limits}
-    channel.send(header, archive + stdin)
+              "trusted": len(trusted), "stdin": len(stdin), "timeout_s": execution.timeout_s,
+              "max_output": execution.max_output_bytes, "limits": limits}
+    channel.send(header, archive + trusted + stdin)
     t_start, deadline, overdue = None, None, False
     sent = time.monotonic()
-    while True:
-        now = time.monotonic()
-        wait = (deadline or sent + execution.timeout_s + SLACK_S + 30.0) - now
-        try:
-            kind, mid, payload = channel.get(wait)
-        except TimeoutError:
-            if overdue:
-                raise AgentClosed("the agent does not answer after its program was killed") from None
-            overdue = True
-            if on_overdue is not None:
-                on_overdue()
-            deadline = time.monotonic() + SLACK_S
-            continue
-        if mid != xid:
-            continue  # a late message of an earlier request
-        if kind == b"R":
-            t_start = time.monotonic()
-            deadline = t_start + execution.timeout_s + SLACK_S
-        elif kind == b"O":
-            out.write(payload)
-        elif kind == b"E":
-            err.write(payload)
-        elif kind == b"F":
-            raise AgentClosed(payload.decode(errors="replace")[:2000])
-        elif kind == b"X":
-            info = json.loads(payload)
-            out.total, err.total = info.get("stdout_bytes", out.total), info.get("stderr_bytes", err.total)
-            started = t_start or time.monotonic()
-            return RawRun(exit_code=None if overdue else info["exit"], stdout=out, stderr=err,
-                          timed_out=bool(info["timed_out"]) or overdue, start_ms=(started - t0) * 1000,
-                          run_ms=(time.monotonic() - started) * 1000,
-                          extra={"backend": "docker", "overdue": overdue, "clean": bool(info.get("clean"))})
+
+    def finished(exit_code: int | None, timed_out: bool, discard: str) -> RawRun:
+        started = t_start or time.monotonic()
+        return RawRun(exit_code=None if overdue else exit_code, stdout=out, stderr=err, timed_out=timed_out or overdue,
+                      start_ms=(started - t0) * 1000, run_ms=(time.monotonic() - started) * 1000,
+                      extra={"backend": "docker", "discard": discard})
+
+    try:
+        while True:
+            try:
+                kind, mid, payload = channel.get((deadline or sent + execution.timeout_s + SLACK_S + 30.0)
+                                                 - time.monotonic())
+            except TimeoutError:
+                if overdue:
+                    raise AgentClosed("the agent does not answer after its program was killed") from None
+                overdue = True
+                if on_overdue is not None:
+                    on_overdue()
+                deadline = time.monotonic() + SLACK_S
+                continue
+            if mid != xid:
+                continue  # a late message of an earlier request
+            if kind == b"R":
+                t_start = time.monotonic()
+                deadline = t_start + execution.timeout_s + SLACK_S
+            elif kind == b"O":
+                out.write(payload)
+            elif kind == b"E":
+                err.write(payload)
+            elif kind == b"F":
+                raise AgentClosed(payload.decode(errors="replace")[:2000])
+            elif kind == b"X":
+                try:
+                    info = json.loads(payload)
+                    out.total, err.total = int(info["stdout_bytes"]), int(info["stderr_bytes"])
+                    exit_code, timed_out, clean = info["exit"], bool(info["timed_out"]), bool(info["clean"])
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise AgentClosed(f"malformed exit report: {payload[:200]!r}") from exc
+                discard = ("the agent missed its deadline" if overdue else
+                           "" if clean else "the agent could not kill what its program left")
+                return finished(exit_code, timed_out, discard)
+    except AgentClosed as exc:
+        if t_start is None:
+            raise  # nothing ran: the sandbox failed
+        return finished(None, False, f"the agent failed after its program started: {exc}")
 
 
 def agent_reset(channel: AgentChannel, xid: int, keep_work: bool, timeout_s: float = 30.0) -> tuple[bool, str]:

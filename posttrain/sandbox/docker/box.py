@@ -2,9 +2,10 @@
 
 A ``Box`` is what the pool hands out (``pool.DockerPool.acquire``) and what a session holds (``session.py``). It
 runs one program at a time (``run``: the memory limit follows the execution, the OOM count is read before and
-after) and is cleaned by ``reset``: the agent kills every other process and empties ``/tmp``, ``/dev/shm``, IPC
-(and ``/work`` when ``full``), then, with the host's view of the container (``host_view.py``), the host checks from
-outside that only the agent is left. The pool decides what happens to a box that fails its reset.
+after) and is cleaned by ``reset``: the agent kills every other process, empties ``/tmp``, ``/dev/shm``, IPC,
+``/trusted`` (and ``/work`` when ``full``) and checks it is as it started (no process, nothing a program inherits
+changed), then, with the host's view of the container (``host_view.py``), the host checks from outside that only
+the agent is left. The pool decides what happens to a box that fails its reset or whose run says ``discard``.
 
 Example:
     >>> box = pool.acquire()                                             # doctest: +SKIP
@@ -49,8 +50,9 @@ class Box:
         return self.requests
 
     def run(self, execution: Execution, argv: list[str], env: dict[str, str], archive: bytes, stdin: bytes,
-            t0: float) -> RawRun:
-        """One program through the agent (raises ``AgentClosed`` when the container fails)."""
+            t0: float, trusted: bytes = b"") -> RawRun:
+        """One program through the agent (``AgentClosed`` when the container fails before the program started;
+        after that, a result whose ``extra["discard"]`` says whether the container may serve again)."""
         if self.memory_mb != execution.memory_mb:
             self.api.update_container(self.cid, mem_limit=f"{execution.memory_mb}m",
                                       memswap_limit=f"{execution.memory_mb}m")
@@ -58,7 +60,7 @@ class Box:
         before = oom_kills(self.cid)
         cpu = math.ceil(execution.timeout_s) + 1
         limits = {"cpu": [cpu, cpu + 1], **self.rlimits}
-        raw = agent_run(self.channel, self.next_id(), execution, argv, env, archive, stdin, limits, t0,
+        raw = agent_run(self.channel, self.next_id(), execution, argv, env, archive, trusted, stdin, limits, t0,
                         on_overdue=self.view.kill_all if self.view else None)
         after = oom_kills(self.cid)
         raw.extra.update(container=self.cid[:12],

@@ -1,12 +1,14 @@
 """The cold Docker backend: one throwaway container per execution, through the Docker SDK (never the CLI).
 
 Each container is hardened as ``container.host_config`` says (no network, read-only root, tmpfs workspace,
-no capabilities, ``no-new-privileges``, default seccomp, memory/CPU/pids limits) and runs the launcher as the
-unprivileged ``sandbox`` user: the workspace arrives as a tar on stdin, the program's stdin follows it. stdout and
-stderr are read, capped, from an attach stream opened before start (the container logs nothing to disk). The
-deadline kills the container; the container is always removed. Anything Docker itself fails at (daemon
-unreachable, image missing, API error, workspace not unpacked) is an ``infra_error``; a command that does not
-exist in the image is a program failure with exit code 127, as under bwrap.
+``no-new-privileges``, default seccomp, memory/CPU/pids limits) and runs the launcher (``container.LAUNCHER``): as
+root with only the capabilities to change user, it unpacks ``Execution.trusted_files`` into ``/trusted`` (read-only
+for the program), then the workspace and the program run as the unprivileged ``sandbox`` user with no capability
+(docker-init, pid 1, stays root's: out of the program's reach). The archives arrive on stdin, the program's stdin
+follows them. stdout and stderr are read, capped, from an attach stream opened before start (the container logs
+nothing to disk). The deadline kills the container; the container is always removed. Anything Docker itself fails
+at (daemon unreachable, image missing, API error, files not unpacked) is an ``infra_error``; a command that does
+not exist in the image is a program failure with exit code 127, as under bwrap.
 
 This is the slow path (a container start per execution, ~0.5 s): ``DockerPool`` (``pool.py``) keeps
 containers warm and is what ``make_sandbox("docker")`` returns. Containers carry owner labels
@@ -34,9 +36,9 @@ import requests
 from posttrain.sandbox import lifecycle
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, SandboxStartError
 from posttrain.sandbox.capture import CappedBuffer, FrameDemux, RawRun, feed, pump_socket
-from posttrain.sandbox.docker.container import (DOCKER_ERRORS, READY, USER, close_socket, host_config,
-                                                launcher_argv, make_client, oom_kills)
-from posttrain.sandbox.workspace import WORKDIR, prlimit_args, tar_archive
+from posttrain.sandbox.docker.container import (DOCKER_ERRORS, LAUNCHER_CAPS, READY, ROOT, archives, close_socket,
+                                                host_config, launcher_argv, make_client, oom_kills)
+from posttrain.sandbox.workspace import WORKDIR, prlimit_args
 
 DRAIN_GRACE_S = 5.0  # how long to wait for the attach stream to end once the container stopped
 
@@ -64,12 +66,12 @@ class DockerSandbox(SandboxBackend):
         """Run ``execution`` in a new container to completion or its deadline, then remove the container."""
         argv = prlimit_args("/usr/bin/prlimit", execution, max_open_files=self.max_open_files,
                             max_file_mb=self.max_file_mb) + ["--", *prepared.argv]
-        archive = tar_archive(prepared.files)
+        archive, trusted = archives(prepared)
         cid = None
         try:
             api = self._api()
-            cid = self._create(api, execution, launcher_argv(len(archive), argv), prepared.env)
-            return self._start_and_wait(api, cid, execution, archive, t0).result()
+            cid = self._create(api, execution, launcher_argv(len(trusted), len(archive), argv), prepared.env)
+            return self._start_and_wait(api, cid, execution, trusted + archive, t0).result()
         except (SandboxStartError, OSError, *DOCKER_ERRORS) as exc:
             return self._infra(f"docker sandbox failed: {type(exc).__name__}: {exc}", t0)
         finally:
@@ -94,11 +96,11 @@ class DockerSandbox(SandboxBackend):
     def _create(self, api: docker.APIClient, execution: Execution, argv: list[str], env: dict[str, str]) -> str:
         config = host_config(api, memory_mb=execution.memory_mb, cpus=self.cpus, max_processes=self.max_processes,
                              max_open_files=self.max_open_files, max_file_mb=self.max_file_mb,
-                             workspace_mb=self.workspace_mb, tmp_mb=self.tmp_mb)
+                             workspace_mb=self.workspace_mb, tmp_mb=self.tmp_mb, caps=LAUNCHER_CAPS)
         labels = {**lifecycle.owner_labels(), "posttrain.kind": "cold"}
         with self._lock:  # registered before it exists, so close() from another thread cannot miss it
             container = api.create_container(
-                self.image, argv, user=USER, working_dir=WORKDIR, hostname="sandbox", environment=env,
+                self.image, argv, user=ROOT, working_dir=WORKDIR, hostname="sandbox", environment=env,
                 stdin_open=True, host_config=config, labels=labels)  # attached stdin: StdinOnce
             cid = container["Id"]
             self._live.add(cid)

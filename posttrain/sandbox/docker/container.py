@@ -1,21 +1,29 @@
 """What the Docker backends share: the client, the hardened container config, the cold launcher, OOM counts.
 
 Container config (``host_config``): no network, read-only root filesystem, tmpfs ``/work`` (owned by the sandbox
-user) and ``/tmp`` with size caps, a small ``/dev/shm``, every capability dropped, ``no-new-privileges``, the
-daemon's default seccomp profile, memory without swap, one CPU, a pid limit, ulimits, no logs on disk, and labels
-naming the owner process (``lifecycle.owner_labels``).
+user), ``/tmp`` and ``/trusted`` (root's) with size caps, a small ``/dev/shm``, every capability dropped but the few
+the container's first process needs (``LAUNCHER_CAPS`` or ``AGENT_CAPS``), ``no-new-privileges``, the seccomp
+policy bwrap loads too (``seccomp.docker_security_opt()``), memory without swap, one CPU, a pid limit, ulimits, no logs on disk, and labels naming the
+owner process (``lifecycle.owner_labels``).
 
-Files reach a tmpfs workspace through stdin: ``docker cp``/``put_archive`` write to the container's root
-filesystem, which is read-only and under the tmpfs anyway. In a cold container the launcher (``LAUNCHER``, a
-``sh -c`` script run as the sandbox user) reads exactly N bytes of tar from stdin (``head -c``), unpacks them into
-``/work``, prints ``READY`` on stdout and ``exec``s the program, whose stdin continues right after the archive. The
-marker proves the program started (it cannot write to stdout before it exists), so an unpacking failure is an infra
-error and a program cannot make its own failure look like one. (Pooled containers get their files from their agent,
+Two users: a container's first process (the cold launcher, or the pool's agent) runs as root with only those
+capabilities; every program runs as the sandbox user (``workspace.SANDBOX_UID``) with no capability and an empty
+bounding set. So no program can reach a process above it (signal, ptrace, ``prlimit``, renice, ...) nor write what
+root wrote: ``Execution.trusted_files``, unpacked as root into ``/trusted`` (files 0444, directories not writable,
+``/trusted`` itself 0111: its entries can be opened by name, not listed).
+
+Files reach the tmpfs mounts through stdin: ``docker cp``/``put_archive`` write to the container's root filesystem,
+which is read-only and under the tmpfs anyway. In a cold container the launcher (``LAUNCHER``, a ``sh -c`` script)
+reads exactly T bytes of tar from stdin (``head -c``) and unpacks them as root into ``/trusted`` (then read-only),
+reads N more bytes and unpacks them as the sandbox user into ``/work``, prints ``READY`` on stdout and ``exec``s the
+program as the sandbox user (``setpriv``); the program's stdin continues right after the archives. The marker
+proves the program started (it cannot write to stdout before it exists), so an unpacking failure is an infra error
+and a program cannot make its own failure look like one. (Pooled containers get their files from their agent,
 ``posttrain/trusted/container_agent.py``, the same way: on stdin, before the program exists.)
 
 Example:
-    >>> launcher_argv(3, ["/usr/bin/python3", "main.py"])[-4:]
-    ['posttrain-launch', '3', '/usr/bin/python3', 'main.py']
+    >>> launcher_argv(0, 3, ["/usr/bin/python3", "main.py"])[-5:]
+    ['posttrain-launch', '0', '3', '/usr/bin/python3', 'main.py']
 """
 
 from __future__ import annotations
@@ -29,19 +37,26 @@ from pathlib import Path
 import docker
 import requests
 
-from posttrain.sandbox import lifecycle
-from posttrain.sandbox.base import SandboxStartError
-from posttrain.sandbox.workspace import SANDBOX_GID, SANDBOX_UID, WORKDIR
+from posttrain.sandbox import lifecycle, seccomp
+from posttrain.sandbox.base import Prepared, SandboxStartError
+from posttrain.sandbox.workspace import SANDBOX_GID, SANDBOX_UID, TRUSTED_DIR, WORKDIR, tar_archive
 
 log = logging.getLogger(__name__)
 
 DOCKER_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 READY = b"READY\n"
 
-USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
-LAUNCHER = ('n=$1; shift; if [ "$n" -gt 0 ]; then head -c "$n" | tar -x -C ' + WORKDIR + ' -f - '
+ROOT = "0:0"  # the user of a container's first process; programs run as SANDBOX_UID
+LAUNCHER_CAPS = ("SETUID", "SETGID", "SETPCAP")  # become the sandbox user with an empty capability bounding set
+AGENT_CAPS = (*LAUNCHER_CAPS, "KILL")  # ... and kill the programs' processes (another uid's)
+DROP = f"setpriv --reuid={SANDBOX_UID} --regid={SANDBOX_GID} --clear-groups --bounding-set=-all --"
+LAUNCHER = ('t=$1; n=$2; shift 2; '
+            'if [ "$t" -gt 0 ]; then head -c "$t" | tar -x -C ' + TRUSTED_DIR + ' -f - '
+            '&& chmod -R a-w ' + TRUSTED_DIR + ' && chmod 0111 ' + TRUSTED_DIR + ' '
+            '|| { echo "posttrain: could not unpack the trusted files" >&2; exit 125; }; fi; '
+            'if [ "$n" -gt 0 ]; then head -c "$n" | ' + DROP + ' tar -x -C ' + WORKDIR + ' -f - '
             '|| { echo "posttrain: could not unpack the workspace" >&2; exit 125; }; fi; '
-            'printf "READY\\n"; exec "$@"')
+            'printf "READY\\n"; exec ' + DROP + ' "$@"')
 
 
 def make_client(base_url: str | None, timeout_s: float, pool_size: int = 32) -> docker.APIClient:
@@ -62,23 +77,32 @@ def make_client(base_url: str | None, timeout_s: float, pool_size: int = 32) -> 
 
 def host_config(api: docker.APIClient, *, memory_mb: int, cpus: float, max_processes: int, max_open_files: int,
                 max_file_mb: int, workspace_mb: int, tmp_mb: int, shm_mb: int = 16, init: bool = True,
-                auto_remove: bool = False) -> dict:
-    """The hardened host config. ``init``: docker-init as pid 1 (cold containers; pooled ones have the agent)."""
+                auto_remove: bool = False, caps: tuple[str, ...]) -> dict:
+    """The hardened host config. ``init``: docker-init as pid 1 (cold containers; pooled ones have the agent).
+    ``caps``: the only capabilities of the container's first process (root), never of a program."""
     limits = [docker.types.Ulimit(name="nofile", soft=max_open_files, hard=max_open_files),
               docker.types.Ulimit(name="fsize", soft=max_file_mb << 20, hard=max_file_mb << 20),
               docker.types.Ulimit(name="core", soft=0, hard=0)]
     return api.create_host_config(
         network_mode="none", read_only=True, init=init, auto_remove=auto_remove, mem_limit=f"{memory_mb}m",
         memswap_limit=f"{memory_mb}m", pids_limit=max_processes, nano_cpus=int(cpus * 1e9), cap_drop=["ALL"],
-        security_opt=["no-new-privileges"], ulimits=limits, log_config={"type": "none"}, shm_size=f"{shm_mb}m",
-        oom_score_adj=500,
+        cap_add=list(caps), security_opt=["no-new-privileges", seccomp.docker_security_opt()],
+        ulimits=limits, log_config={"type": "none"}, shm_size=f"{shm_mb}m", oom_score_adj=500,
         tmpfs={WORKDIR: f"size={workspace_mb}m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0755,exec,nosuid,nodev",
-               "/tmp": f"size={tmp_mb}m,mode=1777,exec,nosuid,nodev"})
+               "/tmp": f"size={tmp_mb}m,mode=1777,exec,nosuid,nodev",
+               TRUSTED_DIR: f"size={workspace_mb}m,mode=0700,noexec,nosuid,nodev"})
 
 
-def launcher_argv(archive_size: int, argv: list[str]) -> list[str]:
-    """The command that unpacks ``archive_size`` bytes of stdin into the workspace, then runs ``argv``."""
-    return ["/bin/sh", "-c", LAUNCHER, "posttrain-launch", str(archive_size), *argv]
+def archives(prepared: Prepared) -> tuple[bytes, bytes]:
+    """The workspace tar (the sandbox user's files) and the trusted files' tar (root's; empty when there are none)."""
+    trusted = tar_archive(prepared.trusted_files, uid=0, gid=0) if prepared.trusted_files else b""
+    return tar_archive(prepared.files), trusted
+
+
+def launcher_argv(trusted_size: int, archive_size: int, argv: list[str]) -> list[str]:
+    """The command that unpacks ``trusted_size`` bytes of stdin into ``/trusted`` and ``archive_size`` more into
+    the workspace, then runs ``argv`` as the sandbox user."""
+    return ["/bin/sh", "-c", LAUNCHER, "posttrain-launch", str(trusted_size), str(archive_size), *argv]
 
 
 def close_socket(stream, raw_sock) -> None:

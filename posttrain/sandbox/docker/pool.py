@@ -2,17 +2,20 @@
 
 Settings come as one ``DockerPoolConfig`` (``SandboxConfig.docker``); the limits every backend applies
 (``memory_mb``, ``max_processes``, ``workspace_mb``, ...) as keywords, as for bwrap. Containers are started ahead of
-demand (``size`` of them) with the hardening of ``container.host_config`` (the unprivileged sandbox user, no
-capabilities, no network, read-only root, tmpfs workspace, default seccomp, limits). Their pid 1 is the agent
-(``posttrain/trusted/container_agent.py``), attached to us through the container's stdio (``agent_client``): an
-execution takes an idle container (``acquire``: a list pop, microseconds), sends the agent one request (workspace
-tar, argv, limits, stdin) and reads the program's output and exit back (``box.Box.run``); no ``docker exec``, no
-runc start per program. A container is never reused dirty: after every use ``Box.reset`` has the agent kill every
-other process in the container and empty ``/work``, ``/tmp``, ``/dev/shm``, POSIX queues and SysV IPC; when the
-daemon is local the host then checks the container's cgroup holds nothing but the agent (``host_view``). A failed
-reset, a container that served ``max_uses`` executions, or one whose agent missed a deadline is removed and
-replaced. Memory limits follow each execution (``docker update`` when one asks for a different ``memory_mb`` than
-the container has).
+demand (``size`` of them) with the hardening of ``container.host_config`` (no network, read-only root, tmpfs
+workspace, default seccomp, limits). Their pid 1 is the agent (``posttrain/trusted/container_agent.py``: root with
+``container.AGENT_CAPS`` only; every program runs as the unprivileged sandbox user, which cannot reach it),
+attached to us through the container's stdio (``agent_client``): an execution takes an idle container
+(``acquire``: a list pop, microseconds), sends the agent one request (workspace tar, trusted files' tar, argv,
+limits, stdin) and reads the program's output and exit back (``box.Box.run``); no ``docker exec``, no runc start
+per program. A container is provably as it started before it serves again, or it is discarded: after every use
+``Box.reset`` has the agent kill every other process, empty ``/work``, ``/tmp``, ``/dev/shm``, ``/trusted``, POSIX
+queues and SysV IPC, and compare everything a program inherits from it (rlimits, nice, affinity, scheduling, I/O
+priority, ...) with what it recorded at start; when the daemon is local the host then checks the container's cgroup
+holds nothing but the agent (``host_view``). A failed reset, a container that served ``max_uses`` executions, or
+one whose run says ``discard`` (its agent failed after the program started, missed its deadline, or could not kill
+what the program left: the program's outcome, never an infra error) is removed and replaced. Memory limits follow
+each execution (``docker update`` when one asks for a different ``memory_mb`` than the container has).
 
 Sizing: the pool keeps ``size`` containers (busy + ready) while in use, grows up to ``max_size`` when more
 executions wait, and after ``idle_s`` without an acquisition shrinks to ``min_idle``; refills happen in background
@@ -51,10 +54,11 @@ from posttrain.sandbox import lifecycle
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, SandboxStartError
 from posttrain.sandbox.docker.agent_client import AGENT_COMMAND, AgentChannel
 from posttrain.sandbox.docker.box import Box
-from posttrain.sandbox.docker.container import DOCKER_ERRORS, USER, Closing, host_config, make_client
+from posttrain.sandbox.docker.container import (AGENT_CAPS, DOCKER_ERRORS, ROOT, Closing, archives, host_config,
+                                                make_client)
 from posttrain.sandbox.docker.host_view import HostView
 from posttrain.sandbox.docker.session import DockerSession
-from posttrain.sandbox.workspace import WORKDIR, tar_archive
+from posttrain.sandbox.workspace import WORKDIR
 
 log = logging.getLogger(__name__)
 _pool_ids = itertools.count(1)
@@ -101,7 +105,7 @@ class DockerPool(SandboxBackend):
     # ---- Sandbox protocol ---------------------------------------------------------------------------------------
     def _run(self, execution: Execution, prepared: Prepared, t0: float) -> ExecutionResult:
         """Run ``execution`` in a warm container; never raises for program failures."""
-        archive = tar_archive(prepared.files)
+        archive, trusted = archives(prepared)
         try:
             box = self.acquire()
         except SandboxStartError as exc:
@@ -109,9 +113,10 @@ class DockerPool(SandboxBackend):
         acquire_ms = (time.monotonic() - t0) * 1000
         healthy = False
         try:
-            raw = box.run(execution, prepared.argv, prepared.env, archive, execution.stdin.encode("utf-8"), t0)
+            raw = box.run(execution, prepared.argv, prepared.env, archive, execution.stdin.encode("utf-8"), t0,
+                          trusted=trusted)
             raw.extra.update(acquire_ms=round(acquire_ms, 3))
-            healthy = not raw.extra.get("overdue")
+            healthy = not raw.extra["discard"]
             return raw.result()
         except (SandboxStartError, OSError, *DOCKER_ERRORS) as exc:
             return self._infra(f"docker pool run failed: {type(exc).__name__}: {exc}", t0)
@@ -236,9 +241,9 @@ class DockerPool(SandboxBackend):
             hardened = host_config(api, memory_mb=self.memory_mb, cpus=self.config.cpus,
                                    max_processes=self.max_processes, max_open_files=self.max_open_files,
                                    max_file_mb=self.max_file_mb, workspace_mb=self.workspace_mb, tmp_mb=self.tmp_mb,
-                                   init=False, auto_remove=True)
+                                   init=False, auto_remove=True, caps=AGENT_CAPS)
             labels = {**lifecycle.owner_labels(), "posttrain.kind": "pool", "posttrain.pool": self.pool_id}
-            cid = api.create_container(self.config.image, AGENT_COMMAND, user=USER, working_dir=WORKDIR,
+            cid = api.create_container(self.config.image, AGENT_COMMAND, user=ROOT, working_dir=WORKDIR,
                                        hostname="sandbox", host_config=hardened, labels=labels, stdin_open=True,
                                        environment={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})["Id"]
             channel = AgentChannel.attach(api, cid)  # before start: the agent's hello must not be missed

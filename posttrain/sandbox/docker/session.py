@@ -3,8 +3,9 @@
 Every step is one request to the container's agent (``box.Box.run``); after a step of the agent's own commands the
 container is cleaned except for its workspace (``Box.reset(full=False)``: every other process killed, ``/tmp``,
 ``/dev/shm`` and IPC emptied), so nothing of a step outlives it and only ``/work`` carries state, as with bwrap.
-``close()`` gives the container back (``give_back``, the pool's ``release``), which resets it fully or replaces it
-if a step left it unhealthy.
+A step's result is its program's outcome even when the cleanup after it fails; the container then refuses every
+later step (an infra error: nothing ran). ``close()`` gives the container back (``give_back``, the pool's
+``release``), which resets it fully or replaces it if a step left it unhealthy.
 
 Example:
     >>> from posttrain.sandbox.docker import DockerPool
@@ -20,7 +21,7 @@ import time
 from typing import Callable
 
 from posttrain.sandbox import lifecycle
-from posttrain.sandbox.base import Execution
+from posttrain.sandbox.base import Execution, SandboxStartError
 from posttrain.sandbox.capture import RawRun
 from posttrain.sandbox.docker.box import Box
 from posttrain.sandbox.scheduler import default_scheduler
@@ -42,18 +43,18 @@ class DockerSession(SandboxSession):
         lifecycle.track(self)
 
     def _exec(self, execution: Execution, stdin: bytes, trusted: bool = False) -> RawRun:
+        if not self._healthy:
+            raise SandboxStartError("the session's container could not be cleaned after an earlier step")
         try:
             raw = self.box.run(execution, resolve_command(execution), sandbox_env(execution), b"", stdin,
                                time.monotonic())
         except BaseException:
             self._healthy = False
             raise
-        if raw.extra.get("overdue"):
+        if raw.extra["discard"]:
             self._healthy = False
         elif not trusted:  # our own tools (cat, tar) leave nothing behind; the agent's commands may
             self._healthy = self.box.reset(full=False)
-        if not self._healthy and not raw.infra_error:
-            raw.infra_error = "the session's container could not be cleaned after this step"
         return raw
 
     def _release(self) -> None:

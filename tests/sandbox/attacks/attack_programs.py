@@ -546,3 +546,97 @@ def ptrace_race_the_cleanup(box, host):
     assert r.stdout == "spy planted\n", r
     after = box.run(Execution(files={"n.py": "print('next sample ran')"}, command=["python3", "n.py"]))
     assert after.stdout == "next sample ran\n" and not after.timed_out, after
+
+
+# ---- the sandbox's own processes: nothing done to them may reach a later execution ----------------------------------
+# The program's ancestors in its pid namespace and pid 1 (the docker pool's agent, bwrap's init or harness), not itself.
+ANCESTORS = ("import os\ndef targets():\n    pids, pid = {1}, os.getppid()\n    while pid > 1:\n        pids.add(pid)\n"
+             "        with open(f'/proc/{pid}/status') as f:\n"
+             "            pid = int(f.read().split('PPid:')[1].split()[0])\n"
+             "    return sorted(pids - {os.getpid()})\n")
+# What a program inherits from the processes above it: every rlimit, nice, CPU affinity, scheduler, I/O priority.
+INHERITED = ("import ctypes, os, platform, resource, time\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+             "nr = {'x86_64': 252, 'aarch64': 31}.get(platform.machine())\n"
+             "print(sorted((n, resource.getrlimit(getattr(resource, n))) for n in dir(resource)"
+             " if n.startswith('RLIMIT_')), os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)),"
+             " os.sched_getscheduler(0), libc.syscall(nr, 1, 0) if nr else None, libc.prctl(30, 0, 0, 0, 0))\n"
+             "time.sleep(0.3)\n")  # so that concurrent probes land on different containers of the pool
+
+
+@attack("poison_the_sandbox_for_later_runs", "isolation")
+def poison_the_sandbox_for_later_runs(box, host):
+    # prlimit / setpriority / sched_setaffinity / sched_setscheduler / ioprio_set on everything above the program:
+    # whatever succeeds must die with this execution (a later one inherits the defaults, and no 64 bits of data)
+    probe = Execution(files={"p.py": INHERITED}, command=["python3", "p.py"])
+    before = sorted(r.stdout for r in run_many(box, [probe, probe], concurrency=2))
+    code = HEADER + ANCESTORS + (
+        "import ctypes, platform, resource\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "ioprio_set = {'x86_64': 251, 'aarch64': 30}.get(platform.machine())\n"
+        "def attempt(what, call):\n    try:\n        call()\n        print(what, 'CHANGED')\n"
+        "    except OSError as e:\n        print(what, 'DENIED', e.errno)\n"
+        "def set_ioprio(pid):\n    if ioprio_set and libc.syscall(ioprio_set, 1, pid, 3 << 13) != 0:\n"
+        "        raise OSError(ctypes.get_errno(), 'ioprio_set')\n"
+        "for pid in targets():\n"
+        "    for name in ('RLIMIT_NOFILE', 'RLIMIT_AS', 'RLIMIT_NPROC', 'RLIMIT_CPU', 'RLIMIT_FSIZE', 'RLIMIT_STACK',"
+        " 'RLIMIT_MSGQUEUE'):\n"
+        "        attempt(f'{pid} {name}', lambda: resource.prlimit(pid, getattr(resource, name), (3, 3)))\n"
+        "    attempt(f'{pid} nice', lambda: os.setpriority(os.PRIO_PROCESS, pid, 19))\n"
+        "    attempt(f'{pid} affinity', lambda: os.sched_setaffinity(pid, {min(os.sched_getaffinity(0))}))\n"
+        "    attempt(f'{pid} scheduler', lambda: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0)))\n"
+        "    attempt(f'{pid} ioprio', lambda: set_ioprio(pid))\n"
+        "print('targets', targets())\n")
+    r = box.run(host.execution(code, timeout_s=10))
+    assert not r.infra_error and "targets [" in r.stdout, r  # whatever it did is its own outcome
+    if box.name == "docker":  # the pool's agent is another uid: every call is refused
+        assert "CHANGED" not in r.stdout and r.stdout.count(" DENIED 1\n") >= 11, r.stdout
+    after = sorted(x.stdout for x in run_many(box, [probe, probe], concurrency=2))  # every container of the pool
+    assert after == before, (before, after)
+    assert verdict(box, ADD, ADD.reference).passed
+
+
+@attack("lower_the_sandbox_fd_limit_then_fail", "verdict")
+def lower_the_sandbox_fd_limit_then_fail(box, host):
+    # a failing solution that breaks the cleanup after it ran must still score 0, not be excluded as an infra error
+    cheat = ANCESTORS + ("import resource\nfor pid in targets():\n    try:\n"
+                         "        resource.prlimit(pid, resource.RLIMIT_NOFILE, (3, 3))\n    except OSError:\n"
+                         "        pass\nraise SystemExit(1)\n")
+    for _ in range(2):  # on both containers of the pool, if the first survived
+        assert_cheat_fails(verdict(box, ADD, cheat))
+    assert verdict(box, ADD, ADD.reference).passed
+
+
+TRUSTED_TESTS = {"h1dden/test_add.py": "from solution import add\nassert add(1, 2) == 3\n", "h1dden/data/x.json": "[3]"}
+
+
+@attack("tamper_with_trusted_files", "integrity")
+def tamper_with_trusted_files(box, host):
+    code = HEADER + (
+        "import shutil\nt = '/trusted/h1dden'\n"
+        "def attempt(what, call):\n    try:\n        call()\n        print(what, 'DONE')\n"
+        "    except OSError as e:\n        print(what, 'DENIED', e.errno)\n"
+        "attempt('list', lambda: os.listdir('/trusted'))\n"  # the tests hide under a name the solution cannot find
+        "attempt('write', lambda: open(t + '/test_add.py', 'w').write('pass'))\n"
+        "attempt('append', lambda: open(t + '/data/x.json', 'a').write('pwned'))\n"
+        "attempt('chmod', lambda: os.chmod(t + '/test_add.py', 0o666))\n"
+        "attempt('chmod-dir', lambda: os.chmod(t, 0o777))\n"
+        "attempt('utime', lambda: os.utime(t + '/test_add.py', (0, 0)))\n"
+        "attempt('unlink', lambda: os.unlink(t + '/test_add.py'))\n"
+        "attempt('rename', lambda: os.rename(t + '/data/x.json', t + '/data/y.json'))\n"
+        "attempt('create', lambda: open(t + '/conftest.py', 'w').write('pwned'))\n"
+        "attempt('mkdir', lambda: os.mkdir(t + '/data/sub'))\n"
+        "attempt('symlink', lambda: os.symlink('/work/main.py', t + '/evil.py'))\n"
+        "attempt('rmtree', lambda: shutil.rmtree(t + '/data'))\n"
+        "attempt('plant', lambda: open('/trusted/conftest.py', 'w').write('pwned'))\n"
+        "print([(root, sorted(dirs), sorted(files)) for root, dirs, files in os.walk(t)])\n"
+        "print(open(t + '/test_add.py').read() + open(t + '/data/x.json').read())\n")
+    r = box.run(host.execution(code, trusted_files=TRUSTED_TESTS))
+    lines = r.stdout.splitlines()
+    assert r.exit_code == 0 and "DONE" not in r.stdout and r.stdout.count("DENIED") == 13, r
+    assert lines[13] == "[('/trusted/h1dden', ['data'], ['test_add.py']), ('/trusted/h1dden/data', [], ['x.json'])]", r
+    assert "\n".join(lines[14:]) == "".join(TRUSTED_TESTS.values()), r
+    # the next executions (every container of the pool) find their own trusted files only
+    look = ("import os, time\ntime.sleep(0.3)\n"
+            "print([os.path.exists(p) for p in ['/trusted/h1dden', '/trusted/other/x.txt']])\n")
+    probe = Execution(files={"l.py": look}, command=["python3", "l.py"], trusted_files={"other/x.txt": "x"})
+    for later in run_many(box, [probe, probe], concurrency=2):
+        assert later.stdout == "[False, True]\n", later

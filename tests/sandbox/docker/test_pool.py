@@ -9,14 +9,18 @@ Skipped only when dockerd is unreachable or the sandbox image is absent (build i
 from __future__ import annotations
 
 import os
+import platform
+import resource
+import threading
 import time
 
 import docker
 import pytest
 
 from posttrain.config import DockerPoolConfig, SandboxConfig
-from posttrain.sandbox import Execution, make_sandbox, run_many
+from posttrain.sandbox import Execution, make_sandbox, run_many, seccomp
 from posttrain.sandbox.docker import DockerPool, DockerSandbox
+from posttrain.sandbox.docker.container import AGENT_CAPS
 from tests.sandbox.cases import SandboxCases, SessionCases, processes_with, py
 
 IMAGE = DockerPoolConfig().image
@@ -68,7 +72,12 @@ def broken_sandbox():
 
 
 class TestDockerPool(SandboxCases, SessionCases):
-    pass
+    @pytest.fixture
+    def sandbox(self, sandbox):
+        """The module's pool, quiet: the resets of earlier cases done (they read cgroup files in the background,
+        which a case counting this process's open fds would see)."""
+        assert sandbox.wait_ready(2, timeout_s=60)
+        return sandbox
 
 
 @pytest.fixture(scope="module")
@@ -116,10 +125,11 @@ def test_unreachable_daemon_is_infra_error(tmp_path):
 
 HARDENING = ("import os\nstatus = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines())\n"
              "print(os.getuid(), status['CapEff'], status['CapBnd'], status['NoNewPrivs'], status['Seccomp'])\n"
-             "for path in ['/', '/etc', '/usr', '/work', '/tmp']:\n"
+             "for path in ['/', '/etc', '/usr', '/work', '/tmp', '/trusted']:\n"
              "    try:\n        open(path + '/x', 'w').close()\n        print(path, 'writable')\n"
              "    except OSError as e:\n        print(path, e.errno)\n"
-             "import socket\nprint(sorted(name for _, name in socket.if_nameindex()))\n")
+             "import socket\nprint(sorted(name for _, name in socket.if_nameindex()))\n"
+             "print('pid 1: uid', os.stat('/proc/1').st_uid)\n")
 
 
 @pytest.mark.parametrize("backend", ["pool", "cold"])
@@ -128,16 +138,18 @@ def test_container_is_hardened(backend, sandbox):
     r = box.run(py(HARDENING))
     lines = r.stdout.splitlines()
     assert lines[0] == "10001 0000000000000000 0000000000000000 1 2", r  # non-root, no caps, no-new-privs, seccomp
-    assert lines[1:6] == ["/ 30", "/etc 30", "/usr 30", "/work writable", "/tmp writable"]  # read-only root
-    assert lines[6] == "['lo']"  # network none
+    assert lines[1:7] == ["/ 30", "/etc 30", "/usr 30", "/work writable", "/tmp writable", "/trusted 13"]
+    assert lines[7] == "['lo']"  # network none
+    assert lines[8] == "pid 1: uid 0"  # the agent (pool) or docker-init (cold): another user, out of reach
     assert r.extra["oom_killed"] is False
     if backend == "pool":
         [cid] = [c for c in our_containers() if c.startswith(r.extra["container"])]
         info = docker.from_env().api.inspect_container(cid)
         host = info["HostConfig"]
         assert (host["ReadonlyRootfs"], host["NetworkMode"], host["CapDrop"], host["SecurityOpt"]) == \
-               (True, "none", ["ALL"], ["no-new-privileges"])
-        assert info["Config"]["User"] == "10001:10001" and host["PidsLimit"] > 0 and host["Memory"] > 0
+               (True, "none", ["ALL"], ["no-new-privileges", seccomp.docker_security_opt()])  # bwrap's policy
+        assert sorted(host["CapAdd"]) == sorted(AGENT_CAPS)  # the agent's, never a program's
+        assert info["Config"]["User"] == "0:0" and host["PidsLimit"] > 0 and host["Memory"] > 0
 
 
 @pytest.mark.parametrize("backend", ["pool", "cold"])
@@ -178,17 +190,114 @@ def test_acquire_is_a_list_pop_and_containers_are_reused_clean(checks, sandbox, 
     assert sorted(acquires)[3] < 10, acquires
 
 
+IOPRIO_SET = {"x86_64": 251, "aarch64": 30}[platform.machine()]
+
+
 def test_programs_cannot_touch_the_agent(sandbox):
-    code = ("import ctypes, os, signal\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    code = ("import ctypes, os, resource, signal\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "print(libc.ptrace(0x4206, 1, 0, 0), ctypes.get_errno())\n"  # PTRACE_SEIZE the agent
+            f"print(libc.syscall({IOPRIO_SET}, 1, 1, 3 << 13), ctypes.get_errno())\n"  # ioprio_set(pid 1, IDLE)
             "for path in ['/proc/1/environ', '/proc/1/mem', '/proc/1/fd/1']:\n    try:\n"
             "        open(path, 'rb').read(1)\n        print(path, 'READ')\n    except OSError as e:\n"
             "        print(path, e.errno)\n"
-            "for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGSTOP):\n    os.kill(1, sig)\n"
-            "print('still here')\n")
+            "for call in [lambda: resource.prlimit(1, resource.RLIMIT_NOFILE, (3, 3)),"
+            " lambda: os.setpriority(os.PRIO_PROCESS, 1, 19), lambda: os.sched_setaffinity(1, {0}),"
+            " lambda: os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0))]"
+            " + [lambda sig=sig: os.kill(1, sig) for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP)]:\n"
+            "    try:\n        call()\n        print('DONE')\n    except OSError as e:\n        print(e.errno)\n")
     r = sandbox.run(py(code))
-    assert r.stdout == "-1 1\n/proc/1/environ 13\n/proc/1/mem 13\n/proc/1/fd/1 13\nstill here\n", r
+    assert r.stdout == "-1 1\n-1 1\n/proc/1/environ 13\n/proc/1/mem 13\n/proc/1/fd/1 13\n" + "1\n" * 7, r
     assert sandbox.run(py("print('agent alive')")).stdout == "agent alive\n"
+
+
+def _agent(pool: DockerPool, short_id: str) -> tuple[str, int]:
+    """The full id of the pool's container ``short_id`` and its agent's pid on the host."""
+    [cid] = [c for c in our_containers(**{"posttrain.pool": pool.pool_id}) if c.startswith(short_id)]
+    return cid, docker.from_env().api.inspect_container(cid)["State"]["Pid"]
+
+
+TAINTS = {"nofile": lambda pid: resource.prlimit(pid, resource.RLIMIT_NOFILE, (64, 64)),
+          "nice": lambda pid: os.setpriority(os.PRIO_PROCESS, pid, 19),
+          "affinity": lambda pid: os.sched_setaffinity(pid, {min(os.sched_getaffinity(pid))})}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="tainting the agent from outside needs root on the daemon's host")
+@pytest.mark.parametrize("when, taint", [("idle", "nofile"), ("busy", "nice"), ("idle", "affinity")])
+def test_a_tainted_container_is_discarded(when, taint):
+    """What no program can do any more (they are another uid) is done from the host: the agent must notice."""
+    if taint == "affinity" and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: no affinity to narrow")
+    with DockerPool(DockerPoolConfig(size=1, max_size=1)) as pool:
+        assert pool.wait_ready(1, timeout_s=120)
+        first = pool.run(py("print('first')"))
+        cid, agent_pid = _agent(pool, first.extra["container"])
+        assert pool.wait_ready(1, timeout_s=30)  # reset, idle again
+        if when == "idle":
+            TAINTS[taint](agent_pid)
+            refused = pool.run(py("print('must not run')"))  # refused before it starts: an infra error, retried
+            assert refused.exit_code is None and refused.stdout == "", refused
+            assert f"tainted container: {'rlimits' if taint == 'nofile' else taint} changed" in refused.infra_error
+        else:
+            results: list = []
+            slow = threading.Thread(target=lambda: results.append(pool.run(py("import time; time.sleep(1.5)"))))
+            slow.start()
+            time.sleep(0.7)
+            TAINTS[taint](agent_pid)
+            slow.join()
+            assert results[0].ok, results[0]  # the program's run is unaffected; the reset after it fails
+        after = pool.run(py("print('fresh')"))
+        assert after.stdout == "fresh\n" and after.extra["container"] != first.extra["container"], after
+        assert pool.stats["reset_failures"] == (when == "busy")
+        deadline = time.monotonic() + 20
+        while cid in our_containers(**{"posttrain.pool": pool.pool_id}) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cid not in our_containers(**{"posttrain.pool": pool.pool_id})  # discarded, never reused
+
+
+def test_a_failure_after_the_program_started_is_its_outcome():
+    """The container dies under a running program: the run is the program's (exit unknown, not an infra error, so
+    it is scored, not excluded and retried), and the pool replaces the container."""
+    with DockerPool(DockerPoolConfig(size=1, max_size=1)) as pool:
+        assert pool.wait_ready(1, timeout_s=120)
+        [cid] = our_containers(**{"posttrain.pool": pool.pool_id})
+        killer = threading.Timer(1.0, lambda: docker.from_env().api.kill(cid))
+        killer.start()
+        r = pool.run(py("import time\nprint('started', flush=True)\ntime.sleep(20)", timeout_s=30))
+        killer.join()
+        assert (r.infra_error, r.exit_code, r.timed_out, r.stdout) == ("", None, False, "started\n"), r
+        assert "after its program started" in r.extra["discard"]
+        assert pool.run(py("print('next')")).stdout == "next\n"
+
+
+TRUSTED = {"hidden/tests/test_a.py": "def test_a():\n    assert True\n", "hidden/expected.json": "[42]"}
+TRUSTED_STAT = ("import os\nst = os.stat('/trusted')\nprint('/trusted', st.st_uid, oct(st.st_mode & 0o7777))\n"
+                "try:\n    os.listdir('/trusted')\nexcept OSError as e:\n    print('listing', e.errno)\n"
+                "for root, dirs, files in sorted(os.walk('/trusted/hidden')):\n"
+                "    for path in [root] + [os.path.join(root, name) for name in sorted(files)]:\n"
+                "        st = os.stat(path)\n        print(path, st.st_uid, oct(st.st_mode & 0o7777))\n"
+                "print(open('/trusted/hidden/expected.json').read())\n")
+
+
+@pytest.mark.parametrize("backend", ["pool", "cold"])
+def test_trusted_files_are_roots_and_read_only(backend, sandbox):
+    box = sandbox if backend == "pool" else DockerSandbox(IMAGE)
+    r = box.run(py(TRUSTED_STAT, trusted_files=TRUSTED))
+    dirs = "0o755" if backend == "pool" else "0o555"  # root's either way
+    assert r.stdout.splitlines() == [
+        "/trusted 0 0o111", "listing 13", f"/trusted/hidden 0 {dirs}", "/trusted/hidden/expected.json 0 0o444",
+        f"/trusted/hidden/tests 0 {dirs}", "/trusted/hidden/tests/test_a.py 0 0o444", "[42]"], r
+    if backend == "pool":  # never seen by a later execution (both containers of the pool), nor by a session
+        gone = "import os, time\ntime.sleep(0.3)\nprint(os.path.exists('/trusted/hidden/expected.json'))"
+        later = run_many(box, [py(gone)] * 2, concurrency=2)
+        assert [x.stdout for x in later] == ["False\n"] * 2, later
+        with box.session() as s:
+            assert s.run("cat /trusted/hidden/expected.json").exit_code == 1
+
+
+def test_trusted_files_that_cannot_be_written_are_an_infra_error(sandbox):
+    r = sandbox.run(py("print('ran')", trusted_files={"a": "x", "a/b": "y"}))  # "a" is a file and a directory
+    assert r.exit_code is None and "trusted files" in r.infra_error and r.stdout == "", r
+    assert sandbox.run(py("print('fine')")).stdout == "fine\n"
 
 
 def test_pool_shrinks_when_idle_refills_and_replaces_broken_containers():
@@ -212,8 +321,6 @@ def test_pool_shrinks_when_idle_refills_and_replaces_broken_containers():
 
 def test_close_while_running_removes_everything():
     pool = DockerPool(DockerPoolConfig(size=1))
-    import threading
-
     results = []
     worker = threading.Thread(target=lambda: results.append(pool.run(py("import time; time.sleep(30)",
                                                                         timeout_s=60))))
