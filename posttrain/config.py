@@ -142,7 +142,6 @@ class DockerPoolConfig(Validated):
     min_idle: int = 1  # containers kept once the pool has been idle for idle_s
     idle_s: float = 60.0  # no acquisition for this long: shrink to min_idle
     max_uses: int = 200  # executions one container serves before it is replaced
-    cpus: float = 1.0  # CPU quota of one container
     parallel_starts: int = 2  # containers started at once in the background
     acquire_timeout_s: float = 60.0  # no container free this long: the execution is an infra error
     api_timeout_s: float = 60.0  # one call to the Docker daemon
@@ -151,7 +150,7 @@ class DockerPoolConfig(Validated):
     PATH = "sandbox.docker."
     # The pool raises max_size to size, min_idle to at most size and parallel_starts to 1: those may be "too small".
     RULES = {"image": check(bool, "non-empty"), "size": at_least(0), "max_size": at_least(0), "min_idle": at_least(0),
-             "idle_s": at_least(0), "max_uses": at_least(1), "cpus": above(0), "parallel_starts": at_least(0),
+             "idle_s": at_least(0), "max_uses": at_least(1), "parallel_starts": at_least(0),
              "acquire_timeout_s": above(0), "api_timeout_s": above(0)}
 
 
@@ -173,6 +172,7 @@ class SandboxConfig(Validated):
     workspace_mb: int = 64  # size cap of the writable workspace (/work) of one execution or session
     tmp_mb: int = 64  # size cap of the private /tmp
     max_processes: int = 64  # processes (and threads) one execution may have
+    cpus: float = 1.0  # CPU cores one execution may use (bwrap: its cgroup's quota; docker: its container's)
     session_output_bytes: int = 16384  # output kept per session step (stdout and stderr each); the rest is cut, marked
     docker: DockerPoolConfig = field(default_factory=DockerPoolConfig)  # backend "docker" only
 
@@ -181,7 +181,8 @@ class SandboxConfig(Validated):
              "max_output_bytes": at_least(1), "batch_concurrency": at_least(1), "start_retries": at_least(0),
              "global_concurrency": at_least(1), "long_slots": at_least(0), "short_timeout_s": at_least(0),
              "queue_timeout_s": at_least(0), "hang_grace_s": at_least(0), "workspace_mb": at_least(1),
-             "tmp_mb": at_least(1), "max_processes": at_least(1), "session_output_bytes": at_least(1)}
+             "tmp_mb": at_least(1), "max_processes": at_least(1), "cpus": above(0),
+             "session_output_bytes": at_least(1)}
 
 
 @dataclass

@@ -43,7 +43,7 @@ def make_sandbox(config_or_backend_name: SandboxConfig | str) -> Sandbox:
     if not isinstance(config_or_backend_name, str):
         configure_from(default_scheduler(), cfg)
     limits = {"max_processes": cfg.max_processes, "workspace_mb": cfg.workspace_mb, "tmp_mb": cfg.tmp_mb,
-              "session_output_bytes": cfg.session_output_bytes}  # what every backend applies
+              "cpus": cfg.cpus, "session_output_bytes": cfg.session_output_bytes}  # what every backend applies
     if cfg.backend == "bwrap":
         from posttrain.sandbox.bwrap import BwrapSandbox
 

@@ -71,14 +71,14 @@ class DockerPool(SandboxBackend):
 
     def __init__(self, config: DockerPoolConfig | None = None, *, memory_mb: int = 512, max_processes: int = 64,
                  max_open_files: int = 256, max_file_mb: int = 64, workspace_mb: int = 64, tmp_mb: int = 64,
-                 session_output_bytes: int = 16384, host_checks: bool = True):
+                 cpus: float = 1.0, session_output_bytes: int = 16384, host_checks: bool = True):
         """Constructing never fails and never blocks: containers start in the background (``wait_ready``).
         ``host_checks``: also check and kill from the host when the daemon is local (``host_view``)."""
         cfg = config or DockerPoolConfig()
         size = max(0, cfg.size)
         self.config = replace(cfg, size=size, max_size=max(1, cfg.max_size, size), min_idle=min(cfg.min_idle, size),
                               parallel_starts=max(1, cfg.parallel_starts))
-        self.memory_mb, self.max_processes = memory_mb, max_processes
+        self.memory_mb, self.max_processes, self.cpus = memory_mb, max_processes, cpus
         self.max_open_files, self.max_file_mb = max_open_files, max_file_mb
         self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
         self.session_output_bytes = session_output_bytes
@@ -238,7 +238,7 @@ class DockerPool(SandboxBackend):
         cid = None
         try:
             api = self._api()
-            hardened = host_config(api, memory_mb=self.memory_mb, cpus=self.config.cpus,
+            hardened = host_config(api, memory_mb=self.memory_mb, cpus=self.cpus,
                                    max_processes=self.max_processes, max_open_files=self.max_open_files,
                                    max_file_mb=self.max_file_mb, workspace_mb=self.workspace_mb, tmp_mb=self.tmp_mb,
                                    init=False, auto_remove=True, caps=AGENT_CAPS)
