@@ -206,7 +206,9 @@ class RolloutConfig(Validated):
 @dataclass
 class TrainConfig(Validated):
     learning_rate: float = 1e-4  # 4-iteration sweep on the demo policy: 1e-3 collapses, 5e-5 moves greedy eval little
-    clip_eps: float = 0.2  # PPO clip range
+    clip_eps: float = 0.2  # PPO clip range, symmetric unless clip_eps_low / clip_eps_high say otherwise
+    clip_eps_low: float = 0.0  # the ratio's lower bound is 1 - clip_eps_low; 0 means clip_eps
+    clip_eps_high: float = 0.0  # upper bound 1 + clip_eps_high; 0 means clip_eps (DAPO clip-higher: 0.28; GSPO: 4e-4)
     micro_batch_size: int = 32  # sequences per DeepSpeed step
     epochs: int = 1  # passes over one iteration's scored rollouts
     zero_stage: int = 2
@@ -215,16 +217,24 @@ class TrainConfig(Validated):
     advantage_eps: float = 1e-6  # added to the group std before dividing
     seed: int = 0
     # The algorithm, by registered name (posttrain.training.algorithms); the defaults are GRPO + PPO-clip.
-    advantage_estimator: str = "grpo"  # advantages per sample: "grpo" (reward normalized within its group)
-    policy_loss: str = "ppo_clip"  # per-token loss: "ppo_clip" (clip range clip_eps)
+    advantage_estimator: str = "grpo"  # "grpo" (group-normalized), "dr_grpo" (minus the group mean), "rloo"
+    policy_loss: str = "ppo_clip"  # per-token loss: "ppo_clip" (per-token ratio) or "gspo" (per-sequence ratio)
     loss_aggregation: str = "token_mean"  # or "seq_mean_token_mean", "seq_mean_token_sum_norm" (Dr. GRPO)
     loss_norm_len: int = 0  # seq_mean_token_sum_norm's divisor, e.g. rollout max_new_tokens; 0: the batch's width
+    # Terms around the policy loss (posttrain.training.algorithms.objective); each 0 means off.
+    kl_coef: float = 0.0  # KL penalty to the frozen initial policy, per token; 0: no reference model is loaded
+    kl_estimator: str = "k3"  # "k3" (exp(ref - logp) - (ref - logp) - 1, >= 0) or "k1" (logp - ref)
+    entropy_coef: float = 0.0  # entropy bonus: coef * token entropy is subtracted from the per-token loss
+    tis_cap: float = 0.0  # truncated IS: weight min(exp(trainer_logp - vllm_logp), tis_cap) per token (e.g. 2.0)
 
     PATH = "train."
     RULES = {"learning_rate": above(0), "clip_eps": above(0), "micro_batch_size": at_least(1), "epochs": at_least(1),
+             "clip_eps_low": check(lambda eps: 0 <= eps < 1, "in [0, 1)"), "clip_eps_high": at_least(0),
              "zero_stage": one_of((0, 1, 2, 3)), "max_grad_norm": at_least(0), "advantage_eps": at_least(0),
              "advantage_estimator": registered("get_advantage_estimator"), "policy_loss": registered("get_policy_loss"),
-             "loss_aggregation": registered("check_aggregation"), "loss_norm_len": at_least(0)}
+             "loss_aggregation": registered("check_aggregation"), "loss_norm_len": at_least(0),
+             "kl_coef": at_least(0), "kl_estimator": one_of("posttrain.training.algorithms.kl:KL_ESTIMATORS"),
+             "entropy_coef": at_least(0), "tis_cap": check(lambda cap: cap == 0 or cap >= 1, "0 (off) or >= 1")}
 
 
 @dataclass

@@ -7,7 +7,7 @@ The steps: 1. advantages, a column of the table (``TrainRows``, logged to MLflow
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from flytekit import current_context, task
 from flytekit.types.directory import FlyteDirectory
@@ -25,11 +25,17 @@ Update = NamedTuple("Update", [("policy", PolicyDir), ("stats", TrainStats), ("t
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("update"))
-def update(policy: PolicyDir, scored: DataFrame[Scored], cfg: TrainConfig, policy_version: int) -> Update:
-    """Train on every non-infra-error sample; save the result as policy version ``policy_version``."""
+def update(policy: PolicyDir, scored: DataFrame[Scored], cfg: TrainConfig, policy_version: int,
+           reference: Optional[PolicyDir] = None) -> Update:
+    """Train on every non-infra-error sample; save the result as policy version ``policy_version``.
+
+    ``reference`` is the frozen policy of the KL penalty (the loop's initial policy), downloaded only when
+    ``cfg.kl_coef > 0``.
+    """
     out = Path(current_context().working_directory) / f"policy-v{policy_version}"
     rows = with_advantages(scored, cfg)
-    trainer = PolicyTrainer(policy.download(), cfg)
+    reference_dir = reference.download() if cfg.kl_coef and reference is not None else None
+    trainer = PolicyTrainer(policy.download(), cfg, reference_dir=reference_dir)
     try:
         stats = trainer.train_on(train_samples(trainable_rows(rows)))
         trainer.save(out, metadata={"version": policy_version})

@@ -32,10 +32,11 @@ def iterate(cfg: LoopConfig, envs: DataFrame[Envs], policy: PolicyDir, run_id: s
     baseline = evaluate(policy=policy, envs=envs, cfg=cfg.eval, rollout=cfg.rollout, sandbox=cfg.sandbox,
                         policy_version=0)
     logged = log_baseline(run_id=run_id, results=baseline, policy=policy)
+    reference = policy  # the frozen policy of the KL penalty (train.kl_coef)
     for k in range(1, cfg.iterations + 1):
         sampled = rollout(policy=policy, envs=envs, cfg=cfg.rollout, iteration=k, policy_version=k - 1)
         scored = reward(trajectories=sampled.trajectories, envs=envs, sandbox=cfg.sandbox)
-        updated = update(policy=policy, scored=scored.scored, cfg=cfg.train, policy_version=k)
+        updated = update(policy=policy, scored=scored.scored, cfg=cfg.train, policy_version=k, reference=reference)
         results = evaluate(policy=updated.policy, envs=envs, cfg=cfg.eval, rollout=cfg.rollout,
                            sandbox=cfg.sandbox, policy_version=k)
         this_log = log_iteration(run_id=run_id, iteration=k, rollout_stats=sampled.stats, scored=updated.train_rows,

@@ -5,9 +5,13 @@
 (fp32 master weights) that vLLM loads with ``dtype="bfloat16"``. On a CPU machine set ``DS_ACCELERATOR=cpu``;
 the process group is gloo, single rank unless the launcher set ``RANK``/``WORLD_SIZE``.
 
-The algorithm is named by ``TrainConfig`` (``policy_loss``, ``loss_aggregation``; see ``algorithms.py``); the
-advantages arrive with the samples (``samples.with_advantages``). Tensor shapes in a step: ``input_ids`` ``[B, L]``;
-``logprobs``, ``mask``, the per-token loss ``[B, L-1]``; ``advantages`` ``[B]``.
+The algorithm is named by ``TrainConfig`` (``policy_loss``, ``loss_aggregation``, and the optional terms
+``tis_cap``, ``kl_coef``, ``entropy_coef``; see ``algorithms/``); the advantages arrive with the samples
+(``samples.with_advantages``). Before its first optimizer step an update scores its samples once, without
+gradient: the trainer's own log-probs (for truncated IS, and ``behavior_kl``, the measured gap to vLLM's) and,
+when ``kl_coef > 0``, those of a frozen reference policy (``reference_dir``, the loop's initial policy; never
+loaded otherwise). Tensor shapes in a step: ``input_ids`` ``[B, L]``; ``logits`` ``[B, L-1, V]``; ``logprobs``,
+``mask``, the per-token loss ``[B, L-1]``; ``advantages`` ``[B]``.
 
 Example (``samples`` come from scored rollouts with advantages; infra failures already excluded):
     >>> from posttrain.config import TrainConfig
@@ -35,9 +39,11 @@ import torch
 
 from posttrain.config import TrainConfig
 from posttrain.training.algorithms import aggregate, check_aggregation, get_policy_loss
+from posttrain.training.algorithms.objective import per_token_objective
+from posttrain.training.algorithms.tis import behavior_mismatch
 from posttrain.training.batching import Batch, pad_batch
 from posttrain.training.checkpoints import POLICY_META
-from posttrain.training.logprobs import token_logprobs
+from posttrain.training.logprobs import completion_values, place_completion_values, token_entropy, token_logprobs
 
 if TYPE_CHECKING:  # the trainer reads TrainSample's fields; samples.py (pandas, the reward stage) is not imported
     from posttrain.training.samples import TrainSample
@@ -54,6 +60,18 @@ class TrainStats:
     steps: int  # optimizer steps
     seconds: float
     skipped_samples: int = 0  # samples of zero-advantage groups (no signal), counted once per epoch
+    entropy: float = 0.0  # mean over steps of the policy's token-mean entropy (nats)
+    kl: float = float("nan")  # mean over steps of the KL estimator to the reference (nan when kl_coef is 0)
+    behavior_kl: float = 0.0  # k3 KL(vLLM || trainer) per token over the trained samples, before the first step
+
+
+@dataclass
+class PreUpdate:
+    """What an update computes once, before its first optimizer step, for the samples it trains on."""
+
+    old: dict[int, torch.Tensor]  # sample index -> the trainer's log-probs of its completion tokens, [C_i]
+    reference: dict[int, torch.Tensor]  # likewise under the frozen reference; empty when kl_coef is 0
+    behavior_kl: float  # token mean of k3 KL(vLLM || trainer) over those samples; 0.0 without tokens
 
 
 def deepspeed_config(cfg: TrainConfig) -> dict[str, Any]:
@@ -94,13 +112,16 @@ def _init_distributed() -> None:
 class PolicyTrainer:
     """A DeepSpeed engine around one policy; ``train_on`` is one RL update, ``save`` writes the next version."""
 
-    def __init__(self, policy_dir: str | os.PathLike, cfg: TrainConfig):
+    def __init__(self, policy_dir: str | os.PathLike, cfg: TrainConfig,
+                 reference_dir: str | os.PathLike | None = None):
         import deepspeed
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.cfg = cfg
         self.policy_loss = get_policy_loss(cfg.policy_loss)
         check_aggregation(cfg.loss_aggregation)  # a bad name fails here, before any model is loaded
+        if cfg.kl_coef and reference_dir is None:
+            raise ValueError("TrainConfig.kl_coef > 0 needs reference_dir: the frozen reference (the initial policy)")
         self.policy_dir = Path(policy_dir)
         torch.manual_seed(cfg.seed)
         _init_distributed()
@@ -112,6 +133,15 @@ class PolicyTrainer:
             config=deepspeed_config(cfg))
         self._restore_master_weights(fp32)
         self._epoch_seed = cfg.seed
+        self.reference = self._load_reference(reference_dir) if cfg.kl_coef else None
+
+    def _load_reference(self, reference_dir: str | os.PathLike) -> torch.nn.Module:
+        """The frozen reference policy: eval mode, no gradients, the engine's dtype (bf16 or fp32) and device."""
+        from transformers import AutoModelForCausalLM
+
+        dtype = torch.bfloat16 if self.cfg.bf16 else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(reference_dir, dtype=dtype).to(self.engine.device).eval()
+        return model.requires_grad_(False)
 
     def _restore_master_weights(self, fp32: dict[str, torch.Tensor]) -> None:
         """Seed the optimizer's fp32 master copy with the checkpoint's fp32 values.
@@ -128,28 +158,30 @@ class PolicyTrainer:
     def train_on(self, samples: Sequence[TrainSample]) -> TrainStats:
         """One update on scored rollouts that carry their advantages.
 
-        Groups whose advantages are all zero are skipped (and counted). Each epoch shuffles the rest and takes one
-        optimizer step per micro batch. Step stats stay device tensors until the update ends, so no micro
-        step waits on the device to report them.
+        Groups whose advantages are all zero are skipped (and counted). The rest are scored once without gradient
+        (``_score_before_update``); then each epoch shuffles them and takes one optimizer step per micro batch.
+        Step stats stay device tensors until the update ends, so no micro step waits on the device to report them.
         """
         start = time.perf_counter()
         live = {s.group_id for s in samples if s.advantage != 0.0}
         keep = [i for i, s in enumerate(samples) if s.group_id in live]
+        before = self._score_before_update(samples, keep)
         sums: dict[str, torch.Tensor] = {}
         steps = num_tokens = 0
-        pad_id = self.tokenizer.pad_token_id
         self.engine.train()
         for _ in range(self.cfg.epochs):
             gen = torch.Generator().manual_seed(self._epoch_seed)
             self._epoch_seed += 1
             order = [keep[i] for i in torch.randperm(len(keep), generator=gen).tolist()]
             for lo in range(0, len(order), self.cfg.micro_batch_size):
-                micro = [samples[i] for i in order[lo : lo + self.cfg.micro_batch_size]]
-                batch = pad_batch([(s.prompt_token_ids, s.completion_token_ids, s.behavior_logprobs) for s in micro],
-                                  [s.advantage for s in micro], pad_id)
+                micro = order[lo : lo + self.cfg.micro_batch_size]
+                batch = self._batch([samples[i] for i in micro])
                 if batch.num_tokens == 0:
                     continue
-                for key, value in self._step(batch).items():
+                old = place_completion_values([before.old[i] for i in micro], batch.mask)  # [B, L-1]
+                ref = None if self.reference is None else \
+                    place_completion_values([before.reference[i] for i in micro], batch.mask)
+                for key, value in self._step(batch, old, ref).items():
                     sums[key] = sums.get(key, 0.0) + value.double()  # float64, as a sum of Python floats
                 steps += 1
                 num_tokens += batch.num_tokens
@@ -159,23 +191,72 @@ class PolicyTrainer:
                           approx_kl=means.get("approx_kl", unreported), grad_norm=means.get("grad_norm", 0.0),
                           num_samples=len(keep) * self.cfg.epochs, num_tokens=num_tokens, steps=steps,
                           seconds=time.perf_counter() - start,
-                          skipped_samples=(len(samples) - len(keep)) * self.cfg.epochs)
+                          skipped_samples=(len(samples) - len(keep)) * self.cfg.epochs,
+                          entropy=means.get("entropy", unreported), kl=means.get("kl", unreported),
+                          behavior_kl=before.behavior_kl)
 
-    def _step(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Forward, loss, backward, optimizer step on one micro batch; returns detached 0-dim stat tensors."""
+    def _batch(self, micro: Sequence[TrainSample]) -> Batch:
+        return pad_batch([(s.prompt_token_ids, s.completion_token_ids, s.behavior_logprobs) for s in micro],
+                         [s.advantage for s in micro], self.tokenizer.pad_token_id)
+
+    def _logits(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        """``[B, L-1, V]``: the logits that score each target token."""
         device = self.engine.device
-        logits = self.engine(input_ids=batch.input_ids.to(device),
-                             attention_mask=batch.attention_mask.to(device)).logits[:, :-1]  # [B, L-1, V]
+        return model(input_ids=batch.input_ids.to(device),
+                     attention_mask=batch.attention_mask.to(device)).logits[:, :-1]
+
+    @torch.no_grad()
+    def _score_before_update(self, samples: Sequence[TrainSample], keep: list[int]) -> PreUpdate:
+        """The trainer's (and the reference's) log-probs of the kept samples' completion tokens, before any step.
+
+        One forward per micro batch and model, in eval mode, without gradient; the samples are stored per index so
+        that every shuffled micro batch of every epoch reuses them.
+        """
+        device = self.engine.device
+        old: dict[int, torch.Tensor] = {}
+        reference: dict[int, torch.Tensor] = {}
+        mismatch, tokens = torch.zeros((), dtype=torch.float64, device=device), 0
+        self.engine.eval()
+        for lo in range(0, len(keep), self.cfg.micro_batch_size):
+            micro = keep[lo : lo + self.cfg.micro_batch_size]
+            batch = self._batch([samples[i] for i in micro])
+            targets, mask = batch.targets.to(device), batch.mask.to(device)  # [B, L-1]
+            logprobs = token_logprobs(self._logits(self.engine, batch), targets)  # [B, L-1]
+            old.update(zip(micro, completion_values(logprobs, mask)))
+            if self.reference is not None:
+                ref = token_logprobs(self._logits(self.reference, batch), targets)  # [B, L-1]
+                reference.update(zip(micro, completion_values(ref, mask)))
+            mismatch += behavior_mismatch(logprobs, batch.behavior_logprobs.to(device), mask).sum().double()
+            tokens += batch.num_tokens
+        return PreUpdate(old, reference, float(mismatch) / tokens if tokens else 0.0)
+
+    def _step(self, batch: Batch, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None
+              ) -> dict[str, torch.Tensor]:
+        """Forward, loss, backward, optimizer step on one micro batch; returns detached 0-dim stat tensors.
+
+        ``old_logprobs`` and ``ref_logprobs`` are ``[B, L-1]``: the trainer's and the reference's log-probs from
+        before the update (``ref_logprobs`` is None when ``kl_coef`` is 0).
+        """
+        device = self.engine.device
+        logits = self._logits(self.engine, batch)  # [B, L-1, V]
         logprobs = token_logprobs(logits, batch.targets.to(device))  # [B, L-1]
         mask = batch.mask.to(device)  # [B, L-1]
-        per_token, stats = self.policy_loss(logprobs, batch.behavior_logprobs.to(device),
-                                            batch.advantages.to(device), mask, self.cfg)
+        behavior, old = batch.behavior_logprobs.to(device), old_logprobs.to(device)  # [B, L-1]
+        # With truncated IS the ratio is taken against the trainer's own pre-update log-probs, and the IS weight
+        # min(old / behavior, tis_cap) accounts for the sampler (vLLM); without it, against the sampler's.
+        proximal = old if self.cfg.tis_cap else behavior
+        policy_loss, stats = self.policy_loss(logprobs, proximal, batch.advantages.to(device), mask, self.cfg)
+        with torch.set_grad_enabled(bool(self.cfg.entropy_coef)):  # a stat only: one row's [L-1, V] at a time
+            entropy = torch.cat([token_entropy(rows) for rows in logits.split(1)])  # [B, L-1]
+        per_token, terms = per_token_objective(
+            policy_loss, logprobs, mask, self.cfg, old_logprobs=old, behavior_logprobs=behavior,
+            ref_logprobs=None if ref_logprobs is None else ref_logprobs.to(device), entropy=entropy)
         loss = aggregate(per_token, mask, self.cfg.loss_aggregation, self.cfg.loss_norm_len or None)
         self.engine.backward(loss)
         self.engine.step()
         grad_norm = self.engine.get_global_grad_norm()  # None for fp32 without ZeRO: reported as nan
         grad_norm = torch.as_tensor(float("nan") if grad_norm is None else grad_norm, dtype=torch.float64)
-        return {**stats, "loss": loss.detach(), "grad_norm": grad_norm}
+        return {**stats, **terms, "loss": loss.detach(), "grad_norm": grad_norm}
 
     def save(self, out_dir: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
         """Write the fp32 master weights as an HF safetensors dir (+ tokenizer, + ``POLICY_META`` if given).
@@ -204,3 +285,4 @@ class PolicyTrainer:
         """Release the engine (optimizer state, ZeRO buffers, hooks); the trainer is unusable afterwards."""
         self.engine.destroy()
         del self.engine
+        self.reference = None

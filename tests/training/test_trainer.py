@@ -1,6 +1,7 @@
 """A real DeepSpeed (ZeRO-2, bf16, CPU) update of the tiny policy: one step, weights move, save reloads exactly.
 
-Also the algorithm seam end to end: a loss variant registered in this test only trains when ``TrainConfig`` names it.
+Also the algorithm seam end to end: a loss variant registered in this test only trains when ``TrainConfig`` names it,
+and the built-in family (RLOO, GSPO, KL to a frozen reference, entropy bonus, truncated IS) trains by name.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ def reinforce_loss(logprobs, behavior_logprobs, advantages, mask, cfg):
     return -advantages.unsqueeze(-1) * logprobs, {}
 
 
-def _samples(policy_dir, rewards_by_group: dict[str, list[float]]) -> list[TrainSample]:
-    """Completions = the references of train envs, behavior log-probs from the fp32 HF model (on-policy-ish).
+def _samples(policy_dir, rewards_by_group: dict[str, list[float]], estimator: str = "grpo",
+             behavior_shift: float = 0.0) -> list[TrainSample]:
+    """Completions = the references of train envs, behavior log-probs from the fp32 HF model (on-policy-ish) plus
+    ``behavior_shift`` (a sampler whose numerics disagree with the trainer's).
 
-    Advantages: the default estimator (GRPO) over the given rewards, as the update stage computes them.
+    Advantages: the named estimator over the given rewards, as the update stage computes them.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -43,7 +46,7 @@ def _samples(policy_dir, rewards_by_group: dict[str, list[float]]) -> list[Train
     envs = [e for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
     rewards = [r for group in rewards_by_group.values() for r in group]
     group_ids = [gid for gid, group in rewards_by_group.items() for _ in group]
-    advantages = get_advantage_estimator("grpo")(rewards, group_ids, TrainConfig()).tolist()
+    advantages = get_advantage_estimator(estimator)(rewards, group_ids, TrainConfig()).tolist()
     samples = []
     for g, (gid, group) in enumerate(rewards_by_group.items()):
         for i in range(len(group)):
@@ -53,7 +56,8 @@ def _samples(policy_dir, rewards_by_group: dict[str, list[float]]) -> list[Train
             ids = torch.tensor([prompt + completion])
             with torch.no_grad():
                 lp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])[0, len(prompt) - 1 :]
-            samples.append(TrainSample(prompt, completion, lp.tolist(), advantages[len(samples)], gid))
+            behavior = (lp + behavior_shift).tolist()
+            samples.append(TrainSample(prompt, completion, behavior, advantages[len(samples)], gid))
     return samples
 
 
@@ -86,6 +90,8 @@ def test_one_step_changes_weights_and_reports(trainer, tiny_policy):
     for value in (stats.loss, stats.grad_norm, stats.approx_kl, stats.clip_fraction):
         assert math.isfinite(value)
     assert stats.grad_norm > 0
+    assert stats.entropy > 0 and 0 < stats.behavior_kl < 1e-2  # bf16 trainer vs the fp32 "sampler": a small gap
+    assert trainer.reference is None and math.isnan(stats.kl)  # kl_coef 0: no reference model, no KL
     after = _master_weights(trainer)
     changed = [n for n in before if not torch.equal(before[n], after[n])]
     assert "model.embed_tokens.weight" in changed and len(changed) >= len(before) // 2
@@ -133,3 +139,44 @@ def test_a_loss_registered_in_a_test_trains_by_name(tiny_policy):
     assert (stats.steps, stats.num_samples) == (1, 4) and math.isfinite(stats.loss) and stats.grad_norm > 0
     assert math.isnan(stats.clip_fraction) and math.isnan(stats.approx_kl)  # stats this loss does not report
     assert not torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
+
+
+def test_the_algorithm_family_trains_by_name_and_the_reference_stays_frozen(tiny_policy):
+    cfg = TrainConfig(micro_batch_size=8, learning_rate=1e-3, epochs=2, advantage_estimator="rloo", policy_loss="gspo",
+                      clip_eps_low=3e-4, clip_eps_high=4e-4, loss_aggregation="seq_mean_token_mean",
+                      kl_coef=0.1, kl_estimator="k3", entropy_coef=0.01, tis_cap=2.0)
+    trainer = PolicyTrainer(tiny_policy, cfg, reference_dir=tiny_policy)
+    try:
+        reference = dict(trainer.reference.named_parameters())
+        frozen = {name: param.detach().clone() for name, param in reference.items()}
+        before = _master_weights(trainer)
+        stats = trainer.train_on(_samples(tiny_policy, {"g": [1.0, 0.0, 1.0, 0.0]}, estimator="rloo"))
+        after = _master_weights(trainer)
+    finally:
+        trainer.close()
+    assert (stats.steps, stats.num_samples) == (2, 8)  # 2 epochs of one micro batch
+    for name in ("loss", "grad_norm", "clip_fraction", "approx_kl", "entropy", "kl", "behavior_kl"):
+        assert math.isfinite(getattr(stats, name)), name
+    assert stats.entropy > 0 and stats.kl > 0 and stats.behavior_kl > 0  # kl: the second step has moved away
+    assert not torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
+    assert all(not param.requires_grad and param.dtype == torch.bfloat16 for param in reference.values())
+    assert all(torch.equal(param.detach(), frozen[name]) for name, param in reference.items())
+
+
+@pytest.mark.parametrize("tis_cap", [0.0, 2.0])
+def test_truncated_is_takes_the_ratio_against_the_trainer_not_the_sampler(tiny_policy, tis_cap):
+    """vLLM's log-probs 0.5 below the trainer's: PPO's ratio is e^0.5 against them, ~1 against the trainer's own."""
+    trainer = PolicyTrainer(tiny_policy, TrainConfig(micro_batch_size=8, learning_rate=1e-3, tis_cap=tis_cap))
+    try:
+        stats = trainer.train_on(_samples(tiny_policy, {"g": [1.0, 0.0, 1.0, 0.0]}, behavior_shift=-0.5))
+    finally:
+        trainer.close()
+    k3 = math.exp(0.5) - 1 - 0.5
+    assert stats.behavior_kl == pytest.approx(k3, rel=0.05)  # measured either way
+    assert stats.approx_kl == (pytest.approx(0.0, abs=1e-3) if tis_cap else pytest.approx(k3, rel=0.05))
+    assert stats.clip_fraction == 0.0 if tis_cap else stats.clip_fraction > 0  # without: A > 0 tokens clip at 1.2
+
+
+def test_a_kl_penalty_without_a_reference_fails_before_loading():
+    with pytest.raises(ValueError, match="kl_coef > 0 needs reference_dir"):
+        PolicyTrainer("/no/such/policy", TrainConfig(kl_coef=0.1))

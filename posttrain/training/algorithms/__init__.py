@@ -10,7 +10,12 @@ new branch in the trainer: every module here is imported before a name is looked
   to ``(per_token [B, L-1], stats)``: the per-token loss (any value where ``mask`` is 0; ``aggregate`` masks it)
   and a dict of *detached 0-dim tensors* (token means over the mask). Stats stay tensors so a micro step never
   waits on the device; the trainer converts them once per update.
+- Around the policy loss, ``objective.per_token_objective`` adds the optional terms that ``TrainConfig`` turns on:
+  the truncated IS weight (``tis.py``), the KL penalty to a frozen reference (``kl.py``), the entropy bonus.
 - ``aggregate(per_token, mask, mode)`` reduces a per-token loss to the scalar that is backpropagated.
+
+Built in: advantages ``grpo``, ``dr_grpo``, ``rloo``; policy losses ``ppo_clip`` (per-token ratio, clip-higher via
+``clip_eps_high``), ``gspo`` (per-sequence ratio).
 
 Example:
     >>> import torch

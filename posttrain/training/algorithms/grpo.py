@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from posttrain.training.algorithms import register_advantage
+from posttrain.training.algorithms.grouping import flat_rows, per_group
 
 if TYPE_CHECKING:
     from posttrain.config import TrainConfig
@@ -47,8 +48,7 @@ def grpo_advantages(rewards: Tensor, eps: float) -> Tensor:
     mean = rewards.mean(dim=1, keepdim=True)
     std = rewards.std(dim=1, keepdim=True, correction=0)
     centered = rewards - mean
-    flat = (rewards == rewards[:, :1]).all(dim=1, keepdim=True)
-    return torch.where(flat, torch.zeros_like(centered), centered / (std + eps))
+    return torch.where(flat_rows(rewards), torch.zeros_like(centered), centered / (std + eps))
 
 
 @register_advantage("grpo")
@@ -63,13 +63,4 @@ def group_advantages(rewards: Sequence[float], group_ids: Sequence[str], cfg: Tr
     Returns:
         ``[N]`` float advantages in the input order.
     """
-    if len(rewards) != len(group_ids):
-        raise ValueError(f"{len(rewards)} rewards but {len(group_ids)} group ids")
-    out = torch.zeros(len(rewards))
-    members: dict[str, list[int]] = {}
-    for i, gid in enumerate(group_ids):
-        members.setdefault(gid, []).append(i)
-    for idx in members.values():
-        group = torch.tensor([float(rewards[i]) for i in idx]).unsqueeze(0)
-        out[idx] = grpo_advantages(group, cfg.advantage_eps).squeeze(0)
-    return out
+    return per_group(rewards, group_ids, lambda group: grpo_advantages(group, cfg.advantage_eps))

@@ -8,13 +8,16 @@ import pandas as pd
 import pytest
 import torch
 
-from posttrain.config import TrainConfig
+from posttrain.config import ConfigError, TrainConfig
 from posttrain.schemas import TrainRows
 from posttrain.training.algorithms.grpo import group_advantages
 from posttrain.training.algorithms import (ADVANTAGE_ESTIMATORS, AGGREGATIONS, POLICY_LOSSES, aggregate,
                                            get_advantage_estimator, get_policy_loss, register_advantage,
                                            register_policy_loss)
+from posttrain.training.algorithms.dr_grpo import mean_centered_advantages
+from posttrain.training.algorithms.gspo import gspo_loss
 from posttrain.training.algorithms.ppo_clip import ppo_clip_loss
+from posttrain.training.algorithms.rloo import leave_one_out_advantages
 from posttrain.training.samples import TrainSample, train_samples, with_advantages
 
 pytestmark = pytest.mark.unit
@@ -30,11 +33,17 @@ def test_defaults_name_grpo_ppo_clip_token_mean():
     assert get_policy_loss(cfg.policy_loss) is ppo_clip_loss
 
 
+def test_the_built_in_variants_are_selected_by_name():
+    assert get_advantage_estimator("dr_grpo") is mean_centered_advantages
+    assert get_advantage_estimator("rloo") is leave_one_out_advantages
+    assert get_policy_loss("gspo") is gspo_loss
+
+
 def test_unknown_names_name_the_field_and_the_known_names():
-    with pytest.raises(ValueError, match=r"TrainConfig.policy_loss: unknown policy loss 'gspo'; known: \[.*'ppo_clip'"):
-        get_policy_loss("gspo")
-    with pytest.raises(ValueError, match=r"TrainConfig.advantage_estimator: unknown .* 'rloo'; known: \[.*'grpo'"):
-        get_advantage_estimator("rloo")
+    with pytest.raises(ValueError, match=r"TrainConfig.policy_loss: unknown policy loss 'ppo'; known: \[.*'ppo_clip'"):
+        get_policy_loss("ppo")
+    with pytest.raises(ValueError, match=r"TrainConfig.advantage_estimator: unknown .* 'loo'; known: \[.*'grpo'"):
+        get_advantage_estimator("loo")
     with pytest.raises(ValueError, match=r"TrainConfig.loss_aggregation: unknown mode 'sum'; known: \['token_mean'"):
         aggregate(PER_TOKEN, MASK, "sum")
 
@@ -169,3 +178,24 @@ def test_train_samples_decode_rows():
     rows = with_advantages(_scored([1.0, 0.0, 1.0, 1.0, 1.0], list("aabbb"), [""] * 5), TrainConfig(advantage_eps=0))
     assert train_samples(rows)[:2] == [TrainSample([1, 5], [7, 2], [-0.1, -0.2], 1.0, "a"),
                                        TrainSample([1, 5], [7, 2], [-0.1, -0.2], -1.0, "a")]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"kl_estimator": "k2"}, "train.kl_estimator='k2': must be one of ['k1', 'k3']"),
+    ({"kl_coef": -0.1}, "train.kl_coef=-0.1: must be >= 0"),
+    ({"entropy_coef": -1e-3}, "train.entropy_coef=-0.001: must be >= 0"),
+    ({"tis_cap": 0.5}, "train.tis_cap=0.5: must be 0 (off) or >= 1"),
+    ({"clip_eps_low": 1.0}, "train.clip_eps_low=1.0: must be in [0, 1)"),
+    ({"clip_eps_high": -0.1}, "train.clip_eps_high=-0.1: must be >= 0"),
+])
+def test_algorithm_fields_are_validated_by_name(kwargs, message):
+    with pytest.raises(ConfigError) as raised:
+        TrainConfig(**kwargs)
+    assert message in str(raised.value)
+
+
+def test_algorithm_fields_accept_the_documented_settings():
+    TrainConfig(advantage_estimator="dr_grpo", loss_aggregation="seq_mean_token_sum_norm", loss_norm_len=48)
+    TrainConfig(advantage_estimator="rloo", policy_loss="gspo", clip_eps_low=3e-4, clip_eps_high=4e-4,
+                kl_coef=0.05, kl_estimator="k1", entropy_coef=1e-3, tis_cap=2.0)
+    assert (TrainConfig().kl_coef, TrainConfig().entropy_coef, TrainConfig().tis_cap) == (0.0, 0.0, 0.0)
