@@ -1,0 +1,188 @@
+"""Benchmark: wall time of one RL step (rollout + reward + update), posttrain vs TRL's ``GRPOTrainer``, side by side.
+
+Same model (the demo policy), same prompts (the first ``--envs`` train envs of the demo suite, all of them every
+step), same reward function (posttrain's verifiers in bwrap sandboxes, called by both), same group size and
+completion length, same learning rate, no KL term. Each side runs in its own process (vLLM, DeepSpeed and
+accelerate each set up torch.distributed their own way) for ``--steps`` steps; a step's time is taken around all
+of it, and the report gives the median of the steps after the first (warm).
+
+- posttrain: the library's loop pieces with a live vLLM engine (started once, before the first step): ``collect``
+  (vLLM), ``reward.score`` (sandboxes), the DeepSpeed update (``PolicyTrainer``, built per step as the update task
+  does), ``save`` and an in-place weight reload of the engine.
+- TRL: ``GRPOTrainer`` with its default generation (transformers ``generate``); with ``--trl-vllm`` also its vLLM
+  colocate mode, reported when it runs here.
+
+TRL is a benchmark-only dependency (``pip install -e ".[bench]"``), never imported by the library.
+Target: posttrain's step <= 0.5x TRL's.
+
+    python benchmarks/rl_step.py                      # 8 envs x 8 samples, 3 steps each side
+    python benchmarks/rl_step.py --envs 4 --steps 2
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+GROUP, MAX_TOKENS, TEMPERATURE, LEARNING_RATE = 8, 48, 1.0, 1e-4
+
+
+def demo_envs(count: int):
+    from posttrain.config import DEMO_SUITE
+    from posttrain.envs.suite import load_suite
+
+    return [env for env in load_suite(DEMO_SUITE).envs if env.split == "train"][:count]
+
+
+def policy_dir() -> str:
+    """The demo policy (built once, cached where ``make demo`` keeps it)."""
+    from posttrain.config import default_policy_dir
+    from posttrain.training.demo_policy import main_demo_policy
+
+    return str(main_demo_policy(default_policy_dir()))
+
+
+def rewards_of(envs_by_id: dict, env_ids: list[str], completions: list[str]) -> list[float]:
+    """The reward stage's function (``reward.score``: extract the solution, verify in a bwrap sandbox), for TRL."""
+    from posttrain.config import SandboxConfig
+    from posttrain.envs.verifiers import get_verifier, verify_many
+    from posttrain.sandbox import make_sandbox
+
+    specs = [envs_by_id[env_id] for env_id in env_ids]
+    pairs = [(spec, get_verifier(spec.verifier_kind).extract_solution(text)) for spec, text in zip(specs, completions)]
+    cfg = SandboxConfig()
+    with make_sandbox(cfg) as box:
+        return [float(v.reward) for v in verify_many(pairs, box, cfg)]
+
+
+def run_posttrain(envs_count: int, steps: int) -> dict:
+    """One process: a live engine, then ``steps`` RL steps through the library's pieces."""
+    from posttrain.config import RolloutConfig, SandboxConfig, TrainConfig
+    from posttrain.reward import score, trainable_rows
+    from posttrain.rollout.collect import collect
+    from posttrain.rollout.engine import VLLMEngine
+    from posttrain.sandbox import make_sandbox
+    from posttrain.training.samples import train_samples, with_advantages
+    from posttrain.training.trainer import PolicyTrainer
+
+    envs = demo_envs(envs_count)
+    envs_by_id = {env.id: env for env in envs}
+    rollout_cfg = RolloutConfig(samples_per_env=GROUP, max_new_tokens=MAX_TOKENS, temperature=TEMPERATURE)
+    train_cfg, sandbox_cfg = TrainConfig(learning_rate=LEARNING_RATE), SandboxConfig()
+    policy, work = policy_dir(), Path(tempfile.mkdtemp(prefix="rl-step-"))
+    times, parts = [], []
+    started = time.perf_counter()
+    with VLLMEngine(policy, rollout_cfg, seed=0) as engine, make_sandbox(sandbox_cfg) as box:
+        engine_start_s = time.perf_counter() - started
+        for step in range(1, steps + 1):
+            t0 = time.perf_counter()
+            trajectories, _ = collect(engine, envs, n=GROUP, temperature=TEMPERATURE, max_tokens=MAX_TOKENS,
+                                      policy_version=step - 1, group_prefix=f"s{step}")
+            t1 = time.perf_counter()
+            scored = score(trajectories, envs_by_id, box, sandbox_cfg)
+            t2 = time.perf_counter()
+            trainer = PolicyTrainer(policy, train_cfg)
+            try:
+                trainer.train_on(train_samples(trainable_rows(with_advantages(scored, train_cfg))))
+                policy = str(trainer.save(work / f"v{step}"))
+            finally:
+                trainer.close()
+            engine.reload(policy)
+            t3 = time.perf_counter()
+            times.append(t3 - t0)
+            parts.append({"rollout_s": t1 - t0, "reward_s": t2 - t1, "update_and_reload_s": t3 - t2,
+                          "reward_mean": float(scored["reward"].mean())})
+    return {"engine_start_s": round(engine_start_s, 2), "step_s": [round(t, 3) for t in times], "parts": parts}
+
+
+def run_trl(envs_count: int, steps: int, use_vllm: bool) -> dict:
+    """One process: TRL's GRPOTrainer on the same model, prompts and reward, timed per optimizer step."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    envs = demo_envs(envs_count)
+    envs_by_id = {env.id: env for env in envs}
+    policy = policy_dir()
+
+    def reward(prompts, completions, env_id, **_):
+        return rewards_of(envs_by_id, list(env_id), list(completions))
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times, self._t0 = [], 0.0
+
+        def on_step_begin(self, *args, **kwargs):
+            self._t0 = time.perf_counter()
+
+        def on_step_end(self, *args, **kwargs):
+            self.times.append(time.perf_counter() - self._t0)
+
+    timer = StepTimer()
+    dataset = Dataset.from_list([{"prompt": env.prompt, "env_id": env.id} for env in envs] * steps)
+    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-"), per_device_train_batch_size=len(envs) * GROUP,
+                      num_generations=GROUP, max_completion_length=MAX_TOKENS, temperature=TEMPERATURE,
+                      learning_rate=LEARNING_RATE, beta=0.0, max_steps=steps, logging_steps=1, report_to=[],
+                      save_strategy="no", use_cpu=True, bf16=False, dataloader_num_workers=0, seed=0,
+                      use_vllm=use_vllm, vllm_mode="colocate")
+    model = AutoModelForCausalLM.from_pretrained(policy)
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset,
+                          processing_class=AutoTokenizer.from_pretrained(policy), callbacks=[timer])
+    trainer.train()
+    return {"step_s": [round(t, 3) for t in timer.times]}
+
+
+def side(name: str, envs: int, steps: int) -> dict:
+    """Run one side in a child process; its result, or the error it ended with."""
+    command = [sys.executable, __file__, "--side", name, "--envs", str(envs), "--steps", str(steps)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"error": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
+    return json.loads(lines[-1])
+
+
+def warm_median(step_s: list[float]) -> float | None:
+    warm = step_s[1:] or step_s
+    return round(statistics.median(warm), 3) if warm else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--envs", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--trl-vllm", action="store_true", help="also TRL's vLLM colocate mode")
+    parser.add_argument("--side", choices=["posttrain", "trl", "trl-vllm"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        runners = {"posttrain": lambda: run_posttrain(args.envs, args.steps),
+                   "trl": lambda: run_trl(args.envs, args.steps, use_vllm=False),
+                   "trl-vllm": lambda: run_trl(args.envs, args.steps, use_vllm=True)}
+        print(json.dumps(runners[args.side]()))
+        return
+    names = ["posttrain", "trl"] + (["trl-vllm"] if args.trl_vllm else [])
+    results = {name: side(name, args.envs, args.steps) for name in names}
+    for result in results.values():
+        if "step_s" in result:
+            result["step_s_warm_median"] = warm_median(result["step_s"])
+    ours, theirs = results["posttrain"].get("step_s_warm_median"), results["trl"].get("step_s_warm_median")
+    ratio = round(ours / theirs, 3) if ours and theirs else None
+    print(json.dumps({"benchmark": "rl_step", "envs": args.envs, "group": GROUP, "max_new_tokens": MAX_TOKENS,
+                      "steps": args.steps, "cpus": os.cpu_count(), "sides": results,
+                      "posttrain_vs_trl": ratio, "target_met": ratio is not None and ratio <= 0.5}))
+
+
+if __name__ == "__main__":
+    main()
