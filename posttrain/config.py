@@ -209,10 +209,14 @@ class TrainConfig(Validated):
     clip_eps: float = 0.2  # PPO clip range, symmetric unless clip_eps_low / clip_eps_high say otherwise
     clip_eps_low: float = 0.0  # the ratio's lower bound is 1 - clip_eps_low; 0 means clip_eps
     clip_eps_high: float = 0.0  # upper bound 1 + clip_eps_high; 0 means clip_eps (DAPO clip-higher: 0.28; GSPO: 4e-4)
-    micro_batch_size: int = 32  # sequences per DeepSpeed step
+    micro_batch_size: int = 32  # sequences per forward/backward pass
+    grad_accum_steps: int = 1  # micro batches per optimizer step (DeepSpeed gradient_accumulation_steps)
     epochs: int = 1  # passes over one iteration's scored rollouts
-    zero_stage: int = 2
+    zero_stage: int = 2  # DeepSpeed ZeRO stage 0-3 (3 partitions the weights too)
     bf16: bool = True
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~1/3 more compute
+    lr_warmup_steps: int = 0  # linear LR warmup over the first N optimizer steps of the run; 0: constant LR
+    carry_train_state: bool = True  # save optimizer, LR schedule and RNG beside each version; the next update resumes
     max_grad_norm: float = 1.0
     advantage_eps: float = 1e-6  # added to the group std before dividing
     seed: int = 0
@@ -229,6 +233,7 @@ class TrainConfig(Validated):
 
     PATH = "train."
     RULES = {"learning_rate": above(0), "clip_eps": above(0), "micro_batch_size": at_least(1), "epochs": at_least(1),
+             "grad_accum_steps": at_least(1), "lr_warmup_steps": at_least(0),
              "clip_eps_low": check(lambda eps: 0 <= eps < 1, "in [0, 1)"), "clip_eps_high": at_least(0),
              "zero_stage": one_of((0, 1, 2, 3)), "max_grad_norm": at_least(0), "advantage_eps": at_least(0),
              "advantage_estimator": registered("get_advantage_estimator"), "policy_loss": registered("get_policy_loss"),

@@ -1,7 +1,9 @@
 """Flyte task: one RL update of policy v_k with DeepSpeed on the scored rollouts, writing v_{k+1}.
 
-The steps: 1. advantages, a column of the table (``TrainRows``, logged to MLflow); 2. train on the trainable rows;
-3. save the next policy version.
+The steps: 1. advantages, a column of the table (``TrainRows``, logged to MLflow); 2. train on the trainable rows,
+resuming the optimizer from ``policy``'s ``train_state/`` when it carries one (v0 does not: a fresh optimizer);
+3. save the next policy version: the HF weights vLLM loads, and beside them in ``train_state/`` the optimizer,
+LR schedule and RNG that the next update resumes from (``TrainConfig.carry_train_state``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ Example:
     ([[1, 5, 7, 2]], [[5, 7, 2]], [[0.0, 1.0, 1.0]])
     >>> b.behavior_logprobs.tolist()
     [[0.0, -0.5, -0.25]]
+
+Gradient accumulation weighs each micro batch of an optimizer step by its share of the step's loss denominator:
+    >>> masks = [torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[1.0, 0.0, 0.0]])]   # 3 tokens, then 1
+    >>> accumulation_weights(masks, "token_mean"), accumulation_weights(masks, "seq_mean_token_mean")
+    ([0.75, 0.25], [0.5, 0.5])
 """
 
 from __future__ import annotations
@@ -71,3 +76,23 @@ def pad_batch(
         behavior_logprobs=behavior,
         advantages=torch.tensor(list(advantages), dtype=torch.float),
     )
+
+
+def accumulation_weights(masks: Sequence[Tensor], mode: str) -> list[float]:
+    """Each micro batch's share of its optimizer step's aggregation denominator; ``masks`` are ``[B_i, L_i-1]``.
+
+    ``aggregate`` divides by the tokens (``token_mean``), the sequences with a token (``seq_mean_token_mean``) or
+    all sequences (``seq_mean_token_sum_norm``) of its batch; summing each micro batch's aggregate times its
+    weight gives the aggregate of the step's micro batches as one batch (for ``seq_mean_token_sum_norm`` when
+    ``loss_norm_len`` fixes the divisor). One micro batch gets exactly 1.0.
+    """
+    if mode == "token_mean":
+        counts = [float(mask.sum()) for mask in masks]
+    elif mode == "seq_mean_token_mean":
+        counts = [float((mask.sum(dim=-1) > 0).sum()) for mask in masks]
+    elif mode == "seq_mean_token_sum_norm":
+        counts = [float(mask.shape[0]) for mask in masks]
+    else:
+        raise ValueError(f"TrainConfig.loss_aggregation: no accumulation weights for {mode!r}")
+    total = sum(counts)
+    return [count / total for count in counts]

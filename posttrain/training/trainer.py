@@ -3,7 +3,18 @@
 ``PolicyTrainer`` loads an HF causal-LM dir, wraps it in ``deepspeed.initialize`` with a config built from
 ``TrainConfig``, trains on one iteration's scored rollouts and writes the next policy as an HF safetensors dir
 (fp32 master weights) that vLLM loads with ``dtype="bfloat16"``. On a CPU machine set ``DS_ACCELERATOR=cpu``;
-the process group is gloo, single rank unless the launcher set ``RANK``/``WORLD_SIZE``.
+the process group is gloo, single rank unless the launcher set ``RANK``/``WORLD_SIZE``. Every ZeRO stage (0-3)
+trains and checkpoints on CPU.
+
+Training state is carried, not rebuilt: ``save`` also writes the optimizer (Adam moments and step count, fp32
+master weights), the LR schedule, the shuffle seed and the torch RNG into the version's ``train_state/``
+(``checkpoints.save_train_state``), and a trainer built on that version restores them, so consecutive updates
+continue one optimizer run. A dir without state (v0, a user's checkpoint) or with state saved under other
+optimizer settings starts a fresh optimizer (logged). ``carry_train_state=False`` turns both off.
+
+An optimizer step accumulates ``grad_accum_steps`` micro batches; each micro batch's loss is weighted by its
+share of the step's aggregation denominator (``batching.accumulation_weights``), so the step is the one of a
+single batch of all of them.
 
 The algorithm is named by ``TrainConfig`` (``policy_loss``, ``loss_aggregation``, and the optional terms
 ``tis_cap``, ``kl_coef``, ``entropy_coef``; see ``algorithms/``); the advantages arrive with the samples
@@ -41,8 +52,8 @@ from posttrain.config import TrainConfig
 from posttrain.training.algorithms import aggregate, check_aggregation, get_policy_loss
 from posttrain.training.algorithms.objective import per_token_objective
 from posttrain.training.algorithms.tis import behavior_mismatch
-from posttrain.training.batching import Batch, pad_batch
-from posttrain.training.checkpoints import POLICY_META
+from posttrain.training.batching import Batch, accumulation_weights, pad_batch
+from posttrain.training.checkpoints import POLICY_META, load_train_state, save_train_state
 from posttrain.training.logprobs import completion_values, place_completion_values, token_entropy, token_logprobs
 
 if TYPE_CHECKING:  # the trainer reads TrainSample's fields; samples.py (pandas, the reward stage) is not imported
@@ -51,13 +62,13 @@ if TYPE_CHECKING:  # the trainer reads TrainSample's fields; samples.py (pandas,
 
 @dataclass
 class TrainStats:
-    loss: float  # mean over optimizer steps (0.0 when no step ran)
+    loss: float  # mean over optimizer steps of the step's loss (0.0 when no step ran)
     clip_fraction: float  # mean over steps of the loss's stat of that name (nan when the loss reports none)
     approx_kl: float  # mean over steps, likewise
     grad_norm: float  # mean pre-clip global grad norm over steps (nan when the engine reports none)
     num_samples: int  # samples trained on, counted once per epoch
     num_tokens: int  # completion tokens trained on, counted once per epoch
-    steps: int  # optimizer steps
+    steps: int  # optimizer steps (micro batches / grad_accum_steps, rounded up per epoch)
     seconds: float
     skipped_samples: int = 0  # samples of zero-advantage groups (no signal), counted once per epoch
     entropy: float = 0.0  # mean over steps of the policy's token-mean entropy (nats)
@@ -78,7 +89,7 @@ def deepspeed_config(cfg: TrainConfig) -> dict[str, Any]:
     """The DeepSpeed JSON config for one data-parallel rank group, from ``TrainConfig``."""
     return {
         "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
-        "gradient_accumulation_steps": 1,
+        "gradient_accumulation_steps": cfg.grad_accum_steps,
         "gradient_clipping": cfg.max_grad_norm,
         "bf16": {"enabled": cfg.bf16},
         "zero_optimization": {"stage": cfg.zero_stage},
@@ -90,6 +101,15 @@ def deepspeed_config(cfg: TrainConfig) -> dict[str, Any]:
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
+
+
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """The LR multiplier of optimizer step ``step`` (0-based, counted over the run): linear warmup, then 1.
+
+    >>> [warmup_factor(step, 4) for step in range(5)], warmup_factor(0, 0)
+    ([0.25, 0.5, 0.75, 1.0, 1.0], 1.0)
+    """
+    return min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
 
 
 def _init_distributed() -> None:
@@ -127,13 +147,43 @@ class PolicyTrainer:
         _init_distributed()
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_dir)
         model = AutoModelForCausalLM.from_pretrained(self.policy_dir, dtype=torch.float32)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         fp32 = {name: p.detach().clone() for name, p in model.named_parameters()} if cfg.bf16 else {}
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=deepspeed_config(cfg))
-        self._restore_master_weights(fp32)
+            config=deepspeed_config(cfg), lr_scheduler=self._lr_schedule)
         self._epoch_seed = cfg.seed
+        restored = load_train_state(self.engine, self.policy_dir, self._state_settings()) \
+            if cfg.carry_train_state else None
+        if restored is None:
+            self._restore_master_weights(fp32)
+        else:
+            self._restore_client_state(restored)
         self.reference = self._load_reference(reference_dir) if cfg.kl_coef else None
+
+    def _lr_schedule(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+        """Linear warmup over ``lr_warmup_steps`` (the multiplier is exactly 1.0 without warmup)."""
+        warmup = self.cfg.lr_warmup_steps
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_factor(step, warmup))
+
+    def _state_settings(self) -> dict[str, Any]:
+        """The settings a carried training state must have been saved under to be restored."""
+        return {"zero_stage": self.cfg.zero_stage, "bf16": self.cfg.bf16, "world_size": self.engine.world_size,
+                "learning_rate": self.cfg.learning_rate, "lr_warmup_steps": self.cfg.lr_warmup_steps}
+
+    def _client_state(self) -> dict[str, Any]:
+        """What the trainer itself adds to the checkpoint: the next shuffle seed and the torch RNG states."""
+        state = {"epoch_seed": self._epoch_seed, "torch_rng": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda_rng"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def _restore_client_state(self, state: dict[str, Any]) -> None:
+        self._epoch_seed = state["epoch_seed"]
+        torch.set_rng_state(state["torch_rng"])
+        if "cuda_rng" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
 
     def _load_reference(self, reference_dir: str | os.PathLike) -> torch.nn.Module:
         """The frozen reference policy: eval mode, no gradients, the engine's dtype (bf16 or fp32) and device."""
@@ -151,16 +201,35 @@ class PolicyTrainer:
         """
         from deepspeed.utils import safe_set_full_fp32_param
 
+        unfused = self._unfused_masters()
         for name, param in self.engine.module.named_parameters():
-            if name in fp32:
+            if name in fp32 and id(param) in unfused:
+                unfused[id(param)].data.copy_(fp32[name])
+            elif name in fp32:
                 safe_set_full_fp32_param(param, fp32[name].to(self.engine.device))
+
+    def _unfused_masters(self) -> dict[int, torch.Tensor]:
+        """``id(module param) -> its fp32 master copy`` under ZeRO-0 with bf16; empty otherwise.
+
+        There DeepSpeed's ``FP16_UnfusedOptimizer`` keeps the copies where ``safe_get_full_fp32_param`` and
+        ``safe_set_full_fp32_param`` do not look (they reach ZeRO 1-3's partitions).
+        """
+        from deepspeed.runtime.fp16.unfused_optimizer import FP16_UnfusedOptimizer
+
+        opt = self.engine.optimizer
+        if not isinstance(opt, FP16_UnfusedOptimizer):
+            return {}
+        pairs = (zip(lows, highs) for lows, highs in zip(opt.fp16_groups, opt.fp32_groups))
+        return {id(low): high for group in pairs for low, high in group}
 
     def train_on(self, samples: Sequence[TrainSample]) -> TrainStats:
         """One update on scored rollouts that carry their advantages.
 
         Groups whose advantages are all zero are skipped (and counted). The rest are scored once without gradient
-        (``_score_before_update``); then each epoch shuffles them and takes one optimizer step per micro batch.
-        Step stats stay device tensors until the update ends, so no micro step waits on the device to report them.
+        (``_score_before_update``); then each epoch shuffles them into micro batches and takes one optimizer
+        step per ``grad_accum_steps`` of them (the last step of an epoch may have fewer). A step's stats are its
+        micro batches' stats, weighted as their losses are. Stats stay device tensors until the update ends, so no
+        micro step waits on the device to report them.
         """
         start = time.perf_counter()
         live = {s.group_id for s in samples if s.advantage != 0.0}
@@ -173,18 +242,24 @@ class PolicyTrainer:
             gen = torch.Generator().manual_seed(self._epoch_seed)
             self._epoch_seed += 1
             order = [keep[i] for i in torch.randperm(len(keep), generator=gen).tolist()]
-            for lo in range(0, len(order), self.cfg.micro_batch_size):
-                micro = order[lo : lo + self.cfg.micro_batch_size]
-                batch = self._batch([samples[i] for i in micro])
-                if batch.num_tokens == 0:
-                    continue
-                old = place_completion_values([before.old[i] for i in micro], batch.mask)  # [B, L-1]
-                ref = None if self.reference is None else \
-                    place_completion_values([before.reference[i] for i in micro], batch.mask)
-                for key, value in self._step(batch, old, ref).items():
-                    sums[key] = sums.get(key, 0.0) + value.double()  # float64, as a sum of Python floats
+            size = self.cfg.micro_batch_size
+            micros = [order[lo : lo + size] for lo in range(0, len(order), size)]
+            batches = [(micro, self._batch([samples[i] for i in micro])) for micro in micros]
+            batches = [(micro, batch) for micro, batch in batches if batch.num_tokens]
+            for lo in range(0, len(batches), self.cfg.grad_accum_steps):
+                window = batches[lo : lo + self.cfg.grad_accum_steps]
+                weights = accumulation_weights([batch.mask for _, batch in window], self.cfg.loss_aggregation)
+                for j, ((micro, batch), weight) in enumerate(zip(window, weights)):
+                    old = place_completion_values([before.old[i] for i in micro], batch.mask)  # [B, L-1]
+                    ref = None if self.reference is None else \
+                        place_completion_values([before.reference[i] for i in micro], batch.mask)
+                    for key, value in self._micro_step(batch, old, ref, weight, j == len(window) - 1).items():
+                        sums[key] = sums.get(key, 0.0) + weight * value.double()  # float64, as Python floats
+                    num_tokens += batch.num_tokens
+                grad_norm = self.engine.get_global_grad_norm()  # None for fp32 without ZeRO: reported as nan
+                grad_norm = torch.as_tensor(float("nan") if grad_norm is None else grad_norm, dtype=torch.float64)
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
                 steps += 1
-                num_tokens += batch.num_tokens
         means = {key: float(total) / steps for key, total in sums.items()}
         unreported = float("nan") if steps else 0.0
         return TrainStats(loss=means.get("loss", 0.0), clip_fraction=means.get("clip_fraction", unreported),
@@ -230,14 +305,16 @@ class PolicyTrainer:
             tokens += batch.num_tokens
         return PreUpdate(old, reference, float(mismatch) / tokens if tokens else 0.0)
 
-    def _step(self, batch: Batch, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None
-              ) -> dict[str, torch.Tensor]:
-        """Forward, loss, backward, optimizer step on one micro batch; returns detached 0-dim stat tensors.
+    def _micro_step(self, batch: Batch, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None,
+                    weight: float, boundary: bool) -> dict[str, torch.Tensor]:
+        """Forward, loss, backward on one micro batch, and the optimizer step when ``boundary``.
 
         ``old_logprobs`` and ``ref_logprobs`` are ``[B, L-1]``: the trainer's and the reference's log-probs from
-        before the update (``ref_logprobs`` is None when ``kl_coef`` is 0).
+        before the update (``ref_logprobs`` is None when ``kl_coef`` is 0). ``weight`` scales the loss that is
+        backpropagated (the micro batch's share of its step); returns detached, unweighted 0-dim stat tensors.
         """
         device = self.engine.device
+        self.engine.set_gradient_accumulation_boundary(boundary)
         logits = self._logits(self.engine, batch)  # [B, L-1, V]
         logprobs = token_logprobs(logits, batch.targets.to(device))  # [B, L-1]
         mask = batch.mask.to(device)  # [B, L-1]
@@ -252,33 +329,36 @@ class PolicyTrainer:
             policy_loss, logprobs, mask, self.cfg, old_logprobs=old, behavior_logprobs=behavior,
             ref_logprobs=None if ref_logprobs is None else ref_logprobs.to(device), entropy=entropy)
         loss = aggregate(per_token, mask, self.cfg.loss_aggregation, self.cfg.loss_norm_len or None)
-        self.engine.backward(loss)
-        self.engine.step()
-        grad_norm = self.engine.get_global_grad_norm()  # None for fp32 without ZeRO: reported as nan
-        grad_norm = torch.as_tensor(float("nan") if grad_norm is None else grad_norm, dtype=torch.float64)
-        return {**stats, **terms, "loss": loss.detach(), "grad_norm": grad_norm}
+        self.engine.backward(loss * weight, scale_wrt_gas=False)  # the weights already divide by the step's total
+        self.engine.step()  # an optimizer step only at the boundary
+        return {**stats, **terms, "loss": loss.detach()}
 
     def save(self, out_dir: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
         """Write the fp32 master weights as an HF safetensors dir (+ tokenizer, + ``POLICY_META`` if given).
 
         fp32 keeps small updates that bf16 rounding would erase when the next iteration resumes from this dir;
-        vLLM casts on load (``dtype="bfloat16"``). Under ZeRO every rank must call this (the gather is
-        collective); rank 0 writes.
+        vLLM casts on load (``dtype="bfloat16"``). With ``carry_train_state`` the training state goes to
+        ``out_dir/train_state``. Every rank must call this (the gathers and the state are collective); rank 0
+        writes the HF files.
         """
         from deepspeed.utils import safe_get_full_fp32_param
 
         out = Path(out_dir)
-        state = {}
+        state, unfused = {}, self._unfused_masters()
         for name, param in self.engine.module.named_parameters():
-            full = safe_get_full_fp32_param(param)  # None when the engine keeps no separate master copy
+            full = unfused.get(id(param), safe_get_full_fp32_param(param))  # None: no separate master copy (fp32)
             state[name] = (param if full is None else full).detach().to("cpu", torch.float32).clone()
-        if self.engine.global_rank != 0:
-            return out
-        out.mkdir(parents=True, exist_ok=True)
-        self.engine.module.save_pretrained(out, state_dict=state, safe_serialization=True)
-        self.tokenizer.save_pretrained(out)
-        if metadata is not None:
-            (out / POLICY_META).write_text(json.dumps({**metadata, "train": asdict(self.cfg)}, indent=2))
+        if self.engine.global_rank == 0:
+            out.mkdir(parents=True, exist_ok=True)
+            self.engine.module.save_pretrained(out, state_dict=state, safe_serialization=True)
+            self.tokenizer.save_pretrained(out)
+            if metadata is not None:
+                (out / POLICY_META).write_text(json.dumps({**metadata, "train": asdict(self.cfg)}, indent=2))
+        if self.cfg.carry_train_state:
+            import torch.distributed as dist
+
+            dist.barrier()  # the weights are on disk before the state records their digest
+            save_train_state(self.engine, out, self._state_settings(), self._client_state())
         return out
 
     def close(self) -> None:

@@ -180,3 +180,46 @@ def test_truncated_is_takes_the_ratio_against_the_trainer_not_the_sampler(tiny_p
 def test_a_kl_penalty_without_a_reference_fails_before_loading():
     with pytest.raises(ValueError, match="kl_coef > 0 needs reference_dir"):
         PolicyTrainer("/no/such/policy", TrainConfig(kl_coef=0.1))
+
+
+
+
+def _one_update(policy_dir, samples, **cfg) -> tuple:
+    """One ``train_on`` from ``policy_dir`` (fp32 unless ``cfg`` says otherwise): its stats, whether activations
+    were checkpointed, and the gradient of each optimizer step as AdamW receives it (accumulated, flat under ZeRO)."""
+    trainer = PolicyTrainer(policy_dir, TrainConfig(**{"learning_rate": 1e-3, "bf16": False, **cfg}))
+    grads = []
+    trainer.engine.basic_optimizer.register_step_pre_hook(
+        lambda opt, args, kwargs: grads.append(torch.cat([p.grad.flatten() for g in opt.param_groups
+                                                          for p in g["params"]])))
+    try:
+        return trainer.train_on(samples), trainer.engine.module.is_gradient_checkpointing, grads
+    finally:
+        trainer.close()
+
+
+def test_accumulated_micro_batches_make_the_step_of_one_double_batch(tiny_policy):
+    """2 micro batches x accumulation 2 == 1 micro batch of 8 (fp32): the token mean over all 8 sequences'
+    tokens, not the mean of two micro batches' token means (their token counts differ)."""
+    samples = _samples(tiny_policy, {"a": [1.0, 0.0], "b": [0.0, 1.0], "c": [1.0, 0.5], "d": [0.0, 1.0]})
+    order = torch.randperm(8, generator=torch.Generator().manual_seed(TrainConfig().seed)).tolist()  # epoch 1's
+    halves = [sum(len(samples[i].completion_token_ids) for i in half) for half in (order[:4], order[4:])]
+    assert halves[0] != halves[1]  # so a mean of the micro batches' token means would differ
+    one, _, [single] = _one_update(tiny_policy, samples, micro_batch_size=8)
+    acc, _, [accumulated] = _one_update(tiny_policy, samples, micro_batch_size=4, grad_accum_steps=2)
+    assert one.steps == acc.steps == 1 and one.num_tokens == acc.num_tokens
+    assert acc.loss == pytest.approx(one.loss, rel=1e-5) and acc.grad_norm == pytest.approx(one.grad_norm, rel=1e-5)
+    torch.testing.assert_close(accumulated, single, rtol=1e-4, atol=1e-7)
+    assert float(single.norm()) == pytest.approx(one.grad_norm, rel=1e-3)  # the hook saw the whole gradient
+
+    uneven = samples + _samples(tiny_policy, {"e": [1.0, 0.0, 0.0, 0.0]})  # 3 micro batches: steps of 2 and 1
+    assert _one_update(tiny_policy, uneven, micro_batch_size=4, grad_accum_steps=2)[0].steps == 2
+
+
+def test_gradient_checkpointing_recomputes_the_same_step(tiny_policy):
+    samples = _samples(tiny_policy, {"a": [1.0, 0.0, 1.0, 0.0]})
+    plain, off, [plain_grad] = _one_update(tiny_policy, samples, micro_batch_size=4)
+    checkpointed, on, [grad] = _one_update(tiny_policy, samples, micro_batch_size=4, gradient_checkpointing=True)
+    assert (off, on) == (False, True) and checkpointed.steps == plain.steps == 1
+    assert checkpointed.loss == pytest.approx(plain.loss, rel=1e-6)
+    torch.testing.assert_close(grad, plain_grad, rtol=1e-5, atol=1e-8)
