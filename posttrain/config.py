@@ -247,9 +247,11 @@ class EvalConfig(Validated):
     max_new_tokens: int = 48
     split: str = "eval"
     limit: int = 0  # 0 means every env of the split
+    every: int = 1  # evaluate policy versions k with k % every == 0; v0 and the final version always (0: only those)
 
     PATH = "eval."
-    RULES = {"max_new_tokens": at_least(1), "split": one_of("posttrain.envs.spec:SPLITS"), "limit": at_least(0)}
+    RULES = {"max_new_tokens": at_least(1), "split": one_of("posttrain.envs.spec:SPLITS"), "limit": at_least(0),
+             "every": at_least(0)}
 
 
 @dataclass

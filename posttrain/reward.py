@@ -36,6 +36,8 @@ class RewardStats:
     sandbox_p50_ms: float = 0.0
     sandbox_p99_ms: float = 0.0
     learnable_fraction: float = 0.0  # groups with a pass rate strictly in (0, 1): all that GRPO learns from
+    wall_s: float = 0.0  # the whole stage: every verification, host side included
+    verifications_per_s: float = 0.0  # samples / wall_s
 
 
 def percentile(values, q: float) -> float:
@@ -77,7 +79,8 @@ def learnable_fraction(scored: pd.DataFrame) -> float:
     return float(((solved > 0) & (solved < 1)).mean())
 
 
-def reward_stats(scored: pd.DataFrame) -> RewardStats:
+def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0) -> RewardStats:
+    """The reward stage's summary of its Scored table; ``wall_s``: how long the stage took."""
     usable = trainable_rows(scored)
     return RewardStats(
         samples=len(scored),
@@ -88,4 +91,6 @@ def reward_stats(scored: pd.DataFrame) -> RewardStats:
         sandbox_p50_ms=percentile(scored["sandbox_ms"].tolist(), 50),
         sandbox_p99_ms=percentile(scored["sandbox_ms"].tolist(), 99),
         learnable_fraction=learnable_fraction(usable),
+        wall_s=wall_s,
+        verifications_per_s=len(scored) / wall_s if wall_s > 0 else 0.0,
     )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -167,11 +168,47 @@ def stage_metrics(stage: str, stats) -> dict[str, float]:
     return metrics
 
 
-def iteration_metrics(results: pd.DataFrame, rollout: RolloutStats, reward: RewardStats,
-                      train: TrainStats) -> dict[str, float]:
-    """One RL iteration's metrics: the evaluation summary (``eval/...``), then rollout, reward, sandbox, train."""
-    return {**summarize(results), **stage_metrics("rollout", rollout), **stage_metrics("reward", reward),
-            **stage_metrics("train", train)}
+def iteration_metrics(results: pd.DataFrame | None, rollout: RolloutStats, reward: RewardStats,
+                      train: TrainStats, iteration_s: float | None = None) -> dict[str, float]:
+    """One RL iteration's metrics: the evaluation summary (``eval/...``; none when this version was not
+    evaluated), rollout, reward, sandbox and train stats, and where the time went (``time_metrics``)."""
+    evaluation = summarize(results) if results is not None else {}
+    return {**evaluation, **stage_metrics("rollout", rollout), **stage_metrics("reward", reward),
+            **stage_metrics("train", train), **time_metrics(rollout, reward, train, iteration_s)}
+
+
+def time_metrics(rollout: RolloutStats, reward: RewardStats, train: TrainStats,
+                 iteration_s: float | None = None) -> dict[str, float]:
+    """``time/<stage>_s``: the sample stage (engine start or swap, eval decode, rollout), reward and update; with
+    ``iteration_s`` (wall time since the previous iteration was logged) also ``time/untimed_s``, the rest of it:
+    eval scoring, tracking and orchestration, and ``time/overhead_fraction`` = (engine start + untimed) / iteration.
+
+    >>> from posttrain.reward import RewardStats
+    >>> from posttrain.rollout.collect import RolloutStats
+    >>> from posttrain.training.trainer import TrainStats
+    >>> train = TrainStats(0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0.0, wall_s=2.0)
+    >>> m = time_metrics(RolloutStats(wall_s=3.0, engine_start_s=1.0), RewardStats(wall_s=4.0), train, 10.0)
+    >>> m["time/untimed_s"], m["time/overhead_fraction"]
+    (1.0, 0.2)
+    """
+    metrics = {"time/sample_s": rollout.wall_s, "time/engine_start_s": rollout.engine_start_s,
+               "time/engine_swap_s": rollout.engine_swap_s, "time/rollout_s": rollout.seconds,
+               "time/eval_decode_s": rollout.eval_seconds, "time/reward_s": reward.wall_s,
+               "time/update_s": train.wall_s}
+    if iteration_s:
+        untimed = max(0.0, iteration_s - rollout.wall_s - reward.wall_s - train.wall_s)
+        metrics.update({"time/iteration_s": iteration_s, "time/untimed_s": untimed,
+                        "time/overhead_fraction": (rollout.engine_start_s + untimed) / iteration_s})
+    return metrics
+
+
+def seconds_since_iteration_logged(parent_run_id: str, iteration: int) -> float | None:
+    """Wall seconds since iteration ``iteration``'s nested run ended (None when there is none)."""
+    runs = client().search_runs(
+        [client().get_run(parent_run_id).info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}' and tags.`posttrain.iteration` = '{iteration}'")
+    ended = [run.info.end_time for run in runs if run.info.end_time]
+    return time.time() - max(ended) / 1000 if ended else None
 
 
 def _flatten(data: dict, prefix: str = "") -> dict:

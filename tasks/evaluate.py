@@ -1,4 +1,8 @@
-"""Flyte task: greedy pass@1 of one policy version on the eval split (EvalResults table)."""
+"""Flyte tasks: greedy pass@1 of a policy version on the eval split (EvalResults table).
+
+In the RL loop the greedy completions come from ``tasks.rollout.sample`` (the engine lifetime that also rolls out
+from that version) and ``score_eval`` verifies them on a CPU pod; ``evaluate`` does both for one policy.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,24 @@ from pandera.typing import DataFrame
 
 from posttrain.config import EvalConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.table import envs_from_table
-from posttrain.evaluation.greedy import evaluate_policy
-from posttrain.schemas import Envs, EvalResults
+from posttrain.evaluation import greedy
+from posttrain.schemas import Envs, EvalResults, Trajectories
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
+from tasks.rollout import engine_lifetime
+
+
+@task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
+def score_eval(trajectories: DataFrame[Trajectories], envs: DataFrame[Envs],
+               sandbox: SandboxConfig) -> DataFrame[EvalResults]:
+    """Verify greedy eval completions in sandboxes."""
+    return greedy.score_eval(trajectories, envs_from_table(envs), sandbox)
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("evaluate"))
 def evaluate(policy: PolicyDir, envs: DataFrame[Envs], cfg: EvalConfig, rollout: RolloutConfig,
              sandbox: SandboxConfig, policy_version: int) -> DataFrame[EvalResults]:
-    return evaluate_policy(policy.download(), envs_from_table(envs), cfg, rollout, sandbox, policy_version)
+    """Decode and verify in one task, on the process's live engine."""
+    with engine_lifetime():
+        return greedy.evaluate_policy(policy.download(), envs_from_table(envs), cfg, rollout, sandbox,
+                                      policy_version)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 from flytekit import task
@@ -19,9 +20,10 @@ Reward = NamedTuple("Reward", [("scored", DataFrame[Scored]), ("stats", RewardSt
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
 def reward(trajectories: DataFrame[Trajectories], envs: DataFrame[Envs], sandbox: SandboxConfig) -> Reward:
+    started = time.perf_counter()
     box = make_sandbox(sandbox)
     try:
         scored = score(trajectories, envs_from_table(envs), box, sandbox)
     finally:
         box.close()
-    return Reward(scored=scored, stats=reward_stats(scored))
+    return Reward(scored=scored, stats=reward_stats(scored, wall_s=time.perf_counter() - started))

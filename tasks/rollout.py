@@ -1,25 +1,82 @@
-"""Flyte task: sample groups of completions from policy v_k with vLLM (Trajectories table + stats)."""
+"""Flyte tasks: everything that needs policy v_k in one vLLM engine lifetime, and the engine's release.
+
+``sample`` decodes the eval split greedily with v_k (when this version is evaluated) and rolls out iteration k+1
+from v_k (unless v_k is the last version), on one engine: the process's live engine (``posttrain.rollout.live``),
+swapped to v_k in place. In a local ``pyflyte run`` every task runs in one process and the engine serves the whole
+run (``warm_engine`` starts it in the background while admission runs); in a task pod it ends with the task.
+``release_engines`` is the workflows' final step and failure handler.
+"""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import time
+from contextlib import contextmanager
+from typing import Iterator, NamedTuple, Optional
 
-from flytekit import task
+import pandas as pd
+from flytekit import FlyteContextManager, task
+from flytekit.types.error import FlyteError
 from pandera.typing import DataFrame
 
-from posttrain.config import RolloutConfig
+from posttrain.config import EvalConfig, LoopConfig, RolloutConfig
 from posttrain.envs.table import envs_from_table
-from posttrain.rollout.collect import RolloutStats, rollout_iteration
+from posttrain.evaluation.greedy import decode_eval
+from posttrain.rollout import live
+from posttrain.rollout.collect import RolloutStats, rollout_with
 from posttrain.schemas import Envs, Trajectories
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 
-Rollout = NamedTuple("Rollout", [("trajectories", DataFrame[Trajectories]), ("stats", RolloutStats)])
+Sampled = NamedTuple("Sampled", [("trajectories", DataFrame[Trajectories]), ("stats", RolloutStats),
+                                 ("eval_trajectories", DataFrame[Trajectories])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("rollout"))
-def rollout(policy: PolicyDir, envs: DataFrame[Envs], cfg: RolloutConfig, iteration: int,
-            policy_version: int) -> Rollout:
-    table, stats = rollout_iteration(policy.download(), list(envs_from_table(envs).values()), cfg, iteration,
-                                     policy_version)
-    return Rollout(trajectories=table, stats=stats)
+def sample(policy: PolicyDir, envs: DataFrame[Envs], cfg: RolloutConfig, eval_cfg: EvalConfig, policy_version: int,
+           rollout: bool, evaluate: bool) -> Sampled:
+    """Policy v_k (``policy_version``): its greedy eval completions if ``evaluate``, the rollout of iteration k+1 if
+    ``rollout`` (empty tables otherwise); stats time the engine start or swap, both decodes and the whole task."""
+    started = time.perf_counter()
+    specs = envs_from_table(envs)
+    empty = Trajectories.validate(pd.DataFrame(columns=list(Trajectories.to_schema().columns)))
+    with engine_lifetime():
+        engine, start_s, swap_s = live.acquire_timed(policy.download(), cfg, version=policy_version)
+        decode_started = time.perf_counter()
+        eval_table = decode_eval(engine, specs, eval_cfg) if evaluate else empty
+        eval_seconds = time.perf_counter() - decode_started
+        table, stats = (rollout_with(engine, list(specs.values()), cfg, policy_version + 1) if rollout
+                        else (empty, RolloutStats()))
+    stats.engine_start_s, stats.engine_swap_s, stats.eval_seconds = start_s, swap_s, eval_seconds
+    stats.wall_s = time.perf_counter() - started
+    return Sampled(trajectories=table, stats=stats, eval_trajectories=eval_table)
+
+
+@task(**stage("track"))
+def warm_engine(policy: PolicyDir, cfg: RolloutConfig) -> None:
+    """Locally, start the live engine on v0 in the background: it is ready when the first ``sample`` needs it,
+    its start-up overlapped with admission. In a task pod there is no later task to serve: nothing to do."""
+    if _in_process_run():
+        live.prestart(policy.download(), cfg, version=0)
+
+
+@task(**stage("track"))
+def release_engines(cfg: LoopConfig, err: Optional[FlyteError] = None) -> None:
+    """Stop the process's live vLLM engine: the workflows' last step, and their failure handler (``err`` set)."""
+    live.shutdown_all()
+
+
+@contextmanager
+def engine_lifetime() -> Iterator[None]:
+    """Keep the live engine for the next task when every task runs in this process (local ``pyflyte run``);
+    in a task pod, stop it with the task."""
+    try:
+        yield
+    finally:
+        if not _in_process_run():
+            live.shutdown_all()
+
+
+def _in_process_run() -> bool:
+    """Whether every task of this run executes in this process (a local ``pyflyte run``, or a test)."""
+    return FlyteContextManager.current_context().execution_state.is_local_execution()
+

@@ -6,6 +6,7 @@ Never cached: each execution must leave its own runs.
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Optional
 
 from flytekit import task
 from pandera.typing import DataFrame
@@ -43,11 +44,15 @@ def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir
 
 @task(**stage("track"))
 def log_iteration(run_id: str, iteration: int, rollout_stats: RolloutStats, scored: DataFrame[Scored],
-                  reward_stats: RewardStats, train_stats: TrainStats, results: DataFrame[EvalResults],
-                  policy: PolicyDir) -> str:
-    metrics = tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats)
-    return tracking.log_iteration(run_id, iteration, metrics, tables={"scored": scored, "eval_results": results},
-                                  policy_dir=policy.download(), policy_version=iteration)
+                  reward_stats: RewardStats, train_stats: TrainStats, policy: PolicyDir,
+                  results: Optional[DataFrame[EvalResults]] = None) -> str:
+    """Iteration k: its rollout, rewards and update, and the evaluation of v_k when it was evaluated
+    (``eval.every``)."""
+    iteration_s = tracking.seconds_since_iteration_logged(run_id, iteration - 1)
+    metrics = tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats, iteration_s)
+    tables = {"scored": scored} if results is None else {"scored": scored, "eval_results": results}
+    return tracking.log_iteration(run_id, iteration, metrics, tables=tables, policy_dir=policy.download(),
+                                  policy_version=iteration)
 
 
 @task(**stage("track"))

@@ -8,6 +8,8 @@ LR schedule and RNG that the next update resumes from (``TrainConfig.carry_train
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -34,6 +36,7 @@ def update(policy: PolicyDir, scored: DataFrame[Scored], cfg: TrainConfig, polic
     ``reference`` is the frozen policy of the KL penalty (the loop's initial policy), downloaded only when
     ``cfg.kl_coef > 0``.
     """
+    started = time.perf_counter()
     out = Path(current_context().working_directory) / f"policy-v{policy_version}"
     rows = with_advantages(scored, cfg)
     reference_dir = reference.download() if cfg.kl_coef and reference is not None else None
@@ -43,4 +46,5 @@ def update(policy: PolicyDir, scored: DataFrame[Scored], cfg: TrainConfig, polic
         trainer.save(out, metadata={"version": policy_version})
     finally:
         trainer.close()
+    stats = dataclasses.replace(stats, wall_s=time.perf_counter() - started)
     return Update(policy=FlyteDirectory(str(out)), stats=stats, train_rows=rows)

@@ -1,4 +1,5 @@
-"""Shared fixtures (``tiny_policy``: a real demo policy, HF dir, built once per session) and the kind rule.
+"""Shared fixtures (``tiny_policy``: a real demo policy, HF dir, built once per session; the process's live vLLM
+engine, shut down when the session ends) and the kind rule.
 
 Tests mirror the library (``tests/<package>/test_<module>.py``); what kind a test is, is a marker, never a folder:
 every test carries exactly one of ``unit``, ``integration``, ``e2e`` (``pytest -m unit`` runs the fast ones), and
@@ -29,6 +30,16 @@ def tiny_policy(tmp_path_factory):
 
     pairs = [(env.prompt, env.reference) for env in load_suite(DEMO_SUITE).envs if env.split == "train"]
     return build_demo_policy(tmp_path_factory.mktemp("tiny_policy") / "policy", TINY_POLICY, pairs)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shutdown_live_engine():
+    """Tests share the process's live vLLM engine (``posttrain.rollout.live``): the first that needs one starts it,
+    later ones swap weights in place; it stops here, before pytest closes the streams its shutdown logs to."""
+    yield
+    from posttrain.rollout import live
+
+    live.shutdown_all()
 
 
 KINDS = ("unit", "integration", "e2e")

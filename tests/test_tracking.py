@@ -29,6 +29,7 @@ ROWS = [
 class FakeTrainStats:
     loss: float = 0.5
     steps: int = 2
+    wall_s: float = 2.0
 
 
 def test_admission_counts_from_the_report_or_its_details():
@@ -52,7 +53,8 @@ def test_stage_metrics_prefix_fields_and_put_sandbox_latency_under_sandbox():
     reward = RewardStats(samples=4, reward_mean=0.5, pass_rate=0.25, sandbox_p50_ms=10.0, sandbox_p99_ms=30.0)
     assert stage_metrics("reward", reward) == {
         "reward/samples": 4, "reward/mean": 0.5, "reward/pass_rate": 0.25, "reward/infra_errors": 0,
-        "reward/timeouts": 0, "sandbox/p50_ms": 10.0, "sandbox/p99_ms": 30.0, "reward/learnable_fraction": 0.0}
+        "reward/timeouts": 0, "sandbox/p50_ms": 10.0, "sandbox/p99_ms": 30.0, "reward/learnable_fraction": 0.0,
+        "reward/wall_s": 0.0, "reward/verifications_per_s": 0.0}
     assert stage_metrics("rollout", RolloutStats(samples=8, tokens_per_s=3.0))["rollout/tokens_per_s"] == 3.0
 
 
@@ -65,3 +67,7 @@ def test_iteration_metrics_join_eval_rollout_reward_sandbox_and_train():
     assert metrics["rollout/samples"] == 8 and metrics["reward/mean"] == 0.5 and metrics["sandbox/p99_ms"] == 0.0
     assert metrics["train/loss"] == 0.5 and metrics["train/steps"] == 2
     assert not any(key.startswith(("reward/sandbox", "reward/reward")) for key in metrics)
+    assert metrics["time/update_s"] == 2.0 and "time/iteration_s" not in metrics  # not measured here
+    timed = iteration_metrics(None, RolloutStats(wall_s=1.0), RewardStats(wall_s=3.0), FakeTrainStats(), 8.0)
+    assert not any(key.startswith("eval/") for key in timed)  # a version that was not evaluated logs no zeros
+    assert (timed["time/iteration_s"], timed["time/untimed_s"], timed["time/overhead_fraction"]) == (8.0, 2.0, 0.25)

@@ -5,9 +5,12 @@ Run it locally (embedded Flyte, real vLLM/bwrap/DeepSpeed/MLflow):
     pyflyte run workflows/rl_loop.py rl_smoke                     # 1 iteration, tiny sizes
     pyflyte run workflows/rl_loop.py rl_loop --cfg '{"iterations": 2, "suite": "my_suite/"}'
 
-Policy versions: v0 is the starting policy; iteration k rolls out with v_{k-1} and trains v_k. Every stage task is
-cached (explicit cache versions, content-addressed policies), so re-running an interrupted execution resumes from
-the last finished stage.
+Policy versions: v0 is the starting policy; iteration k rolls out with v_{k-1} and trains v_k. Everything that needs
+one policy version runs in one vLLM engine lifetime (``tasks.rollout.sample``): the evaluation of v_k and the
+rollout of iteration k+1 from it. Locally every task runs in this process and one live engine serves the whole run,
+swapped to each new version in place; ``release_engines`` stops it at the end, or when the run fails. Versions are
+evaluated every ``eval.every`` (v0 and the last always). Every stage task is cached (explicit cache versions,
+content-addressed policies), so re-running an interrupted execution resumes from the last finished stage.
 """
 
 from __future__ import annotations
@@ -16,50 +19,66 @@ from flytekit import dynamic, workflow
 from pandera.typing import DataFrame
 
 from posttrain.config import LoopConfig
+from posttrain.evaluation.greedy import evaluates
 from posttrain.schemas import Envs
 from tasks.admit import admit_suite, fingerprint_suite
-from tasks.evaluate import evaluate
+from tasks.evaluate import score_eval
 from tasks.policy import PolicyDir, prepare_policy
 from tasks.reward import reward
-from tasks.rollout import rollout
+from tasks.rollout import release_engines, sample, warm_engine
 from tasks.track import finish_tracking, log_baseline, log_iteration, start_tracking
 from tasks.update import update
 
 
 @dynamic
 def iterate(cfg: LoopConfig, envs: DataFrame[Envs], policy: PolicyDir, run_id: str) -> PolicyDir:
-    """Unroll ``cfg.iterations`` RL iterations into a DAG (one node per stage and iteration)."""
-    baseline = evaluate(policy=policy, envs=envs, cfg=cfg.eval, rollout=cfg.rollout, sandbox=cfg.sandbox,
-                        policy_version=0)
-    logged = log_baseline(run_id=run_id, results=baseline, policy=policy)
+    """Unroll ``cfg.iterations`` RL iterations into a DAG: per policy version v_k, one ``sample`` node (evaluate v_k,
+    roll out iteration k+1), then ``score_eval`` and ``reward`` (sandboxes) and ``update`` (v_{k+1})."""
     reference = policy  # the frozen policy of the KL penalty (train.kl_coef)
-    for k in range(1, cfg.iterations + 1):
-        sampled = rollout(policy=policy, envs=envs, cfg=cfg.rollout, iteration=k, policy_version=k - 1)
-        scored = reward(trajectories=sampled.trajectories, envs=envs, sandbox=cfg.sandbox)
-        updated = update(policy=policy, scored=scored.scored, cfg=cfg.train, policy_version=k, reference=reference)
-        results = evaluate(policy=updated.policy, envs=envs, cfg=cfg.eval, rollout=cfg.rollout,
-                           sandbox=cfg.sandbox, policy_version=k)
-        this_log = log_iteration(run_id=run_id, iteration=k, rollout_stats=sampled.stats, scored=updated.train_rows,
-                                 reward_stats=scored.stats, train_stats=updated.stats, results=results,
-                                 policy=updated.policy)
-        logged >> this_log  # MLflow iteration runs are written in order
-        logged, policy = this_log, updated.policy
+    logged = None
+    trained = None  # the rollout stats, rewards and update that made v_k: logged with v_k's evaluation
+    for k in range(cfg.iterations + 1):
+        # step 1. one engine lifetime for v_k: its greedy eval decode, and the rollout of iteration k+1 from it
+        evaluated = evaluates(cfg.eval, k, last=cfg.iterations)
+        sampled = sample(policy=policy, envs=envs, cfg=cfg.rollout, eval_cfg=cfg.eval, policy_version=k,
+                         rollout=k < cfg.iterations, evaluate=evaluated)
+        # step 2. verify v_k's eval completions in sandboxes
+        results = score_eval(trajectories=sampled.eval_trajectories, envs=envs, sandbox=cfg.sandbox) \
+            if evaluated else None
+        # step 3. log iteration k (k = 0: the baseline)
+        if trained is None:
+            this_log = log_baseline(run_id=run_id, results=results, policy=policy)
+        else:
+            rollout_stats, scored, updated = trained
+            this_log = log_iteration(run_id=run_id, iteration=k, rollout_stats=rollout_stats, scored=updated.train_rows,
+                                     reward_stats=scored.stats, train_stats=updated.stats, policy=policy,
+                                     results=results)
+            logged >> this_log  # MLflow iteration runs are written in order
+        logged = this_log
+        if k < cfg.iterations:
+            # step 4. score the rollout of iteration k+1 and train v_{k+1} on it
+            scored = reward(trajectories=sampled.trajectories, envs=envs, sandbox=cfg.sandbox)
+            updated = update(policy=policy, scored=scored.scored, cfg=cfg.train, policy_version=k + 1,
+                             reference=reference)
+            trained, policy = (sampled.stats, scored, updated), updated.policy
     return policy
 
 
-@workflow
+@workflow(on_failure=release_engines)
 def rl_loop(cfg: LoopConfig = LoopConfig()) -> PolicyDir:
     """Admit the suite, then run the RL iterations; returns the final policy directory."""
+    policy = prepare_policy(policy=cfg.policy)
+    warm_engine(policy=policy, cfg=cfg.rollout)  # locally (nodes run in this order): vLLM starts while admission runs
     digest = fingerprint_suite(suite=cfg.suite)
     admission = admit_suite(suite=cfg.suite, digest=digest, sandbox=cfg.sandbox, cfg=cfg.admission)
-    policy = prepare_policy(policy=cfg.policy)
     run_id = start_tracking(cfg=cfg, report=admission.report)
     final = iterate(cfg=cfg, envs=admission.envs, policy=policy, run_id=run_id)
-    finish_tracking(run_id=run_id, final_policy=final)
+    finished = finish_tracking(run_id=run_id, final_policy=final)
+    finished >> release_engines(cfg=cfg)  # the live vLLM engine would keep `pyflyte run` from exiting
     return final
 
 
-@workflow
+@workflow(on_failure=release_engines)
 def rl_smoke(cfg: LoopConfig = LoopConfig.smoke()) -> PolicyDir:
     """The quick end-to-end check: one iteration, tiny sizes (``make smoke``)."""
     return rl_loop(cfg=cfg)

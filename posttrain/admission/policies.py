@@ -9,7 +9,7 @@ already passed through the env verifier's ``extract_solution`` (ready for ``veri
   nothing; for envs without a Python entry point, the empty solution.
 - ``NoisyReferencePolicy(p)``: each sample is the reference with probability p, else one of the verifier's mutants
   of it (seeded by env id, seed and sample index: the same call gives the same samples).
-- ``VLLMPolicy(policy_dir)``: samples a checkpoint with ``posttrain.rollout.engine.VLLMEngine``.
+- ``VLLMPolicy(policy_dir)``: samples a checkpoint on the process's live vLLM engine (``posttrain.rollout.live``).
 ``make_policy(name)`` builds one from its config string: ``reference``, ``identity``, ``noop``, ``noisy:P`` or a path.
 
 Example:
@@ -36,6 +36,7 @@ from typing import Protocol, Sequence
 from posttrain.config import RolloutConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import get_verifier
+from posttrain.training.checkpoints import policy_version
 
 SCRIPTED = ("reference", "identity", "noop", "noisy:P")
 
@@ -122,7 +123,12 @@ class NoisyReferencePolicy(ScriptedPolicy):
 
 
 class VLLMPolicy:
-    """Any checkpoint (HF dir) sampled with vLLM; the engine starts on first use and stops on ``close``."""
+    """Any checkpoint (HF dir) sampled with vLLM, on the process's live engine (``posttrain.rollout.live``).
+
+    The engine starts on first use, or is the one already serving another policy of the same architecture, swapped
+    in place; sampling is seeded per call, so the same call gives the same samples. The engine outlives the
+    policy (the next stage, e.g. the rollout, reuses it); ``live.shutdown_all`` or the end of the process stops it.
+    """
 
     def __init__(self, policy_dir: str, temperature: float = 1.0, max_new_tokens: int = 64,
                  rollout: RolloutConfig | None = None):
@@ -130,20 +136,15 @@ class VLLMPolicy:
         self.name = self.policy_dir
         self.temperature, self.max_new_tokens = temperature, max_new_tokens
         self.rollout = rollout or RolloutConfig()
-        self._engine = None
-
-    def _started(self, seed: int):
-        if self._engine is None:
-            from posttrain.rollout.engine import VLLMEngine
-
-            self._engine = VLLMEngine(self.policy_dir, self.rollout, seed=seed)
-        return self._engine
 
     def solutions_many(self, specs: Sequence[EnvSpec], k: int, seed: int) -> list[list[str]]:
+        from posttrain.rollout import live
+
         if not specs:
             return []
-        groups = self._started(seed).generate([spec.prompt for spec in specs], n=k, temperature=self.temperature,
-                                              max_tokens=self.max_new_tokens, top_p=self.rollout.top_p)
+        engine = live.acquire(self.policy_dir, self.rollout, version=policy_version(self.policy_dir))
+        groups = engine.generate([spec.prompt for spec in specs], n=k, temperature=self.temperature,
+                                 max_tokens=self.max_new_tokens, top_p=self.rollout.top_p, seed=seed)
         return [[get_verifier(spec.verifier_kind).extract_solution(sample.text) for sample in group]
                 for spec, group in zip(specs, groups)]
 
@@ -151,9 +152,7 @@ class VLLMPolicy:
         return self.solutions_many([spec], k, seed)[0]
 
     def close(self) -> None:
-        engine, self._engine = self._engine, None
-        if engine is not None:
-            engine.close()
+        pass  # the live engine is shared by the process; it is not this policy's to stop
 
 
 def make_policy(name: str, temperature: float = 1.0, max_new_tokens: int = 64,

@@ -1,10 +1,15 @@
 """Collect one iteration's rollouts: pick envs, sample a group of n completions per env, build Trajectories.
 
+Every row carries the policy version the engine serves (``engine.version``), and each iteration's sampling is seeded
+(``iteration_seed``): the same iteration gives the same samples, whatever the engine served before.
+
 Example:
     >>> from posttrain.envs.spec import EnvSpec
     >>> envs = [EnvSpec(id=f"e{i}", prompt="p", verifier={"kind": "python_tests"}, reference="") for i in range(5)]
     >>> [e.id for e in pick_envs(envs, count=3, seed=7)] == [e.id for e in pick_envs(envs, count=3, seed=7)]
     True
+    >>> iteration_seed(0, 1), iteration_seed(0, 2), iteration_seed(1, 1)
+    (1048576, 2097152, 1074790400)
 """
 
 from __future__ import annotations
@@ -26,9 +31,13 @@ class RolloutStats:
     prompts: int = 0
     samples: int = 0
     tokens: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # generation only
     tokens_per_s: float = 0.0
     truncated_fraction: float = 0.0  # samples cut by max_tokens instead of ending with EOS
+    engine_start_s: float = 0.0  # waited for a vLLM engine start (0 when the live engine was reused)
+    engine_swap_s: float = 0.0  # waited for the live engine's in-place weight swap
+    eval_seconds: float = 0.0  # greedy eval decoding in the same engine lifetime (``tasks.rollout.sample``)
+    wall_s: float = 0.0  # the whole stage, set by the task
 
 
 def pick_envs(envs: list[EnvSpec], count: int, seed: int) -> list[EnvSpec]:
@@ -38,6 +47,12 @@ def pick_envs(envs: list[EnvSpec], count: int, seed: int) -> list[EnvSpec]:
     return random.Random(seed).sample(list(envs), count)
 
 
+def iteration_seed(seed: int, iteration: int) -> int:
+    """Base of one iteration's per-request sampling seeds: its samples get ``base + i`` (i < 2**20), distinct from
+    every other iteration's (< 1024 iterations per ``seed``)."""
+    return (seed * 1024 + iteration) << 20
+
+
 def collect(
     engine: RolloutEngine,
     envs: list[EnvSpec],
@@ -45,14 +60,19 @@ def collect(
     n: int,
     temperature: float,
     max_tokens: int,
-    policy_version: int,
     group_prefix: str,
     top_p: float = 1.0,
+    seed: int | None = None,
+    policy_version: int | None = None,
 ) -> tuple[pd.DataFrame, RolloutStats]:
-    """Sample ``n`` completions for each env's prompt; one Trajectories row per completion."""
+    """Sample ``n`` completions for each env's prompt; one Trajectories row per completion.
+
+    ``policy_version`` defaults to the version the engine serves (``engine.version``).
+    """
+    version = engine.version if policy_version is None else policy_version
     started = time.perf_counter()
     groups = engine.generate([e.prompt for e in envs], n=n, temperature=temperature, max_tokens=max_tokens,
-                             top_p=top_p)
+                             top_p=top_p, seed=seed)
     seconds = time.perf_counter() - started
     rows = []
     for env, group in zip(envs, groups):
@@ -61,7 +81,7 @@ def collect(
                 "env_id": env.id,
                 "group_id": f"{group_prefix}/{env.id}",
                 "sample_idx": idx,
-                "policy_version": policy_version,
+                "policy_version": version,
                 "prompt": env.prompt,
                 "completion": sample.text,
                 "prompt_token_ids": encode_ints(sample.prompt_token_ids),
@@ -85,13 +105,15 @@ def collect(
     return table, stats
 
 
-def rollout_iteration(policy_dir: str, envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,
-                      policy_version: int) -> tuple[pd.DataFrame, RolloutStats]:
-    """One iteration's rollout: pick envs of the train split, start vLLM on the policy, sample groups, stop vLLM."""
-    from posttrain.rollout.engine import VLLMEngine
+def rollout_envs(envs: list[EnvSpec], cfg: RolloutConfig, iteration: int) -> list[EnvSpec]:
+    """The train-split envs iteration ``iteration`` rolls out (``cfg.envs_per_iteration`` of them, seeded)."""
+    return pick_envs([e for e in envs if e.split == "train"], cfg.envs_per_iteration, seed=cfg.seed + iteration)
 
-    chosen = pick_envs([e for e in envs if e.split == "train"], cfg.envs_per_iteration, seed=cfg.seed + iteration)
-    with VLLMEngine(policy_dir, cfg, seed=cfg.seed + iteration) as engine:
-        return collect(engine, chosen, n=cfg.samples_per_env, temperature=cfg.temperature,
-                       max_tokens=cfg.max_new_tokens, policy_version=policy_version, group_prefix=f"it{iteration}",
-                       top_p=cfg.top_p)
+
+def rollout_with(engine: RolloutEngine, envs: list[EnvSpec], cfg: RolloutConfig,
+                 iteration: int) -> tuple[pd.DataFrame, RolloutStats]:
+    """Iteration ``iteration``'s rollout with an engine already serving the policy it samples."""
+    return collect(engine, rollout_envs(envs, cfg, iteration), n=cfg.samples_per_env, temperature=cfg.temperature,
+                   max_tokens=cfg.max_new_tokens, group_prefix=f"it{iteration}", top_p=cfg.top_p,
+                   seed=iteration_seed(cfg.seed, iteration))
+

