@@ -21,11 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor
 
 from posttrain.training.algorithms import register_advantage
-from posttrain.training.algorithms.grouping import flat_rows, per_group
+from posttrain.training.algorithms.grouping import checked, per_group, zero_flat
 
 if TYPE_CHECKING:
     from posttrain.config import TrainConfig
@@ -40,11 +39,8 @@ def dr_grpo_advantages(rewards: Tensor) -> Tensor:
     Returns:
         ``[G, n]`` float advantages; rows whose rewards are all equal are exactly zero.
     """
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must be [G, n], got shape {tuple(rewards.shape)}")
-    rewards = rewards.float()
-    centered = rewards - rewards.mean(dim=1, keepdim=True)
-    return torch.where(flat_rows(rewards), torch.zeros_like(centered), centered)
+    rewards = checked(rewards)
+    return zero_flat(rewards, rewards - rewards.mean(dim=1, keepdim=True))
 
 
 @register_advantage("dr_grpo")

@@ -2,7 +2,8 @@
 
 ``per_group`` splits N flat rewards by group id (groups may be ragged once infra failures are excluded), applies a
 dense rule to each group as a ``[1, n]`` row, and returns the ``[N]`` advantages in input order; ``flat_rows`` marks
-the groups whose rewards are all equal (no signal: every estimator gives them exact zeros, so the trainer skips them).
+the groups whose rewards are all equal (no signal: every estimator gives them exact zeros through ``zero_flat``, so
+the trainer skips them); ``checked`` is the ``[G, n]`` float input every dense rule starts from.
 
 Example:
     >>> import torch
@@ -24,6 +25,18 @@ from torch import Tensor
 def flat_rows(rewards: Tensor) -> Tensor:
     """``[G, n]`` rewards -> ``[G, 1]`` bool, True where a row's rewards are all equal (a single sample included)."""
     return (rewards == rewards[:, :1]).all(dim=1, keepdim=True)
+
+
+def checked(rewards: Tensor) -> Tensor:
+    """``rewards`` as a float ``[G, n]`` tensor; ``ValueError`` naming the shape when it is not 2-D."""
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [G, n], got shape {tuple(rewards.shape)}")
+    return rewards.float()
+
+
+def zero_flat(rewards: Tensor, advantages: Tensor) -> Tensor:
+    """``[G, n]`` ``advantages`` with exact zeros on the rows whose ``rewards`` are all equal."""
+    return torch.where(flat_rows(rewards), torch.zeros_like(advantages), advantages)
 
 
 def per_group(rewards: Sequence[float], group_ids: Sequence[str], dense: Callable[[Tensor], Tensor]) -> Tensor:

@@ -22,11 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor
 
 from posttrain.training.algorithms import register_advantage
-from posttrain.training.algorithms.grouping import flat_rows, per_group
+from posttrain.training.algorithms.grouping import checked, per_group, zero_flat
 
 if TYPE_CHECKING:
     from posttrain.config import TrainConfig
@@ -42,13 +41,9 @@ def grpo_advantages(rewards: Tensor, eps: float) -> Tensor:
     Returns:
         ``[G, n]`` float advantages; rows whose rewards are all equal are exactly zero.
     """
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must be [G, n], got shape {tuple(rewards.shape)}")
-    rewards = rewards.float()
-    mean = rewards.mean(dim=1, keepdim=True)
-    std = rewards.std(dim=1, keepdim=True, correction=0)
-    centered = rewards - mean
-    return torch.where(flat_rows(rewards), torch.zeros_like(centered), centered / (std + eps))
+    rewards = checked(rewards)
+    centered = rewards - rewards.mean(dim=1, keepdim=True)
+    return zero_flat(rewards, centered / (rewards.std(dim=1, keepdim=True, correction=0) + eps))
 
 
 @register_advantage("grpo")

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from posttrain.training.algorithms import register_advantage
-from posttrain.training.algorithms.grouping import flat_rows, per_group
+from posttrain.training.algorithms.grouping import checked, per_group, zero_flat
 
 if TYPE_CHECKING:
     from posttrain.config import TrainConfig
@@ -39,15 +39,12 @@ def rloo_advantages(rewards: Tensor) -> Tensor:
     Returns:
         ``[G, n]`` float advantages; all zero when ``n == 1`` or a row's rewards are all equal.
     """
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must be [G, n], got shape {tuple(rewards.shape)}")
-    rewards = rewards.float()
+    rewards = checked(rewards)
     n = rewards.shape[1]
     if n == 1:
         return torch.zeros_like(rewards)
     others_mean = (rewards.sum(dim=1, keepdim=True) - rewards) / (n - 1)
-    advantages = rewards - others_mean
-    return torch.where(flat_rows(rewards), torch.zeros_like(advantages), advantages)
+    return zero_flat(rewards, rewards - others_mean)
 
 
 @register_advantage("rloo")
