@@ -50,6 +50,16 @@ def processes_with(token: str) -> list[str]:
     return found
 
 
+def assert_never_connected(listener: socket.socket, message: str) -> None:
+    """Fail with ``message`` if a connection is waiting on the non-blocking ``listener``."""
+    try:
+        conn, _ = listener.accept()
+    except BlockingIOError:
+        return
+    conn.close()
+    raise AssertionError(message)
+
+
 class SandboxCases:
     def leftovers(self, token: str) -> list[str]:
         return processes_with(token)
@@ -137,12 +147,7 @@ class SandboxCases:
                     "    print('CONNECTED')\nexcept OSError as e:\n    print('BLOCKED', type(e).__name__)\n")
             r = sandbox.run(py(code, timeout_s=10))
             assert r.exit_code == 0 and r.stdout.startswith("BLOCKED"), r
-            try:
-                conn, _ = listener.accept()
-                conn.close()
-                raise AssertionError("the sandbox reached a host listener")
-            except BlockingIOError:
-                pass
+            assert_never_connected(listener, "the sandbox reached a host listener")
 
     def test_memory_bomb_fails_without_hurting_the_host(self, sandbox):
         code = "chunks = []\nfor _ in range(400):\n    chunks.append(b'x' * 10_000_000)\nprint('survived')\n"

@@ -20,7 +20,7 @@ import pytest
 from posttrain.config import DockerPoolConfig, SandboxConfig
 from posttrain.sandbox import Execution, make_sandbox, run_many
 from posttrain.sandbox.docker.container import docker_unavailable_reason
-from tests.sandbox.cases import processes_with
+from tests.sandbox.cases import assert_never_connected, processes_with
 
 
 def _docker_unavailable() -> str:
@@ -102,12 +102,7 @@ def host(box, monkeypatch):
             time.sleep(0.1)
         assert left == [], f"attack processes survive on the host: {left}"
         assert canary.read_text() == secret and sorted(os.listdir(canary_dir)) == ["canary.txt"]
-        try:
-            conn, _ = listener.accept()
-            conn.close()
-            raise AssertionError("an attack reached a host TCP listener")
-        except BlockingIOError:
-            pass
+        assert_never_connected(listener, "an attack reached a host TCP listener")
         assert innocent.poll() is None, "an attack killed a host process"
         for path, before in h.disk_free.items():
             assert _free_mb(path) > before - 200, f"an attack filled the host disk at {path}"
