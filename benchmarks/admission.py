@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs", type=int, default=200)
     parser.add_argument("--skip-demo", action="store_true")
     parser.add_argument("--concurrency", type=int, default=AdmissionConfig().batch_concurrency)
-    parser.add_argument("--backend", default="bwrap")
+    parser.add_argument("--backend", default=SandboxConfig().backend)
     parser.add_argument("--progress", action="store_true")
     args = parser.parse_args(argv)
     cfg = AdmissionConfig(batch_concurrency=args.concurrency)

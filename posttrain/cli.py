@@ -20,6 +20,7 @@ import sys
 from posttrain.config import SandboxConfig, default_policy_dir
 from posttrain.envs.importers.jsonl import add_arguments as add_jsonl_arguments
 from posttrain.envs.importers.jsonl import import_jsonl_command
+from posttrain.sandbox import BACKENDS
 
 
 def _demo_policy(args) -> int:
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("admit", help="admit a suite: per-env verdicts with reason codes, per-check statistics")
     p.add_argument("suite")
     p.add_argument("--out", default="admission", help="where report.parquet, report.html, check_stats.* go")
-    p.add_argument("--backend", default="bwrap", choices=["bwrap", "docker"])
+    p.add_argument("--backend", default=SandboxConfig().backend, choices=BACKENDS)
     p.add_argument("--config", help="AdmissionConfig fields as JSON, e.g. '{\"repeats\": 5}'")
     p.add_argument("--checks", help="comma-separated checks to run (default: all six)")
     p.add_argument("--repeats", type=int)

@@ -11,7 +11,7 @@ Example:
     >>> from posttrain.config import LoopConfig, RolloutConfig
     >>> cfg = LoopConfig(iterations=1)
     >>> cfg.rollout.samples_per_env, cfg.sandbox.backend
-    (8, 'bwrap')
+    (8, 'bwrap-warm')
     >>> LoopConfig.smoke().iterations
     1
     >>> RolloutConfig(samples_per_env=0, top_p=1.5)
@@ -156,7 +156,7 @@ class DockerPoolConfig(Validated):
 
 @dataclass
 class SandboxConfig(Validated):
-    backend: str = "bwrap"  # "bwrap" (no daemon) or "docker" (needs dockerd and the sandbox image)
+    backend: str = "bwrap-warm"  # "bwrap-warm" (warm bwrap slots), "bwrap" (one bwrap per run), "docker" (dockerd)
     timeout_s: float = 10.0  # wall-clock limit of one execution, unless the env asks for less
     memory_mb: int = 512  # address-space / cgroup memory limit per execution
     max_output_bytes: int = 1 << 20  # stdout/stderr kept per execution; the rest is cut and flagged

@@ -45,7 +45,7 @@ def test_smoke_is_valid_and_unchanged():
     (RolloutConfig, {"top_p": 0.0}, "rollout.top_p=0.0: must be in (0, 1]"),
     (RolloutConfig, {"top_p": 1.5}, "rollout.top_p=1.5: must be in (0, 1]"),
     (RolloutConfig, {"max_new_tokens": 256}, "rollout.max_new_tokens=256: must be < max_model_len (256)"),
-    (SandboxConfig, {"backend": "vm"}, "sandbox.backend='vm': must be one of ['bwrap', 'docker']"),
+    (SandboxConfig, {"backend": "vm"}, "sandbox.backend='vm': must be one of ['bwrap', 'bwrap-warm', 'docker']"),
     (SandboxConfig, {"timeout_s": 0}, "sandbox.timeout_s=0: must be > 0"),
     (SandboxConfig, {"memory_mb": -5}, "sandbox.memory_mb=-5: must be >= 1"),
     (SandboxConfig, {"batch_concurrency": 0}, "sandbox.batch_concurrency=0: must be >= 1"),

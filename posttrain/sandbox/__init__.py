@@ -1,8 +1,9 @@
 """Sandboxes: run untrusted programs with files, resource limits and a deadline, and report what happened.
 
-Two backends share one protocol (``base.Sandbox``): ``bwrap`` (bubblewrap namespaces; no daemon, the local
-default) and ``docker`` (the ``docker`` subpackage: a warm pool of hardened containers, ``DockerPool``, set by
-``SandboxConfig.docker``; ``DockerSandbox`` is the cold one-container-per-execution variant). Both run the
+Three backends share one protocol (``base.Sandbox``): ``bwrap`` (bubblewrap namespaces; no daemon, the local
+default), ``bwrap-warm`` (the same isolation per execution, forked in milliseconds from warm bwrap slots:
+``warm.py``) and ``docker`` (the ``docker`` subpackage: a warm pool of hardened containers, ``DockerPool``, set by
+``SandboxConfig.docker``; ``DockerSandbox`` is the cold one-container-per-execution variant). All run the
 ``python``, ``node`` and ``bash`` runtimes, offer stateful sessions with snapshots (``box.session()``,
 ``session.py``) and leave nothing behind (``lifecycle.py``).
 ``run_many`` runs a batch through the process-wide scheduler (``scheduler.py``): global concurrency limit,
@@ -26,7 +27,7 @@ from posttrain.sandbox.runner import run_many
 from posttrain.sandbox.scheduler import Scheduler, configure_from, default_scheduler
 from posttrain.sandbox.session import SandboxSession, SessionError, Snapshot, StepLog
 
-BACKENDS = ("bwrap", "docker")
+BACKENDS = ("bwrap", "bwrap-warm", "docker")
 
 __all__ = ["Execution", "ExecutionResult", "Sandbox", "SandboxSession", "SandboxStartError", "Scheduler",
            "SessionError", "Snapshot", "StepLog", "default_scheduler", "make_sandbox", "run_many", "truncate"]
@@ -48,6 +49,10 @@ def make_sandbox(config_or_backend_name: SandboxConfig | str) -> Sandbox:
         from posttrain.sandbox.bwrap import BwrapSandbox
 
         return BwrapSandbox(**limits)
+    if cfg.backend == "bwrap-warm":
+        from posttrain.sandbox.warm import WarmBwrapSandbox
+
+        return WarmBwrapSandbox(slots=cfg.global_concurrency, **limits)
     from posttrain.sandbox.docker import DockerPool  # imports the docker SDK only when asked
 
     return DockerPool(cfg.docker, memory_mb=cfg.memory_mb, **limits)

@@ -164,12 +164,28 @@ class BwrapSandbox(SandboxBackend):
 
     def _command(self, execution: Execution, layout: list[str], status_fd: int, fds: list[int]) -> list[str]:
         runtime = runtime_of(execution)
+        cmd = [*self.root_args(sandbox_env(execution), status_fd, fds), *layout, "--remount-ro", "/dev",
+               "--remount-ro", "/"]
+        if self._seccomp is not None:
+            fds.append(memfd("seccomp", self._seccomp))
+            cmd += ["--seccomp", str(fds[-1])]
+        address_space = (execution.memory_mb + runtime.reserve_mb) << 20
+        cmd += ["--chdir", WORKDIR, "--",
+                *prlimit_args(self.prlimit, execution, max_open_files=self.max_open_files,
+                              max_file_mb=self.max_file_mb, address_space=address_space,
+                              max_processes=self.max_processes),
+                "--", *resolve_command(execution)]
+        return cmd
+
+    def root_args(self, env: dict[str, str], status_fd: int, fds: list[int]) -> list[str]:
+        """bwrap's flags and the sandbox's root up to the workspace: new namespaces, ``env`` only, the host's
+        ``/usr``, generated ``/etc`` files (memfds appended to ``fds``), ``/proc``, ``/dev``, private ``/tmp``."""
         cmd = [self.bwrap, "--json-status-fd", str(status_fd), "--unshare-all", "--unshare-user", "--unshare-cgroup",
                "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox",
                "--new-session", "--die-with-parent", "--as-pid-1", "--clearenv"]
         if self._disable_userns:
             cmd.append("--disable-userns")
-        for key, value in sandbox_env(execution).items():
+        for key, value in env.items():
             cmd += ["--setenv", key, value]
         cmd += ["--ro-bind", "/usr", "/usr"]
         for path in ROOT_LINKS:
@@ -184,17 +200,7 @@ class BwrapSandbox(SandboxBackend):
             fds.append(memfd(name, data))
             cmd += ["--perms", "0644", "--ro-bind-data", str(fds[-1]), f"/etc/{name}"]
         cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm",
-                "--size", str(self.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp", *layout,
-                "--remount-ro", "/dev", "--remount-ro", "/"]
-        if self._seccomp is not None:
-            fds.append(memfd("seccomp", self._seccomp))
-            cmd += ["--seccomp", str(fds[-1])]
-        address_space = (execution.memory_mb + runtime.reserve_mb) << 20
-        cmd += ["--chdir", WORKDIR, "--",
-                *prlimit_args(self.prlimit, execution, max_open_files=self.max_open_files,
-                              max_file_mb=self.max_file_mb, address_space=address_space,
-                              max_processes=self.max_processes),
-                "--", *resolve_command(execution)]
+                "--size", str(self.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
         return cmd
 
     def spawn(self, execution: Execution, layout: list[str], fds: list[int], t0: float,

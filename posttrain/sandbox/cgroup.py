@@ -342,25 +342,40 @@ class ExecutionGroup:
         return group
 
     def _limit(self, memory_bytes: int | None, max_pids: int | None, cpus: float | None) -> None:
-        mem, pids, cpu = self.dirs["memory"], self.dirs["pids"], self.dirs["cpu"]
+        cpu = self.dirs["cpu"]
         quota = None if cpus is None else max(1000, round(cpus * CFS_PERIOD_US))
-        if self.version == 1:
-            if memory_bytes is not None:
-                _write(mem / "memory.limit_in_bytes", str(memory_bytes))
-                if (mem / "memory.memsw.limit_in_bytes").exists():  # memory + swap: no swapping past the cap
-                    _write(mem / "memory.memsw.limit_in_bytes", str(memory_bytes))
-            if quota is not None:
-                _write(cpu / "cpu.cfs_period_us", str(CFS_PERIOD_US))
-                _write(cpu / "cpu.cfs_quota_us", str(quota))
-        else:
-            if memory_bytes is not None:
-                _write(mem / "memory.max", str(memory_bytes))
-                if (mem / "memory.swap.max").exists():
-                    _write(mem / "memory.swap.max", "0")
-            if quota is not None:
-                _write(cpu / "cpu.max", f"{quota} {CFS_PERIOD_US}")
+        if memory_bytes is not None:
+            self.set_memory(memory_bytes)
+        if quota is not None and self.version == 1:
+            _write(cpu / "cpu.cfs_period_us", str(CFS_PERIOD_US))
+            _write(cpu / "cpu.cfs_quota_us", str(quota))
+        elif quota is not None:
+            _write(cpu / "cpu.max", f"{quota} {CFS_PERIOD_US}")
         if max_pids is not None:
-            _write(pids / "pids.max", str(max_pids))
+            _write(self.dirs["pids"] / "pids.max", str(max_pids))
+
+    def set_memory(self, memory_bytes: int) -> None:
+        """Cap the group's memory at ``memory_bytes``, swap included (no swapping past the cap); a group in use may
+        get a new cap between executions (a warm slot's, ``warm.py``)."""
+        mem = self.dirs["memory"]
+        if self.version == 2:
+            _write(mem / "memory.max", str(memory_bytes))
+            if (mem / "memory.swap.max").exists():
+                _write(mem / "memory.swap.max", "0")
+            return
+        memsw = mem / "memory.memsw.limit_in_bytes"
+        if not memsw.exists():
+            _write(mem / "memory.limit_in_bytes", str(memory_bytes))
+            return
+        # v1 keeps memory <= memory + swap at every step: raise the outer cap first, lower the inner one first
+        try:
+            current = int(_read(mem / "memory.limit_in_bytes"))
+        except (OSError, ValueError):
+            current = 0
+        order = (memsw, mem / "memory.limit_in_bytes") if memory_bytes > current else \
+            (mem / "memory.limit_in_bytes", memsw)
+        for path in order:
+            _write(path, str(memory_bytes))
 
     # ---- joining --------------------------------------------------------------------------------------------------
     def procs_files(self) -> list[str]:
@@ -389,8 +404,12 @@ class ExecutionGroup:
 
     def oom_killed(self) -> bool:
         """Whether the kernel OOM-killed a process of the group because the group hit its memory cap."""
+        return self.oom_kills() > 0
+
+    def oom_kills(self) -> int:
+        """How many processes of the group the kernel OOM-killed at its memory cap, so far."""
         name = "memory.oom_control" if self.version == 1 else "memory.events"
-        return _field(self.dirs["memory"] / name, "oom_kill") > 0
+        return _field(self.dirs["memory"] / name, "oom_kill")
 
     def memory_peak_bytes(self) -> int | None:
         """The most memory the group has used (None where the kernel does not say: v2 before 5.19)."""

@@ -9,6 +9,7 @@ text, so the sandbox gets one self-contained file and no copy of the preamble ex
 - ``python_tests_harness``: loads a solution, reports the values its entry point returns (``python_tests``).
 - ``python_asserts_harness``: runs each assert in a forked child, reports which passed (``python_asserts``).
 - ``workspace_driver``: runs a solution script, then the trusted tests against the workspace (``workspace_tests``).
+- ``zygote``: pid 1 of a warm bwrap slot, forks one fresh sandbox per execution (``sandbox/warm.py``).
 
 Example:
     >>> from posttrain import trusted
@@ -24,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 HERE = Path(__file__).parent
-PROGRAMS = ("container_agent", "python_tests_harness", "python_asserts_harness", "workspace_driver")
+PROGRAMS = ("container_agent", "python_tests_harness", "python_asserts_harness", "workspace_driver", "zygote")
 PRELUDE_IMPORT = "from posttrain.trusted.prelude import "
 
 

@@ -1,6 +1,6 @@
-"""Admission end to end in real bubblewrap sandboxes: the demo suite is admitted whole by every check; learnability,
-policy failures and check selection behave; hostile solutions earn nothing they did not compute; sandbox failures
-are reported as infra; the CLI writes the same report files as the workflow."""
+"""Admission end to end in real (warm) bubblewrap sandboxes: the demo suite is admitted whole by every check;
+learnability, policy failures and check selection behave; hostile solutions earn nothing they did not compute;
+sandbox failures are reported as infra; the CLI writes the same report files as the workflow."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap (bwrap) is not installed: these tests run real sandboxes")]
 
-CFG = SandboxConfig(backend="bwrap")
+CFG = SandboxConfig()  # the default backend: warm bwrap slots
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Fixtures of the attack suite: one sandbox per backend (bwrap, docker warm pool), and a ``host`` guard that sets
+"""Fixtures of the attack suite: one sandbox per backend (bwrap, its warm slots, the docker warm pool), and a ``host`` guard that sets
 up what attacks aim at (a canary file and a secret environment variable on the host, a listening TCP port, an
 innocent host process) and checks afterwards that none of it was touched, that nothing of the attack still runs on
 the host, and that the next execution in the same backend (every container of the pool) starts clean."""
@@ -27,9 +27,9 @@ def _docker_unavailable() -> str:
     return docker_unavailable_reason(DockerPoolConfig().image)
 
 
-@pytest.fixture(scope="module", params=["bwrap", "docker"])
+@pytest.fixture(scope="module", params=["bwrap", "bwrap-warm", "docker"])
 def box(request):
-    if request.param == "bwrap" and shutil.which("bwrap") is None:
+    if request.param.startswith("bwrap") and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap (bwrap) is not installed")
     if request.param == "docker" and (why := _docker_unavailable()):
         pytest.skip(why)

@@ -1,0 +1,376 @@
+"""The warm bwrap backend: bubblewrap slots whose zygote forks one fresh sandbox per execution, in milliseconds.
+
+A plain ``bwrap`` run pays, for every execution, a bwrap start, a cgroup to make and join, and an interpreter start
+(~30-40 ms here). A warm slot pays them once: it is one long-lived bwrap sandbox, in one cgroup of its own, whose
+pid 1 is the trusted zygote (``posttrain/trusted/zygote.py``), a Python with the usual modules imported. For each
+execution the zygote forks, and the fork builds what a plain bwrap run has, new: mount, pid, net (loopback only),
+ipc and uts namespaces, capped tmpfs ``/work`` (the files), ``/tmp`` and ``/dev/shm``, a read-only ``/trusted``,
+its own ``/proc``; the program is the pid 1 of its pid namespace, with no capability, no_new_privs, the shared
+seccomp filter and the per-process rlimits, and ``python3 [-I] script.py`` runs in the forked interpreter itself.
+When it ends its namespaces and tmpfs mounts are gone, so no execution sees another's files or processes; a slot
+runs one execution at a time, and the slot's cgroup (memory cap reset to each execution's, tasks, CPU quota) caps
+that execution together with the zygote (protected from the OOM killer, so the program is the one killed).
+
+What differs from ``bwrap``: the program's interpreter is the zygote's fork (``sys.flags`` are those of
+``python3 -I``; the modules the zygote imported are already in ``sys.modules``); ``/proc/1/cmdline`` of an
+in-process program is the zygote's. Sessions are plain ``bwrap`` sessions (``BwrapSandbox.session``).
+
+The deadline is kept inside the slot by the trusted fork that waits for the program (out of the program's reach:
+another pid namespace); if a slot stays silent ``HOST_GRACE_S`` past it, the host kills the slot (an infra
+error) and starts another. Slots start on demand up to ``slots`` (one long-lived thread starts them all, since
+``--die-with-parent`` follows the thread that started bwrap), are replaced after ``max_uses`` executions, and are
+stopped by ``close()``.
+
+Example:
+    >>> from posttrain.sandbox.warm import WarmBwrapSandbox
+    >>> from posttrain.sandbox.base import Execution
+    >>> with WarmBwrapSandbox(slots=1) as box:
+    ...     r = box.run(Execution(files={"main.py": "print(6 * 7)"}, command=["python3", "main.py"]))
+    >>> r.exit_code, r.stdout, r.infra_error
+    (0, '42\\n', '')
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+
+from posttrain import trusted
+from posttrain.sandbox import cgroup
+from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxStartError
+from posttrain.sandbox.bwrap import CHILD_PID, SHM_MB, BwrapSandbox
+from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
+from posttrain.sandbox.workspace import BASE_ENV, RUNTIMES, TRUSTED_DIR, WORKDIR, memfd, runtime_of
+
+log = logging.getLogger(__name__)
+
+ZYGOTE = trusted.source("zygote")
+ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP")  # in the slot's own user namespace only
+ZYGOTE_MB = 32  # the zygote's own memory (~20 MB resident), added to each execution's cgroup cap
+START_TIMEOUT_S = 20.0
+HOST_GRACE_S = 2.0  # a slot silent this long past an execution's deadline is killed
+TRUSTED_MB = 16
+# Run first, as us: the zygote (and its forks, until the program resets its own) is never the OOM killer's pick.
+# Lowering the score needs root; elsewhere the write fails and the slot starts anyway.
+PROTECT = 'echo -1000 > /proc/self/oom_score_adj 2>/dev/null; exec "$@"'
+
+
+class WarmBwrapSandbox(BwrapSandbox):
+    """``bwrap`` isolation per execution from warm slots; thread-safe, at most ``slots`` executions at once."""
+
+    name = "bwrap-warm"
+
+    def __init__(self, *, slots: int = 4, max_uses: int = 1000, **bwrap_options):
+        """``slots``: slots (and so executions in flight) at most, started on demand; ``max_uses``: executions a
+        slot serves before it is replaced; ``bwrap_options``: as ``BwrapSandbox`` (limits, binds, cgroups)."""
+        super().__init__(**bwrap_options)
+        if slots < 1:
+            raise ValueError(f"slots={slots}: must be at least 1")
+        self.max_slots, self.max_uses = slots, max_uses
+        self._idle: list[Slot] = []
+        self._started = 0  # slots alive or starting
+        self._slots_cond = threading.Condition()
+        self._spawner: _Spawner | None = None
+
+    def _run(self, execution: Execution, prepared: Prepared, t0: float) -> ExecutionResult:
+        runtime = runtime_of(execution)
+        if not os.access(runtime.path, os.X_OK):
+            return self._infra(f"runtime {execution.runtime!r}: {runtime.path} is not installed on this host", t0)
+        try:
+            slot = self._acquire()
+        except (OSError, SandboxStartError) as exc:
+            return self._infra(f"warm bwrap slot failed to start: {exc}", t0)
+        healthy = False
+        try:
+            raw = slot.run(execution, prepared, t0)
+            healthy = slot.healthy()
+        finally:
+            self._release(slot, healthy)
+        return raw.result()
+
+    def _acquire(self) -> Slot:
+        with self._slots_cond:
+            while not self._idle and self._started >= self.max_slots:
+                self._slots_cond.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._started += 1
+            if self._spawner is None:
+                self._spawner = _Spawner()
+            spawner = self._spawner
+        try:
+            return spawner.call(lambda: Slot.start(self))
+        except BaseException:
+            with self._slots_cond:
+                self._started -= 1
+                self._slots_cond.notify()
+            raise
+
+    def _release(self, slot: Slot, healthy: bool) -> None:
+        keep = healthy and slot.uses < self.max_uses
+        if not keep:
+            slot.close()
+        with self._slots_cond:
+            if keep:
+                self._idle.append(slot)
+            else:
+                self._started -= 1
+            self._slots_cond.notify()
+
+    def close(self) -> None:
+        """Stop the idle slots (busy ones stop when their execution returns) and sessions; later runs still work."""
+        with self._slots_cond:
+            idle, self._idle = self._idle, []
+            self._started -= len(idle)
+            spawner, self._spawner = (self._spawner, None) if self._started == 0 else (None, self._spawner)
+            self._slots_cond.notify_all()
+        for slot in idle:
+            slot.close()
+        if spawner is not None:
+            spawner.stop()
+        super().close()
+
+    # ---- what a slot needs from its sandbox -------------------------------------------------------------------
+    def zygote_command(self, status_fd: int, socket_fd: int, fds: list[int]) -> list[str]:
+        """bwrap running the zygote (its source on stdin) as pid 1 of a slot, with the socket at ``socket_fd``."""
+        caps = [arg for cap in ZYGOTE_CAPS for arg in ("--cap-add", cap)]
+        return [*self.root_args(dict(BASE_ENV), status_fd, fds), "--dir", WORKDIR, "--dir", TRUSTED_DIR,
+                "--remount-ro", "/dev", "--remount-ro", "/", *caps, "--chdir", "/", "--",
+                RUNTIMES["python"].path, "-I", "-", str(socket_fd)]
+
+    def request(self, execution: Execution, prepared: Prepared) -> dict:
+        """What the zygote needs to build and run one execution (sent as JSON in a memfd)."""
+        runtime = runtime_of(execution)
+        cpu = int(execution.timeout_s) + 2
+        rlimits = {"RLIMIT_AS": (execution.memory_mb + runtime.reserve_mb) << 20, "RLIMIT_CPU": cpu,
+                   "RLIMIT_FSIZE": self.max_file_mb << 20, "RLIMIT_NOFILE": self.max_open_files, "RLIMIT_CORE": 0,
+                   "RLIMIT_NPROC": self.max_processes + 2}  # + the zygote and the executor, same uid
+        return {"files": prepared.files, "trusted_files": prepared.trusted_files, "argv": prepared.argv,
+                "env": prepared.env, "python": RUNTIMES["python"].path, "timeout_s": execution.timeout_s,
+                "rlimits": rlimits, "workspace_bytes": self.workspace_mb << 20, "tmp_bytes": self.tmp_mb << 20,
+                "shm_bytes": SHM_MB << 20}
+
+    def memory_cap(self, execution: Execution) -> int:
+        """The slot's cgroup cap during ``execution``: its memory, its tmpfs mounts and the zygote."""
+        mounts_mb = self.workspace_mb + self.tmp_mb + SHM_MB + (TRUSTED_MB if execution.trusted_files else 0)
+        return (execution.memory_mb + mounts_mb + ZYGOTE_MB) << 20
+
+
+class Slot:
+    """One warm sandbox: bwrap + zygote in their own cgroup, serving one execution at a time."""
+
+    def __init__(self, box: WarmBwrapSandbox, proc: subprocess.Popen, sock: socket.socket,
+                 group: cgroup.ExecutionGroup | None, zygote_pid: int):
+        self.box, self.proc, self.sock, self.group = box, proc, sock, group
+        self.zygote_pid = zygote_pid  # the host pid of the slot's pid 1
+        self.uses = 0
+        self.broken = ""
+
+    @classmethod
+    def start(cls, box: WarmBwrapSandbox) -> Slot:
+        """Start bwrap and the zygote, hand it the seccomp filter, wait until it is ready; ``SandboxStartError``."""
+        group = None
+        if box.aggregate_limits == "cgroup":
+            group = cgroup.ExecutionGroup.create(box.memory_cap(Execution({}, ["-"], memory_mb=512)),
+                                                 box.max_processes + 3, box.cpus)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        status_r, status_w = os.pipe()
+        fds: list[int] = []
+        log_file = tempfile.TemporaryFile()
+        proc = None
+        try:
+            cmd = box.zygote_command(status_w, theirs.fileno(), fds)
+            owner = box.owner()
+            drop = {"user": owner[0], "group": owner[1], "extra_groups": []} if owner and not group else {}
+            if group:
+                cmd = group.join_command(cmd, user=owner)
+            cmd = ["/bin/sh", "-c", PROTECT, "sh", *cmd]
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log_file, env={},
+                                    pass_fds=(status_w, theirs.fileno(), *fds), start_new_session=True, cwd="/",
+                                    **drop)
+            os.close(status_w)
+            status_w = -1
+            theirs.close()
+            proc.stdin.write(ZYGOTE.encode())
+            proc.stdin.close()
+            zygote_pid = _child_pid(status_r, proc)
+            config = memfd("zygote-config", json.dumps({"seccomp_hex": (box._seccomp or b"").hex()}).encode())
+            try:
+                socket.send_fds(ours, [b"config"], [config])
+            finally:
+                os.close(config)
+            ours.settimeout(START_TIMEOUT_S)
+            reply = ours.recv(4096)
+            if reply != b'{"ready": true}':
+                raise SandboxStartError(f"zygote did not start: {reply[:200]!r}; {_tail(log_file)}")
+            ours.settimeout(None)
+            return cls(box, proc, ours, group, zygote_pid)
+        except (OSError, SandboxStartError) as exc:
+            ours.close()
+            if proc is not None:
+                _kill(proc)
+            if group:
+                group.remove()
+            if isinstance(exc, SandboxStartError):
+                raise
+            raise SandboxStartError(f"{exc}; {_tail(log_file)}") from exc
+        finally:
+            for fd in (status_r, status_w, *fds):
+                if fd >= 0:
+                    os.close(fd)
+            if not theirs._closed:
+                theirs.close()
+            log_file.close()
+
+    def run(self, execution: Execution, prepared: Prepared, t0: float) -> RawRun:
+        """One execution in this slot: its request and stdio to the zygote, its output and verdict back."""
+        self.uses += 1
+        out, err = CappedBuffer(execution.max_output_bytes), CappedBuffer(execution.max_output_bytes)
+        extra = {"backend": self.box.name}
+        oom_before = self.group.oom_kills() if self.group else 0
+        (in_r, in_w), (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe(), os.pipe()
+        request = -1
+        try:
+            if self.group:
+                self.group.set_memory(self.box.memory_cap(execution))
+            request = memfd("request", json.dumps(self.box.request(execution, prepared)).encode())
+            socket.send_fds(self.sock, [b"run"], [request, in_r, out_w, err_w])
+        except OSError as exc:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            self.broken = f"cannot hand the execution to the slot: {exc}"
+            return RawRun(None, out, err, infra_error=self.broken, start_ms=_ms_since(t0), extra=extra)
+        finally:
+            for fd in (request, in_r, out_w, err_w):
+                if fd >= 0:
+                    os.close(fd)
+        t_start = time.monotonic()
+        deadline = t_start + execution.timeout_s + HOST_GRACE_S
+        hung = pump_pipes([(out_r, out), (err_r, err)], in_w, execution.stdin.encode("utf-8"), deadline,
+                          self.kill)
+        reply = self._reply(deadline)
+        raw = RawRun(None, out, err, start_ms=(t_start - t0) * 1000, run_ms=_ms_since(t_start), extra=extra)
+        if hung or reply is None:
+            self.broken = self.broken or f"the slot stayed silent {HOST_GRACE_S:.0f} s past the deadline"
+            raw.infra_error = f"warm bwrap slot failed: {self.broken}"
+        elif reply.get("setup_error"):
+            raw.infra_error = f"warm bwrap sandbox setup failed: {reply['setup_error'][-2000:]}"
+        else:
+            raw.exit_code, raw.timed_out = reply["exit_code"], bool(reply["timed_out"])
+        if self.group and self.group.oom_kills() > oom_before:
+            raw.extra["oom_killed"] = True
+        return raw
+
+    def _reply(self, deadline: float) -> dict | None:
+        """The executor's JSON verdict, or None (the slot is broken) if none comes by ``deadline``."""
+        try:
+            self.sock.settimeout(max(0.05, deadline - time.monotonic()))
+            data = self.sock.recv(65536)
+            return json.loads(data) if data else None
+        except (OSError, ValueError) as exc:
+            self.broken = f"no verdict from the slot: {exc}"
+            return None
+        finally:
+            try:
+                self.sock.settimeout(None)
+            except OSError:
+                pass
+
+    def healthy(self) -> bool:
+        return not self.broken and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """Kill the whole slot (its pid 1, so every process in it), e.g. when it hangs past a deadline."""
+        self.broken = self.broken or "killed"
+        try:
+            os.kill(self.zygote_pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.group:
+            self.group.kill(timeout_s=2.0)
+
+    def close(self) -> None:
+        """Stop the slot: the zygote exits when its socket closes; whatever is left is killed, the cgroup removed."""
+        self.sock.close()
+        try:
+            self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            _kill(self.proc)
+        if self.group:
+            self.group.remove()
+
+
+class _Spawner:
+    """One long-lived thread that starts every slot: bwrap's ``--die-with-parent`` fires when the *thread* that
+    started it ends, and the scheduler's threads end with their job."""
+
+    def __init__(self):
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="bwrap-warm-spawner", daemon=True)
+        self._thread.start()
+
+    def call(self, fn):
+        future: Future = Future()
+        self._jobs.put((fn, future))
+        return future.result()
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, future = job
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                future.set_exception(exc)
+
+
+def _child_pid(status_r: int, proc: subprocess.Popen) -> int:
+    """The host pid of the sandbox's pid 1, from bwrap's JSON status (written once its setup is done)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    data = b""
+    while (match := CHILD_PID.search(data)) is None:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SandboxStartError(f"bwrap did not start the zygote (exit {proc.poll()})")
+        import select
+
+        if select.select([status_r], [], [], 0.1)[0]:
+            chunk = os.read(status_r, 4096)
+            if not chunk:
+                raise SandboxStartError(f"bwrap setup failed (exit {proc.wait(timeout=5)})")
+            data += chunk
+    return int(match.group(1))
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        log.warning("bwrap %d survives SIGKILL", proc.pid)
+
+
+def _tail(log_file) -> str:
+    try:
+        log_file.seek(0)
+        return log_file.read()[-2000:].decode("utf-8", "replace").strip()
+    except (OSError, ValueError):
+        return ""
+
+
+def _ms_since(t: float) -> float:
+    return (time.monotonic() - t) * 1000

@@ -1,0 +1,143 @@
+"""The warm bwrap backend against the shared sandbox and session cases, plus what only warm slots have: a fresh
+sandbox per execution from a reused slot, privileges dropped inside the fork, slot recovery and replacement."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+from posttrain.sandbox import Execution, cgroup, make_sandbox, run_many
+from posttrain.sandbox.warm import WarmBwrapSandbox
+from tests.sandbox.cases import SandboxCases, SessionCases, py
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")]
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    box = make_sandbox("bwrap-warm")
+    yield box
+    box.close()
+
+
+@pytest.fixture(scope="module")
+def broken_sandbox():
+    """The slot's bwrap fails its own setup (a bind source that does not exist)."""
+    box = WarmBwrapSandbox(extra_ro_binds=[("/nonexistent-posttrain-path", "/x")])
+    yield box
+    box.close()
+
+
+class TestWarm(SandboxCases, SessionCases):
+    pass
+
+
+def bash(script: str, **kw) -> Execution:
+    return Execution(files={}, command=["bash", "-c", script], runtime="bash", **kw)
+
+
+def test_each_execution_of_a_slot_starts_fresh():
+    """One slot, many executions: files, /tmp, /dev/shm, processes and SysV IPC of one are gone for the next."""
+    with WarmBwrapSandbox(slots=1) as box:
+        dirty = box.run(bash("echo x > /work/left; echo y > /tmp/left; echo z > /dev/shm/left; "
+                             "ipcmk -M 4096 >/dev/null; (setsid sleep 60 &) ; echo done", timeout_s=5))
+        assert (dirty.exit_code, dirty.stdout) == (0, "done\n"), dirty
+        probe = box.run(bash("ls -A /work /tmp /dev/shm; cat /proc/[0-9]*/comm | grep -c '^sleep$'; "
+                             "ipcs -m | grep -c '^0x'; echo $$", timeout_s=5))
+        assert probe.stdout == "/dev/shm:\n\n/tmp:\n\n/work:\n0\n0\n1\n", probe  # the probe is pid 1
+
+
+def test_privileges_are_gone_inside_the_fork():
+    code = ("import os\nstatus = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines())\n"
+            "print(*[status[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs',"
+            " 'Seccomp')])\n"
+            "print(os.getpid(), os.getuid(), open('/etc/hostname').read() if os.path.exists('/etc/hostname') else "
+            "os.uname().nodename, sorted(os.listdir('/proc/self/fd')))\n"
+            "import socket\nprint(socket.if_nameindex())\n"
+            "for path in ['/', '/usr', '/trusted']:\n"
+            "    try:\n        open(path + '/x', 'w')\n        print(path, 'WRITABLE')\n"
+            "    except OSError as e:\n        print(path, e.errno)\n")
+    with WarmBwrapSandbox(slots=1) as box:
+        r = box.run(py(code))
+    caps, ident, links, *writes = r.stdout.splitlines()
+    assert caps.split() == ["0000000000000000"] * 5 + ["1", "2"], r.stdout
+    assert ident == "1 10001 sandbox ['0', '1', '2', '3']", ident
+    assert links == "[(1, 'lo')]", links  # a network namespace of its own: loopback only
+    assert writes == ["/ 30", "/usr 30", "/trusted 30"], writes
+
+
+def test_trusted_files_are_read_only_and_unlisted():
+    ex = bash("cat /trusted/t/check.sh; ls /trusted 2>&1; echo hack >> /trusted/t/check.sh 2>&1; "
+              "chmod 777 /trusted 2>&1; cat /trusted/t/check.sh", trusted_files={"t/check.sh": "exit 0\n"})
+    with WarmBwrapSandbox(slots=1) as box:
+        r = box.run(ex)
+    lines = r.stdout.splitlines()
+    assert lines[0] == "exit 0" and "Permission denied" in lines[1], r.stdout  # opened by name, never listed
+    assert "Read-only file system" in lines[2] and "Read-only file system" in r.stderr, r  # chmod, append
+    assert lines[3:] == ["exit 0"], r.stdout
+
+
+def test_interpreter_runs_in_the_fork_like_python3():
+    """``python3 [-I] script`` runs in the zygote's fork: argv, sys.path, exit codes and atexit as python3's."""
+    code = ("import atexit, sys\natexit.register(lambda: print('atexit'))\n"
+            "print(sys.argv, sys.path[0] if sys.argv[1] == 'plain' else 'isolated')\n"
+            "raise SystemExit(int(sys.argv[2]))\n")
+    with WarmBwrapSandbox(slots=1) as box:
+        plain = box.run(Execution(files={"main.py": code}, command=["python3", "main.py", "plain", "3"]))
+        isolated = box.run(Execution(files={"main.py": code}, command=["python3", "-I", "main.py", "iso", "0"]))
+        crash = box.run(py("raise KeyError('k')"))
+    assert (plain.exit_code, plain.stdout) == (3, "['main.py', 'plain', '3'] /work\natexit\n"), plain
+    assert (isolated.exit_code, isolated.stdout) == (0, "['main.py', 'iso', '0'] isolated\natexit\n"), isolated
+    assert crash.exit_code == 1 and "KeyError: 'k'" in crash.stderr and "Traceback" in crash.stderr
+
+
+def test_a_slot_serves_many_executions_and_is_replaced_after_max_uses():
+    with WarmBwrapSandbox(slots=1, max_uses=3) as box:
+        results = [box.run(py("print(1)")) for _ in range(7)]
+        assert [r.stdout for r in results] == ["1\n"] * 7
+        assert box._started == 1 and len(box._idle) == 1 and box._idle[0].uses == 1  # the third slot, used once
+
+
+def test_a_killed_slot_is_an_infra_error_then_replaced():
+    with WarmBwrapSandbox(slots=1) as box:
+        assert box.run(py("print(1)")).ok
+        [slot] = box._idle
+        os.kill(slot.zygote_pid, signal.SIGKILL)
+        lost = box.run(py("print(2)"))
+        assert lost.exit_code is None and "warm bwrap" in lost.infra_error, lost
+        assert box.run(py("print(3)")).stdout == "3\n"
+
+
+def test_timeouts_and_memory_kills_are_program_outcomes_and_keep_the_slot():
+    with WarmBwrapSandbox(slots=1) as box:
+        slow = box.run(py("import time\ntime.sleep(30)", timeout_s=0.5))
+        assert slow.timed_out and not slow.infra_error, slow
+        hog = box.run(py("x = bytearray(400 << 20)", memory_mb=128))
+        assert hog.exit_code != 0 and not hog.infra_error, hog
+        [slot] = box._idle
+        assert slot.uses == 2 and box.run(py("print(4)")).stdout == "4\n"
+
+
+@pytest.mark.skipif(bool(cgroup.limits_unavailable_reason()), reason="no cgroups for us on this host")
+def test_the_slot_cgroup_caps_many_processes_together():
+    """Several processes, each under RLIMIT_AS, together over the execution's memory: the kernel kills them."""
+    code = ("import os, time\nfor _ in range(6):\n    if os.fork() == 0:\n"
+            "        b = bytearray(100 << 20)\n        time.sleep(2)\n        os._exit(0)\n"
+            "print(sorted(os.waitstatus_to_exitcode(os.wait()[1]) for _ in range(6)))\n")
+    with WarmBwrapSandbox(slots=1) as box:
+        r = box.run(py(code, memory_mb=128, timeout_s=8))
+        assert r.extra.get("oom_killed") and r.stdout.startswith("[-9"), r  # the kernel killed a hog
+        assert box.run(py("print(5)")).stdout == "5\n"
+
+
+def test_slots_run_executions_at_once():
+    with WarmBwrapSandbox(slots=2) as box:
+        t0 = time.monotonic()
+        results = run_many(box, [py("import time\ntime.sleep(1)\nprint(1)")] * 2, concurrency=2)
+        assert [r.stdout for r in results] == ["1\n", "1\n"] and time.monotonic() - t0 < 1.9
+        assert box._started == 2
