@@ -1,5 +1,5 @@
-"""Benchmark: the same programs, the same run, four ways: an unisolated subprocess (baseline), bwrap, Docker cold
-(one ``containers.run``-style container per execution) and the Docker warm pool.
+"""Benchmark: the same programs, the same run, five ways: an unisolated subprocess (baseline), bwrap, warm bwrap
+slots (``bwrap-warm``), Docker cold (one ``containers.run``-style container per execution) and the Docker warm pool.
 
 Workload: the ``python_tests`` verifier's real executions (trusted harness + reference solution) for the first
 demo envs, sent through ``run_many`` (the scheduler) at concurrency 1 and 2. Because this machine may be shared,
@@ -9,6 +9,10 @@ throughput is its executions over its summed wall time. Start latency is the wal
 ready" time (``ExecutionResult.start_ms``), and the pool reports how long taking a warm container took
 (``acquire_ms``). Targets: bwrap >= 0.7x the baseline's throughput, warm pool >= 4x Docker cold's, pool p50
 acquire <= 10 ms.
+
+Reward-stage throughput (``reward_stage``): what the RL loop's reward stage does with one iteration's completions,
+``verify_many`` of ``--samples`` demo completions (half the reference, half a wrong program) at the default
+``batch_concurrency``, host side included, per bwrap backend. Target: >= 100 verifications/s (issue 9).
 
     python benchmarks/sandbox.py                       # everything, ~3-6 minutes
     python benchmarks/sandbox.py --quick               # fewer rounds
@@ -35,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from posttrain.config import DEMO_SUITE, SandboxConfig  # noqa: E402
 from posttrain.envs.suite import load_suite  # noqa: E402
-from posttrain.envs.verifiers import python_tests  # noqa: E402
+from posttrain.envs.verifiers import python_tests, verify_many  # noqa: E402
 from posttrain.sandbox import Execution, ExecutionResult, Scheduler, make_sandbox  # noqa: E402
 from posttrain.sandbox.workspace import checked_files, resolve_command, sandbox_env, write_tree  # noqa: E402
 
@@ -77,6 +81,20 @@ def workload(n: int) -> list[Execution]:
     return [python_tests.build_execution(s, s.reference, CFG, f"{i:032d}") for i, s in enumerate(specs)]
 
 
+def reward_stage(box, samples: int) -> dict:
+    """Verifications per second of ``samples`` demo completions through ``verify_many``, as the reward stage runs."""
+    specs = [s for s in load_suite(DEMO_SUITE).envs if s.verifier_kind == "python_tests"]
+    pairs = [(spec, spec.reference if i % 2 == 0 else f"def {spec.entry_point}(x):\n    return 0\n")
+             for i, spec in enumerate(specs[i % len(specs)] for i in range(samples))]
+    verify_many(pairs[:4], box, CFG)  # warm-up
+    t0 = time.perf_counter()
+    verdicts = verify_many(pairs, box, CFG)
+    seconds = time.perf_counter() - t0
+    return {"verifications_per_s": round(samples / seconds, 1), "samples": samples,
+            "concurrency": CFG.batch_concurrency, "infra_errors": sum(bool(v.infra_error) for v in verdicts),
+            "passed": sum(v.passed for v in verdicts)}
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -99,11 +117,13 @@ def main() -> None:
     parser.add_argument("--noops", type=int, default=20, help="no-op executions per mode for start latency")
     parser.add_argument("--quick", action="store_true", help="1 round, fewer programs")
     parser.add_argument("--skip-docker", action="store_true")
+    parser.add_argument("--samples", type=int, default=192, help="completions of the reward-stage figure")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.programs, args.cold_programs, args.noops = 1, 8, 4, 10
 
-    modes: dict[str, object] = {"unisolated": Unisolated(), "bwrap": make_sandbox("bwrap")}
+    modes: dict[str, object] = {"unisolated": Unisolated(), "bwrap": make_sandbox("bwrap"),
+                                "bwrap_warm": make_sandbox("bwrap-warm")}
     docker_error = ""
     if not args.skip_docker:
         try:
@@ -150,6 +170,7 @@ def main() -> None:
                 if "acquire_ms" in r.extra:
                     acquire.append(r.extra["acquire_ms"])
             latency[name] = samples
+        stage = {name: reward_stage(modes[name], args.samples) for name in ("bwrap", "bwrap_warm")}
     finally:
         for box in modes.values():
             box.close()
@@ -167,9 +188,12 @@ def main() -> None:
             "backend_start_p99_ms": round(percentile(backend_start[name], 99), 1),
             "executions": count[name, 1] + count[name, 2], "not_ok": failures[name]}
     m = report["modes"]
-    ratios = {f"bwrap_vs_unisolated_c{c}": round(m["bwrap"][f"exec_per_s_c{c}"] / m["unisolated"][f"exec_per_s_c{c}"],
-                                                 3) for c in (1, 2)}
-    targets = {"bwrap_ge_0.7x_unisolated": all(v >= 0.7 for v in ratios.values())}
+    ratios = {f"{name}_vs_unisolated_c{c}": round(m[name][f"exec_per_s_c{c}"] / m["unisolated"][f"exec_per_s_c{c}"],
+                                                  3) for name in ("bwrap", "bwrap_warm") for c in (1, 2)}
+    targets = {f"{name}_ge_0.7x_unisolated": all(ratios[f"{name}_vs_unisolated_c{c}"] >= 0.7 for c in (1, 2))
+               for name in ("bwrap", "bwrap_warm")}
+    report["reward_stage"] = stage
+    targets["reward_stage_ge_100_per_s"] = stage["bwrap_warm"]["verifications_per_s"] >= 100
     if "docker_warm" in m:
         m["docker_warm"]["acquire_p50_ms"] = round(percentile(acquire, 50), 3)
         m["docker_warm"]["acquire_p99_ms"] = round(percentile(acquire, 99), 3)
