@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Iterator, Protocol
 
 from posttrain.config import RolloutConfig
+from posttrain.rollout import vllm_plugin
 
 
 @dataclass
@@ -74,6 +75,8 @@ class VLLMEngine:
             # 'finalize_loading'"), so every start recompiled; the Inductor cache path does reload (warm-up of the
             # second start: 43 s -> 16 s here).
             os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+            # vLLM's processes would busy-wait a second after each batch, a core the sandboxes need (vllm_plugin.py)
+            os.environ.setdefault(vllm_plugin.ENV, "0.01")
 
         self.policy_dir = str(policy_dir)
         self.version = version
