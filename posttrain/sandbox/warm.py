@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import queue
+import select
 import signal
 import socket
 import subprocess
@@ -47,7 +48,7 @@ from concurrent.futures import Future
 from posttrain import trusted
 from posttrain.sandbox import cgroup
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxStartError
-from posttrain.sandbox.bwrap import CHILD_PID, SHM_MB, BwrapSandbox
+from posttrain.sandbox.bwrap import CHILD_PID, SHM_MB, BwrapSandbox, _ms_since
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
 from posttrain.sandbox.workspace import BASE_ENV, RUNTIMES, TRUSTED_DIR, WORKDIR, memfd, runtime_of
 
@@ -180,8 +181,8 @@ class Slot:
         """Start bwrap and the zygote, hand it the seccomp filter, wait until it is ready; ``SandboxStartError``."""
         group = None
         if box.aggregate_limits == "cgroup":
-            group = cgroup.ExecutionGroup.create(box.memory_cap(Execution({}, ["-"], memory_mb=512)),
-                                                 box.max_processes + 3, box.cpus)
+            # + bwrap, the zygote and the executor; the memory cap is set for each execution (``run``)
+            group = cgroup.ExecutionGroup.create(None, box.max_processes + 3, box.cpus)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         status_r, status_w = os.pipe()
         fds: list[int] = []
@@ -343,8 +344,6 @@ def _child_pid(status_r: int, proc: subprocess.Popen) -> int:
     while (match := CHILD_PID.search(data)) is None:
         if time.monotonic() > deadline or proc.poll() is not None:
             raise SandboxStartError(f"bwrap did not start the zygote (exit {proc.poll()})")
-        import select
-
         if select.select([status_r], [], [], 0.1)[0]:
             chunk = os.read(status_r, 4096)
             if not chunk:
@@ -370,7 +369,3 @@ def _tail(log_file) -> str:
         return log_file.read()[-2000:].decode("utf-8", "replace").strip()
     except (OSError, ValueError):
         return ""
-
-
-def _ms_since(t: float) -> float:
-    return (time.monotonic() - t) * 1000
