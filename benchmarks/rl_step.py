@@ -1,8 +1,8 @@
 """Benchmark: wall time of one RL step (rollout + reward + update), posttrain vs TRL's ``GRPOTrainer``, side by side.
 
 Same model (the demo policy), same prompts (the first ``--envs`` train envs of the demo suite, all of them every
-step), same reward function (posttrain's verifiers in bwrap sandboxes, called by both), same group size and
-completion length, same learning rate, no KL term. Each side runs in its own process (vLLM, DeepSpeed and
+step), same reward function (posttrain's verifiers in sandboxes of the default backend, called by both), same group
+size and completion length, same learning rate, no KL term. Each side runs in its own process (vLLM, DeepSpeed and
 accelerate each set up torch.distributed their own way) for ``--steps`` steps; a step's time is taken around all
 of it, and the report gives the median of the steps after the first (warm).
 
@@ -55,7 +55,7 @@ def policy_dir() -> str:
 
 
 def rewards_of(envs_by_id: dict, env_ids: list[str], completions: list[str]) -> list[float]:
-    """The reward stage's function (``reward.score``: extract the solution, verify in a bwrap sandbox), for TRL."""
+    """The reward stage's function (``reward.score``: extract the solution, verify in a sandbox), for TRL."""
     from posttrain.config import SandboxConfig
     from posttrain.envs.verifiers import get_verifier, verify_many
     from posttrain.sandbox import make_sandbox

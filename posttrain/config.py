@@ -196,11 +196,15 @@ class RolloutConfig(Validated):
     dtype: str = "bfloat16"
     enable_prefix_caching: bool = True
     seed: int = 0
+    # DAPO dynamic sampling (posttrain.rollout.dynamic_sampling): groups whose rewards are all equal carry no GRPO
+    # signal; they are dropped and refilled with fresh train envs sampled from the same policy version.
+    dynamic_sampling: bool = False
+    max_resample_rounds: int = 3  # refill rounds per iteration at most; each samples the groups still missing
 
     PATH = "rollout."
     RULES = {"samples_per_env": at_least(1), "envs_per_iteration": at_least(1), "temperature": at_least(0),
              "top_p": check(lambda p: 0 < p <= 1, "in (0, 1]"), "max_model_len": at_least(1),
-             "max_new_tokens": (at_least(1), below("max_model_len"))}
+             "max_new_tokens": (at_least(1), below("max_model_len")), "max_resample_rounds": at_least(0)}
 
 
 @dataclass
@@ -248,10 +252,11 @@ class EvalConfig(Validated):
     split: str = "eval"
     limit: int = 0  # 0 means every env of the split
     every: int = 1  # evaluate policy versions k with k % every == 0; v0 and the final version always (0: only those)
+    samples: int = 8  # sampled pass@1: completions per eval env at the rollout temperature and top_p (0: greedy only)
 
     PATH = "eval."
     RULES = {"max_new_tokens": at_least(1), "split": one_of("posttrain.envs.spec:SPLITS"), "limit": at_least(0),
-             "every": at_least(0)}
+             "every": at_least(0), "samples": at_least(0)}
 
 
 @dataclass

@@ -35,7 +35,7 @@ class RewardStats:
     timeouts: int = 0
     sandbox_p50_ms: float = 0.0
     sandbox_p99_ms: float = 0.0
-    learnable_fraction: float = 0.0  # groups with a pass rate strictly in (0, 1): all that GRPO learns from
+    learnable_fraction: float = 0.0  # groups whose rewards differ: all that GRPO learns from
     wall_s: float = 0.0  # the whole stage: every verification, host side included
     verifications_per_s: float = 0.0  # samples / wall_s
 
@@ -68,15 +68,17 @@ def score(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: Sandbox
 
 
 def learnable_fraction(scored: pd.DataFrame) -> float:
-    """Learnability for the current policy: the share of groups it neither always nor never solves.
+    """Learnability for the current policy: the share of groups whose usable rewards differ (the only groups a
+    group-relative advantage is not zero for; dynamic sampling keeps exactly these).
 
-    >>> learnable_fraction(pd.DataFrame({"group_id": ["a", "a", "b", "b"], "reward": [1.0, 0.0, 1.0, 1.0]}))
-    0.5
+    >>> learnable_fraction(pd.DataFrame({"group_id": ["a", "a", "b", "b", "c", "c"],
+    ...                                  "reward": [1.0, 0.0, 1.0, 1.0, 0.5, 0.25], "infra_error": [""] * 6}))
+    0.6666666666666666
     """
     if not len(scored):
         return 0.0
-    solved = (scored["reward"] >= 1.0).groupby(scored["group_id"]).mean()
-    return float(((solved > 0) & (solved < 1)).mean())
+    distinct = trainable_rows(scored).groupby("group_id")["reward"].nunique()
+    return float((distinct > 1).sum() / scored["group_id"].nunique())
 
 
 def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0) -> RewardStats:

@@ -11,12 +11,15 @@ Example:
     (1, 4)
     >>> decode_ints(encode_ints([1, 2, 3]))
     [1, 2, 3]
+    >>> len(empty(Trajectories)), "decoding" in empty(EvalTrajectories).columns
+    (0, True)
 """
 
 from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
@@ -35,6 +38,11 @@ def encode_floats(values) -> str:
 
 def decode_floats(text: str) -> list[float]:
     return [float(v) for v in json.loads(text)]
+
+
+def empty(model: type[pa.DataFrameModel]) -> pd.DataFrame:
+    """A validated table of ``model`` without rows (e.g. the eval decode of a version that is not evaluated)."""
+    return model.validate(pd.DataFrame(columns=list(model.to_schema().columns)))
 
 
 def _is_json_list(series) -> bool:
@@ -111,12 +119,25 @@ class Scored(Trajectories):
     sandbox_ms: Series[float] = pa.Field(ge=0.0)
 
 
+EVAL_DECODINGS = ("greedy", "sampled")
+
+
+class EvalTrajectories(Trajectories):
+    """An eval decode of one policy version: per eval env its greedy completion (``decoding`` "greedy") and n
+    completions at the rollout temperature ("sampled"; ``EvalConfig.samples``)."""
+
+    decoding: Series[str] = pa.Field(isin=list(EVAL_DECODINGS))
+
+
 class EvalResults(pa.DataFrameModel):
-    """One row per eval env and policy version (greedy pass@1 at skeleton depth)."""
+    """One row per verified eval completion of a policy version: per eval env the greedy one (greedy pass@1) and
+    the sampled ones (sampled pass@1, ``sample_idx`` 0..n-1)."""
 
     env_id: Series[str]
     domain: Series[str]
     difficulty: Series[int]
+    decoding: Series[str] = pa.Field(isin=list(EVAL_DECODINGS))
+    sample_idx: Series[int] = pa.Field(ge=0)
     policy_version: Series[int] = pa.Field(ge=0)
     steps: Series[int] = pa.Field(ge=1)
     passed: Series[bool]

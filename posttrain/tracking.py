@@ -42,6 +42,7 @@ from posttrain.evaluation.results import summarize
 if TYPE_CHECKING:
     from posttrain.reward import RewardStats
     from posttrain.rollout.collect import RolloutStats
+    from posttrain.rollout.dynamic_sampling import DynamicSamplingStats
     from posttrain.training.trainer import TrainStats
 
 POLICY_MODEL_NAME = "posttrain-policy"
@@ -169,11 +170,14 @@ def stage_metrics(stage: str, stats) -> dict[str, float]:
 
 
 def iteration_metrics(results: pd.DataFrame | None, rollout: RolloutStats, reward: RewardStats,
-                      train: TrainStats, iteration_s: float | None = None) -> dict[str, float]:
-    """One RL iteration's metrics: the evaluation summary (``eval/...``; none when this version was not
-    evaluated), rollout, reward, sandbox and train stats, and where the time went (``time_metrics``)."""
+                      train: TrainStats, iteration_s: float | None = None,
+                      dynamic: DynamicSamplingStats | None = None) -> dict[str, float]:
+    """One RL iteration's metrics: the evaluation summary (``eval/...``, greedy and sampled pass@1; none when this
+    version was not evaluated), rollout, reward, sandbox and train stats, what dynamic sampling did
+    (``rollout/zero_variance_groups``, ...; only when it is on), and where the time went (``time_metrics``)."""
     evaluation = summarize(results) if results is not None else {}
-    return {**evaluation, **stage_metrics("rollout", rollout), **stage_metrics("reward", reward),
+    sampling = stage_metrics("rollout", dynamic) if dynamic is not None else {}
+    return {**evaluation, **stage_metrics("rollout", rollout), **sampling, **stage_metrics("reward", reward),
             **stage_metrics("train", train), **time_metrics(rollout, reward, train, iteration_s)}
 
 

@@ -1,6 +1,6 @@
-"""Flyte tasks: greedy pass@1 of a policy version on the eval split (EvalResults table).
+"""Flyte tasks: greedy and sampled pass@1 of a policy version on the eval split (EvalResults table).
 
-In the RL loop the greedy completions come from ``tasks.rollout.sample`` (the engine lifetime that also rolls out
+In the RL loop the eval completions come from ``tasks.rollout.sample`` (the engine lifetime that also rolls out
 from that version) and ``score_eval`` verifies them on a CPU pod; ``evaluate`` does both for one policy.
 """
 
@@ -12,16 +12,16 @@ from pandera.typing import DataFrame
 from posttrain.config import EvalConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.table import envs_from_table
 from posttrain.evaluation import greedy
-from posttrain.schemas import Envs, EvalResults, Trajectories
+from posttrain.schemas import Envs, EvalResults, EvalTrajectories
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 from tasks.rollout import engine_lifetime
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
-def score_eval(trajectories: DataFrame[Trajectories], envs: DataFrame[Envs],
+def score_eval(trajectories: DataFrame[EvalTrajectories], envs: DataFrame[Envs],
                sandbox: SandboxConfig) -> DataFrame[EvalResults]:
-    """Verify greedy eval completions in sandboxes."""
+    """Verify eval completions (greedy and sampled) in sandboxes."""
     return greedy.score_eval(trajectories, envs_from_table(envs), sandbox)
 
 

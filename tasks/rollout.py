@@ -1,9 +1,10 @@
 """Flyte tasks: everything that needs policy v_k in one vLLM engine lifetime, and the engine's release.
 
-``sample`` decodes the eval split greedily with v_k (when this version is evaluated) and rolls out iteration k+1
-from v_k (unless v_k is the last version), on one engine: the process's live engine (``posttrain.rollout.live``),
-swapped to v_k in place. In a local ``pyflyte run`` every task runs in one process and the engine serves the whole
-run (``warm_engine`` starts it in the background while admission runs); in a task pod it ends with the task.
+``sample`` decodes the eval split with v_k (when this version is evaluated: greedy, and sampled at the rollout
+temperature) and rolls out iteration k+1 from v_k (unless v_k is the last version; or only a dynamic-sampling refill
+round of it), on one engine: the process's live engine (``posttrain.rollout.live``), swapped to v_k in place. In a
+local ``pyflyte run`` every task runs in one process and the engine serves the whole run (``warm_engine`` starts it
+in the background while admission runs); in a task pod it ends with the task.
 ``release_engines`` is the workflows' final step and failure handler.
 """
 
@@ -13,7 +14,6 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, NamedTuple, Optional
 
-import pandas as pd
 from flytekit import FlyteContextManager, task
 from flytekit.types.error import FlyteError
 from pandera.typing import DataFrame
@@ -23,29 +23,32 @@ from posttrain.envs.table import envs_from_table
 from posttrain.evaluation.greedy import decode_eval
 from posttrain.rollout import live
 from posttrain.rollout.collect import RolloutStats, rollout_with
-from posttrain.schemas import Envs, Trajectories
+from posttrain.schemas import Envs, EvalTrajectories, Trajectories, empty
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 
 Sampled = NamedTuple("Sampled", [("trajectories", DataFrame[Trajectories]), ("stats", RolloutStats),
-                                 ("eval_trajectories", DataFrame[Trajectories])])
+                                 ("eval_trajectories", DataFrame[EvalTrajectories])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("rollout"))
 def sample(policy: PolicyDir, envs: DataFrame[Envs], cfg: RolloutConfig, eval_cfg: EvalConfig, policy_version: int,
-           rollout: bool, evaluate: bool) -> Sampled:
-    """Policy v_k (``policy_version``): its greedy eval completions if ``evaluate``, the rollout of iteration k+1 if
-    ``rollout`` (empty tables otherwise); stats time the engine start or swap, both decodes and the whole task."""
+           rollout: bool, evaluate: bool, env_ids: Optional[list[str]] = None, seed_offset: int = 0) -> Sampled:
+    """Policy v_k (``policy_version``): its eval decode (greedy and sampled) if ``evaluate``, the rollout of iteration
+    k+1 if ``rollout`` (empty tables otherwise); stats time the engine start or swap, both decodes and the whole task.
+
+    A dynamic-sampling refill round names its envs (``env_ids``) and how many samples the iteration drew before it
+    (``seed_offset``, so its samples get seeds of their own).
+    """
     started = time.perf_counter()
     specs = envs_from_table(envs)
-    empty = Trajectories.validate(pd.DataFrame(columns=list(Trajectories.to_schema().columns)))
     with engine_lifetime():
         engine, start_s, swap_s = live.acquire_timed(policy.download(), cfg, version=policy_version)
         decode_started = time.perf_counter()
-        eval_table = decode_eval(engine, specs, eval_cfg) if evaluate else empty
+        eval_table = decode_eval(engine, specs, eval_cfg, cfg) if evaluate else empty(EvalTrajectories)
         eval_seconds = time.perf_counter() - decode_started
-        table, stats = (rollout_with(engine, list(specs.values()), cfg, policy_version + 1) if rollout
-                        else (empty, RolloutStats()))
+        table, stats = (rollout_with(engine, list(specs.values()), cfg, policy_version + 1, env_ids, seed_offset)
+                        if rollout else (empty(Trajectories), RolloutStats()))
     stats.engine_start_s, stats.engine_swap_s, stats.eval_seconds = start_s, swap_s, eval_seconds
     stats.wall_s = time.perf_counter() - started
     return Sampled(trajectories=table, stats=stats, eval_trajectories=eval_table)

@@ -16,6 +16,7 @@ from posttrain.config import LoopConfig
 from posttrain.evaluation.results import summarize
 from posttrain.reward import RewardStats
 from posttrain.rollout.collect import RolloutStats
+from posttrain.rollout.dynamic_sampling import DynamicSamplingStats
 from posttrain.schemas import AdmissionReport, EvalResults, Scored
 from posttrain.training.trainer import TrainStats
 from tasks.policy import PolicyDir
@@ -45,11 +46,12 @@ def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir
 @task(**stage("track"))
 def log_iteration(run_id: str, iteration: int, rollout_stats: RolloutStats, scored: DataFrame[Scored],
                   reward_stats: RewardStats, train_stats: TrainStats, policy: PolicyDir,
-                  results: Optional[DataFrame[EvalResults]] = None) -> str:
-    """Iteration k: its rollout, rewards and update, and the evaluation of v_k when it was evaluated
-    (``eval.every``)."""
+                  results: Optional[DataFrame[EvalResults]] = None,
+                  dynamic: Optional[DynamicSamplingStats] = None) -> str:
+    """Iteration k: its rollout (with dynamic sampling's counts when on), rewards and update, and the evaluation of
+    v_k when it was evaluated (``eval.every``)."""
     iteration_s = tracking.seconds_since_iteration_logged(run_id, iteration - 1)
-    metrics = tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats, iteration_s)
+    metrics = tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats, iteration_s, dynamic)
     tables = {"scored": scored} if results is None else {"scored": scored, "eval_results": results}
     return tracking.log_iteration(run_id, iteration, metrics, tables=tables, policy_dir=policy.download(),
                                   policy_version=iteration)

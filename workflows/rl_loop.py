@@ -9,36 +9,70 @@ Policy versions: v0 is the starting policy; iteration k rolls out with v_{k-1} a
 one policy version runs in one vLLM engine lifetime (``tasks.rollout.sample``): the evaluation of v_k and the
 rollout of iteration k+1 from it. Locally every task runs in this process and one live engine serves the whole run,
 swapped to each new version in place; ``release_engines`` stops it at the end, or when the run fails. Versions are
-evaluated every ``eval.every`` (v0 and the last always). Every stage task is cached (explicit cache versions,
-content-addressed policies), so re-running an interrupted execution resumes from the last finished stage.
+evaluated every ``eval.every`` (v0 and the last always): greedy and sampled pass@1. With ``rollout.dynamic_sampling``
+the scored rollout passes through ``refill`` (DAPO): groups without reward variance are dropped and refilled by
+further ``sample`` + ``reward`` rounds from the same version; off, the DAG is the one without it. Every stage task
+is cached (explicit cache versions, content-addressed policies), so re-running an interrupted execution resumes from
+the last finished stage.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from flytekit import dynamic, workflow
 from pandera.typing import DataFrame
 
 from posttrain.config import LoopConfig
 from posttrain.evaluation.greedy import evaluates
-from posttrain.schemas import Envs
+from posttrain.reward import RewardStats
+from posttrain.rollout import dynamic_sampling
+from posttrain.rollout.collect import RolloutStats
+from posttrain.rollout.dynamic_sampling import DynamicSamplingStats
+from posttrain.schemas import Envs, Scored
 from tasks.admit import admit_suite, fingerprint_suite
 from tasks.evaluate import score_eval
 from tasks.policy import PolicyDir, prepare_policy
-from tasks.reward import reward
+from tasks.reward import add_round, reward
 from tasks.rollout import release_engines, sample, warm_engine
 from tasks.track import finish_tracking, log_baseline, log_iteration, start_tracking
 from tasks.update import update
+
+Refilled = NamedTuple("Refilled", [("scored", DataFrame[Scored]), ("rollout_stats", RolloutStats),
+                                   ("reward_stats", RewardStats), ("dynamic", DynamicSamplingStats)])
+
+
+@dynamic
+def refill(policy: PolicyDir, envs: DataFrame[Envs], cfg: LoopConfig, policy_version: int, scored: DataFrame[Scored],
+           rollout_stats: RolloutStats, reward_stats: RewardStats, rounds: int = 0, refilled: int = 0) -> Refilled:
+    """DAPO dynamic sampling of the rollout from v_k (``policy_version``), given its ``scored`` rows so far (after
+    ``rounds`` refill rounds that sampled ``refilled`` groups): while fewer than ``rollout.envs_per_iteration``
+    groups are learnable and rounds are left, sample the missing number of unused train envs from v_k, score them
+    and recurse; then keep only the learnable groups, and say what happened (``DynamicSamplingStats``)."""
+    env_ids = dynamic_sampling.refill_envs(envs, scored, cfg.rollout, policy_version + 1, rounds)
+    if not env_ids:
+        kept, stats = dynamic_sampling.keep_learnable(scored, cfg.rollout.envs_per_iteration, rounds, refilled)
+        return Refilled(scored=kept, rollout_stats=rollout_stats, reward_stats=reward_stats, dynamic=stats)
+    more = sample(policy=policy, envs=envs, cfg=cfg.rollout, eval_cfg=cfg.eval, policy_version=policy_version,
+                  rollout=True, evaluate=False, env_ids=env_ids, seed_offset=len(scored))
+    rewarded = reward(trajectories=more.trajectories, envs=envs, sandbox=cfg.sandbox)
+    joined = add_round(so_far=scored, so_far_rollout=rollout_stats, so_far_reward=reward_stats,
+                       more=rewarded.scored, more_rollout=more.stats, more_reward=rewarded.stats)
+    return refill(policy=policy, envs=envs, cfg=cfg, policy_version=policy_version, scored=joined.scored,
+                  rollout_stats=joined.rollout_stats, reward_stats=joined.reward_stats, rounds=rounds + 1,
+                  refilled=refilled + len(env_ids))
 
 
 @dynamic
 def iterate(cfg: LoopConfig, envs: DataFrame[Envs], policy: PolicyDir, run_id: str) -> PolicyDir:
     """Unroll ``cfg.iterations`` RL iterations into a DAG: per policy version v_k, one ``sample`` node (evaluate v_k,
-    roll out iteration k+1), then ``score_eval`` and ``reward`` (sandboxes) and ``update`` (v_{k+1})."""
+    roll out iteration k+1), then ``score_eval`` and ``reward`` (sandboxes), ``refill`` (dynamic sampling, when on)
+    and ``update`` (v_{k+1})."""
     reference = policy  # the frozen policy of the KL penalty (train.kl_coef)
     logged = None
     trained = None  # the rollout stats, rewards and update that made v_k: logged with v_k's evaluation
     for k in range(cfg.iterations + 1):
-        # step 1. one engine lifetime for v_k: its greedy eval decode, and the rollout of iteration k+1 from it
+        # step 1. one engine lifetime for v_k: its eval decode (greedy and sampled), and the rollout of iteration k+1
         evaluated = evaluates(cfg.eval, k, last=cfg.iterations)
         sampled = sample(policy=policy, envs=envs, cfg=cfg.rollout, eval_cfg=cfg.eval, policy_version=k,
                          rollout=k < cfg.iterations, evaluate=evaluated)
@@ -49,18 +83,24 @@ def iterate(cfg: LoopConfig, envs: DataFrame[Envs], policy: PolicyDir, run_id: s
         if trained is None:
             this_log = log_baseline(run_id=run_id, results=results, policy=policy)
         else:
-            rollout_stats, scored, updated = trained
+            rollout_stats, reward_stats, dynamic, updated = trained
             this_log = log_iteration(run_id=run_id, iteration=k, rollout_stats=rollout_stats, scored=updated.train_rows,
-                                     reward_stats=scored.stats, train_stats=updated.stats, policy=policy,
-                                     results=results)
+                                     reward_stats=reward_stats, train_stats=updated.stats, policy=policy,
+                                     results=results, dynamic=dynamic)
             logged >> this_log  # MLflow iteration runs are written in order
         logged = this_log
         if k < cfg.iterations:
-            # step 4. score the rollout of iteration k+1 and train v_{k+1} on it
+            # step 4. score the rollout of iteration k+1; with dynamic sampling, keep and refill the learnable groups
             scored = reward(trajectories=sampled.trajectories, envs=envs, sandbox=cfg.sandbox)
-            updated = update(policy=policy, scored=scored.scored, cfg=cfg.train, policy_version=k + 1,
+            batch = (scored.scored, sampled.stats, scored.stats, None)
+            if cfg.rollout.dynamic_sampling:
+                batch = refill(policy=policy, envs=envs, cfg=cfg, policy_version=k, scored=scored.scored,
+                               rollout_stats=sampled.stats, reward_stats=scored.stats)
+            train_on, rollout_stats, reward_stats, dynamic = batch
+            # step 5. train v_{k+1} on it
+            updated = update(policy=policy, scored=train_on, cfg=cfg.train, policy_version=k + 1,
                              reference=reference)
-            trained, policy = (sampled.stats, scored, updated), updated.policy
+            trained, policy = (rollout_stats, reward_stats, dynamic, updated), updated.policy
     return policy
 
 

@@ -1,13 +1,17 @@
-"""Greedy pass@1 of one policy version on the eval split: vLLM decode (temperature 0), sandboxed verification.
+"""Pass@1 of one policy version on the eval split: vLLM decode, sandboxed verification.
 
-The two halves run where they belong: ``decode_eval`` on the engine that serves the policy (in the RL loop, the
-same engine lifetime that rolls out from it), ``score_eval`` in sandboxes. ``evaluate_policy`` does both.
+Two estimates from one decode: greedy pass@1 (temperature 0, one completion per env) and sampled pass@1 (the mean
+success of ``EvalConfig.samples`` completions per env at the rollout's temperature and top_p). The sampled ones use
+the same seeds for every version (iteration 0's, which no rollout uses), so two versions' curves differ by the
+policy, not by the dice. The two halves run where they belong: ``decode_eval`` on the engine that serves the policy
+(in the RL loop, the same engine lifetime that rolls out from it), ``score_eval`` in sandboxes. ``evaluate_policy``
+does both.
 
 Example (real vLLM and bwrap; tests/evaluation/test_greedy.py runs it):
     >>> from posttrain.config import EvalConfig, RolloutConfig, SandboxConfig
     >>> table = evaluate_policy("policy_dir", envs, EvalConfig(), RolloutConfig(), SandboxConfig(), version=0)  # doctest: +SKIP
-    >>> summarize(table)["eval/pass_at_1"]                                                                      # doctest: +SKIP
-    0.25
+    >>> summarize(table)["eval/pass_at_1"], summarize(table)["eval/pass_at_1_sampled"]                         # doctest: +SKIP
+    (0.25, 0.1875)
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from posttrain.config import EvalConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.evaluation.results import eval_results
 from posttrain.reward import score
-from posttrain.rollout.collect import collect
+from posttrain.rollout.collect import collect, iteration_seed
 from posttrain.rollout.engine import RolloutEngine
 from posttrain.sandbox import make_sandbox
+from posttrain.schemas import EvalTrajectories
 
 
 def eval_envs(envs: dict[str, EnvSpec], cfg: EvalConfig) -> list[EnvSpec]:
@@ -38,15 +43,24 @@ def evaluates(cfg: EvalConfig, version: int, last: int) -> bool:
     return version in (0, last) or (cfg.every > 0 and version % cfg.every == 0)
 
 
-def decode_eval(engine: RolloutEngine, envs: dict[str, EnvSpec], cfg: EvalConfig) -> pd.DataFrame:
-    """Greedy completions (Trajectories, one per eval env) of the policy version ``engine`` serves."""
-    trajectories, _ = collect(engine, eval_envs(envs, cfg), n=1, temperature=0.0, max_tokens=cfg.max_new_tokens,
-                              group_prefix=f"eval-v{engine.version}")
-    return trajectories
+def decode_eval(engine: RolloutEngine, envs: dict[str, EnvSpec], cfg: EvalConfig,
+                rollout: RolloutConfig) -> pd.DataFrame:
+    """EvalTrajectories of the policy version ``engine`` serves: each eval env's greedy completion, then
+    ``cfg.samples`` completions per env at ``rollout``'s temperature and top_p (seeded alike for every version)."""
+    chosen = eval_envs(envs, cfg)
+    greedy, _ = collect(engine, chosen, n=1, temperature=0.0, max_tokens=cfg.max_new_tokens,
+                        group_prefix=f"eval-v{engine.version}")
+    decodes = [greedy.assign(decoding="greedy")]
+    if cfg.samples:
+        sampled, _ = collect(engine, chosen, n=cfg.samples, temperature=rollout.temperature, top_p=rollout.top_p,
+                             max_tokens=cfg.max_new_tokens, group_prefix=f"eval-sampled-v{engine.version}",
+                             seed=iteration_seed(rollout.seed, 0))
+        decodes.append(sampled.assign(decoding="sampled"))
+    return EvalTrajectories.validate(pd.concat(decodes, ignore_index=True))
 
 
 def score_eval(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: SandboxConfig) -> pd.DataFrame:
-    """The EvalResults table of greedy completions, verified in sandboxes."""
+    """The EvalResults table of an eval decode (EvalTrajectories), verified in sandboxes."""
     box = make_sandbox(sandbox)
     try:
         scored = score(trajectories, envs, box, sandbox)
@@ -60,4 +74,5 @@ def evaluate_policy(policy_dir: str, envs: dict[str, EnvSpec], cfg: EvalConfig, 
     """Return the EvalResults table of ``policy_dir`` (policy version ``version``), on the process's live engine."""
     from posttrain.rollout import live
 
-    return score_eval(decode_eval(live.acquire(policy_dir, rollout, version=version), envs, cfg), envs, sandbox)
+    return score_eval(decode_eval(live.acquire(policy_dir, rollout, version=version), envs, cfg, rollout), envs,
+                      sandbox)

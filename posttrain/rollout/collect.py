@@ -1,7 +1,8 @@
 """Collect one iteration's rollouts: pick envs, sample a group of n completions per env, build Trajectories.
 
 Every row carries the policy version the engine serves (``engine.version``), and each iteration's sampling is seeded
-(``iteration_seed``): the same iteration gives the same samples, whatever the engine served before.
+(``iteration_seed``): the same iteration gives the same samples, whatever the engine served before. Iterations
+count from 1, so iteration 0's seeds are free: the sampled eval uses them (``posttrain.evaluation.greedy``).
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -10,13 +11,17 @@ Example:
     True
     >>> iteration_seed(0, 1), iteration_seed(0, 2), iteration_seed(1, 1)
     (1048576, 2097152, 1074790400)
+    >>> both = combine_stats(RolloutStats(samples=4, tokens=40, seconds=1.0, truncated_fraction=0.5, wall_s=2.0),
+    ...                      RolloutStats(samples=4, tokens=20, seconds=1.0, truncated_fraction=0.0, wall_s=1.5))
+    >>> both.samples, both.tokens_per_s, both.truncated_fraction, both.wall_s
+    (8, 30.0, 0.25, 3.5)
 """
 
 from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pandas as pd
 
@@ -38,6 +43,16 @@ class RolloutStats:
     engine_swap_s: float = 0.0  # waited for the live engine's in-place weight swap
     eval_seconds: float = 0.0  # greedy eval decoding in the same engine lifetime (``tasks.rollout.sample``)
     wall_s: float = 0.0  # the whole stage, set by the task
+
+
+def combine_stats(a: RolloutStats, b: RolloutStats) -> RolloutStats:
+    """The stats of two rollouts of one iteration together (a dynamic-sampling refill round joins the first one):
+    counts and seconds add up, the rates are recomputed over both."""
+    total = RolloutStats(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(RolloutStats)})
+    total.tokens_per_s = total.tokens / total.seconds if total.seconds > 0 else 0.0
+    total.truncated_fraction = ((a.truncated_fraction * a.samples + b.truncated_fraction * b.samples) / total.samples
+                                if total.samples else 0.0)
+    return total
 
 
 def pick_envs(envs: list[EnvSpec], count: int, seed: int) -> list[EnvSpec]:
@@ -110,10 +125,16 @@ def rollout_envs(envs: list[EnvSpec], cfg: RolloutConfig, iteration: int) -> lis
     return pick_envs([e for e in envs if e.split == "train"], cfg.envs_per_iteration, seed=cfg.seed + iteration)
 
 
-def rollout_with(engine: RolloutEngine, envs: list[EnvSpec], cfg: RolloutConfig,
-                 iteration: int) -> tuple[pd.DataFrame, RolloutStats]:
-    """Iteration ``iteration``'s rollout with an engine already serving the policy it samples."""
-    return collect(engine, rollout_envs(envs, cfg, iteration), n=cfg.samples_per_env, temperature=cfg.temperature,
-                   max_tokens=cfg.max_new_tokens, group_prefix=f"it{iteration}", top_p=cfg.top_p,
-                   seed=iteration_seed(cfg.seed, iteration))
+def rollout_with(engine: RolloutEngine, envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,
+                 env_ids: list[str] | None = None, seed_offset: int = 0) -> tuple[pd.DataFrame, RolloutStats]:
+    """Iteration ``iteration``'s rollout with an engine already serving the policy it samples.
 
+    ``env_ids``: exactly these envs (a dynamic-sampling refill round) instead of the iteration's pick;
+    ``seed_offset``: how many samples the iteration drew before this call, so that its sample i gets seed
+    ``iteration_seed + seed_offset + i``, a seed of its own.
+    """
+    by_id = {e.id: e for e in envs}
+    chosen = rollout_envs(envs, cfg, iteration) if env_ids is None else [by_id[env_id] for env_id in env_ids]
+    return collect(engine, chosen, n=cfg.samples_per_env, temperature=cfg.temperature,
+                   max_tokens=cfg.max_new_tokens, group_prefix=f"it{iteration}", top_p=cfg.top_p,
+                   seed=iteration_seed(cfg.seed, iteration) + seed_offset)

@@ -1,12 +1,15 @@
 """The `make smoke` configuration through `pyflyte run`, with a temporary MLflow store: every stage runs for real
-(admission in bwrap, vLLM rollout, sandboxed rewards, DeepSpeed update, greedy eval) and MLflow gets the lineage."""
+(admission in bwrap, vLLM rollout, sandboxed rewards, DeepSpeed update, greedy and sampled eval) and MLflow gets the
+lineage. And the loop with DAPO dynamic sampling on: refill rounds run and their counts are logged."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests import ROOT, launch_env
@@ -14,18 +17,22 @@ from tests import ROOT, launch_env
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(tmp_path):
+def _pyflyte_run(tmp_path: Path, *args: str):
+    """``pyflyte run workflows/rl_loop.py ARGS`` against a temporary MLflow store; its MLflow client."""
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri(),
                      DS_ACCELERATOR="cpu")
     pyflyte = Path(sys.executable).parent / "pyflyte"
-    proc = subprocess.run([str(pyflyte), "run", "--overwrite-cache", "workflows/rl_loop.py", "rl_smoke"],
+    proc = subprocess.run([str(pyflyte), "run", "--overwrite-cache", "workflows/rl_loop.py", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]  # and it exited: no engine left alive
+    return MlflowClient(tracking_uri=uri)
 
-    client = MlflowClient(tracking_uri=uri)
+
+def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(tmp_path):
+    client = _pyflyte_run(tmp_path, "rl_smoke")
     experiment = client.get_experiment_by_name("posttrain")
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -42,9 +49,41 @@ def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(tmp_path):
         assert key in metrics, f"{key} missing from {sorted(metrics)}"
     assert metrics["time/iteration_s"] >= metrics["time/reward_s"] + metrics["time/update_s"]
     assert 0.0 <= metrics["eval/pass_at_1"] <= 1.0 and metrics["rollout/tokens_per_s"] > 0
-    history = client.get_metric_history(parent.info.run_id, "eval/pass_at_1")
-    assert sorted(m.step for m in history) == [0, 1]  # baseline (v0) and iteration 1
+    for curve in ("eval/pass_at_1", "eval/pass_at_1_sampled"):  # greedy and sampled, step = policy version
+        assert sorted(m.step for m in client.get_metric_history(parent.info.run_id, curve)) == [0, 1]
+    assert "rollout/resample_rounds" not in metrics  # dynamic sampling is off by default
     artifacts = {f.path for f in client.list_artifacts(parent.info.run_id, "tables")}
     assert "tables/admission_report.parquet" in artifacts
     versions = client.search_model_versions("name='posttrain-policy'")
     assert {v.tags.get("policy_version") for v in versions} == {"0", "1"}
+
+
+DYNAMIC = {"iterations": 1, "rollout": {"samples_per_env": 2, "envs_per_iteration": 4, "max_new_tokens": 32,
+                                        "dynamic_sampling": True, "max_resample_rounds": 2},
+           "train": {"micro_batch_size": 16}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
+           "admission": {"checks": ["consistency"]}}
+
+
+def test_dynamic_sampling_refills_zero_variance_groups_and_logs_what_it_did(tmp_path):
+    """Groups of 2 samples from the demo policy: some have equal rewards, so refill rounds sample fresh train envs;
+    the update trains only on groups whose rewards differ, and every group sampled is counted."""
+    client = _pyflyte_run(tmp_path, "rl_loop", "--cfg", json.dumps(DYNAMIC))
+
+    runs = client.search_runs([client.get_experiment_by_name("posttrain").experiment_id])
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    iteration_1 = next(r for r in runs if r.data.tags.get("posttrain.iteration") == "1")
+    m = {key: value for key, value in iteration_1.data.metrics.items() if key.startswith("rollout/")}
+    assert m["rollout/target_groups"] == 4 and 1 <= m["rollout/resample_rounds"] <= 2, m
+    assert m["rollout/refilled_groups"] >= 1 and m["rollout/dropped_groups"] >= m["rollout/zero_variance_groups"]
+    assert m["rollout/learnable_groups"] + m["rollout/dropped_groups"] == 4 + m["rollout/refilled_groups"], m
+    assert m["rollout/samples"] == iteration_1.data.metrics["reward/samples"] == 2 * (4 + m["rollout/refilled_groups"])
+
+    trained = pd.read_parquet(client.download_artifacts(iteration_1.info.run_id, "tables/scored.parquet",
+                                                        str(tmp_path)))
+    usable = trained[trained["infra_error"] == ""]
+    assert trained["group_id"].nunique() == m["rollout/learnable_groups"]
+    assert (usable.groupby("group_id")["reward"].nunique() > 1).all()  # no zero-variance group left
+    assert set(trained["policy_version"]) == {0}  # refills sample the same version
+    for curve in ("eval/pass_at_1", "eval/pass_at_1_sampled", "rollout/resample_rounds"):
+        assert curve in iteration_1.data.metrics
+    assert sorted(h.step for h in client.get_metric_history(parent.info.run_id, "eval/pass_at_1_sampled")) == [0, 1]
