@@ -12,12 +12,15 @@ socket whose fd number is its argument: a memfd holding the JSON request and the
    ``/proc/sys`` and friends read-only), makes itself a session leader, takes its stdio, sets its rlimits and
    oom_score_adj, drops every capability (bounding, ambient, permitted), sets no_new_privs, installs the shared
    seccomp filter and then runs the command: ``python3 [-I] script.py ...`` runs in this very process (the
-   interpreter start-up is what the zygote saves), anything else is exec'ed;
+   interpreter start-up is what the zygote saves), anything else is exec'ed (also every run with trusted files,
+   so that they are never in the memory of a program that can read its own);
 3. the executor waits for the program until the deadline (then SIGKILLs it: the whole pid namespace dies with its
    pid 1), and sends the host one JSON result; when it exits, its namespaces and tmpfs mounts go with it.
 
 So no execution sees another's files or processes, and nothing of the zygote is visible from inside: it is in
-the parent pid namespace, it is non-dumpable, and the socket is closed before the program runs. A setup failure
+the parent pid namespace, it is non-dumpable, and the socket is closed before the program runs. The zygote never
+reads a request itself (the executor does, after the fork), so its memory, which every program inherits, holds
+nothing of any execution. A setup failure
 is reported as ``{"setup_error": ...}`` (an infra error on the host), never as a program outcome.
 
 Example (what the host does, ``sandbox/warm.py``):
@@ -151,7 +154,8 @@ def become_program(req, stdio, error_w, seccomp_filter):
     os.environ.clear()
     os.environ.update(req["env"])
     argv = req["argv"]
-    script = in_process_script(argv, req["python"])
+    # trusted files must not sit in the memory of a program that can read its own: those runs are exec'ed
+    script = None if req["trusted_files"] else in_process_script(argv, req["python"])
     if script is None:
         exec_program(argv, req["env"])  # error_w is close-on-exec: EOF tells the executor it started
     os.close(error_w)
@@ -280,16 +284,16 @@ def serve():
         message, fds, _, _ = socket.recv_fds(sock, 64, 4)
         if not message:
             return  # the host closed the slot
-        request_fd, stdio = fds[0], fds[1:]
-        with os.fdopen(request_fd, "rb") as handle:
-            req = json.load(handle)
         pid = os.fork()
         if pid == 0:
             try:
-                execute(sock, req, stdio, seccomp_filter)
+                # read here, never in the zygote: its heap (which every later fork inherits) holds no request
+                with os.fdopen(fds[0], "rb") as handle:
+                    req = json.load(handle)
+                execute(sock, req, fds[1:], seccomp_filter)
             finally:
                 os._exit(0)
-        for fd in stdio:
+        for fd in fds:
             os.close(fd)
         _, status = os.waitpid(pid, 0)
         if status != 0:

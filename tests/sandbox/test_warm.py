@@ -141,3 +141,29 @@ def test_slots_run_executions_at_once():
         results = run_many(box, [py("import time\ntime.sleep(1)\nprint(1)")] * 2, concurrency=2)
         assert [r.stdout for r in results] == ["1\n", "1\n"] and time.monotonic() - t0 < 1.9
         assert box._started == 2
+
+
+def test_no_execution_finds_another_in_its_own_memory():
+    """A program can read all of its memory (ctypes, /proc/self/mem): the zygote it was forked from never held an
+    earlier execution's request, and runs with trusted files are exec'ed, not forked interpreters."""
+    secret = "PT-EARLIER-RUN-" + "7" * 24
+    # the needle is built at run time (no constant of the code object holds it) and its own bytes are skipped
+    scan = ("import sys\nneedle = b'PT-EARLIER-RUN-' + b'7' * len('x' * 24)\n"
+            "own = id(needle) + sys.getsizeof(b'') - 1\nfound = 0\n"
+            "for line in open('/proc/self/maps').read().splitlines():\n"
+            "    addr, perms = line.split()[:2]\n"
+            "    if not perms.startswith('r') or '[vsyscall]' in line:\n        continue\n"
+            "    lo, hi = (int(x, 16) for x in addr.split('-'))\n"
+            "    with open('/proc/self/mem', 'rb') as mem:\n        mem.seek(lo)\n"
+            "        try:\n            chunk = mem.read(hi - lo)\n        except OSError:\n            continue\n"
+            "    at = chunk.find(needle)\n    while at >= 0:\n        found += lo + at != own\n"
+            "        at = chunk.find(needle, at + 1)\n"
+            "print(found)\n")
+    with WarmBwrapSandbox(slots=1) as box:
+        earlier = box.run(Execution(files={"data.txt": secret * 50}, command=["python3", "-c", "pass"],
+                                    trusted_files={"t/x": secret}))
+        assert earlier.exit_code == 0, earlier
+        later = box.run(py(scan, timeout_s=10))
+        assert later.stdout == "0\n", later
+        own = box.run(py(scan.replace("print(found)", "print(found > 0)"), trusted_files={"t/x": secret}))
+        assert own.stdout == "False\n", own  # its own trusted files are not in its memory either
