@@ -1,4 +1,5 @@
-"""The demo policy build is seeded and single-threaded: the same config gives byte-identical weights."""
+"""The demo policy build is seeded and single-threaded: the same config gives byte-identical weights; its tokenizer,
+trained on the train split, covers the eval split."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import replace
 from posttrain.config import DEMO_SUITE, DemoPolicyConfig
 from posttrain.envs.suite import load_suite
 from posttrain.training.checkpoints import check_policy_dir, policy_version
-from posttrain.training.demo_policy import build_demo_policy
+from posttrain.training.demo_policy import build_demo_policy, train_tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -28,3 +29,19 @@ def test_demo_policy_build_is_deterministic_and_loadable(tmp_path):
     assert check_policy_dir(first) == first and policy_version(first) == 0
     other = build_demo_policy(tmp_path / "c", replace(cfg, seed=1), pairs)
     assert _weights_sha(other) != _weights_sha(first)
+
+
+def test_tokenizer_trained_on_train_split_covers_the_eval_split():
+    """Every token of an eval prompt or reference also occurs in training (no untrained embedding), round-trips, and
+    the longest eval pair fits the model's context."""
+    cfg = DemoPolicyConfig()
+    envs = load_suite(DEMO_SUITE).envs
+    texts = {split: [t for e in envs if e.split == split for t in (e.prompt, e.reference)]
+             for split in ("train", "eval")}
+    tok = train_tokenizer(texts["train"], cfg.vocab_size)
+    seen = {i for text in texts["train"] for i in tok(text).input_ids}
+    for text in texts["eval"]:
+        ids = tok(text).input_ids
+        assert set(ids) <= seen and tok.decode(ids, skip_special_tokens=True) == text, text
+    longest = max(len(tok(e.prompt + e.reference).input_ids) for e in envs if e.split == "eval")
+    assert longest + 1 <= cfg.max_position_embeddings  # + EOS

@@ -1,4 +1,5 @@
-"""The committed demo suite equals the generator's output, loads cleanly, and its eval split is held out."""
+"""The committed demo suite equals the generator's output and loads cleanly; its eval split (>= 100 envs beside >= 300
+train, every difficulty in both) is held out by behaviour, not only by name, and recombines steps seen in train."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def test_suite_loads_to_the_generated_specs():
     assert suite.rejections == []
     loaded = sorted(suite.envs, key=lambda s: s.id)
     expected = sorted(demo_specs(), key=lambda s: s.id)
-    assert len(loaded) >= 60
+    assert len(loaded) >= 400
     for got, want in zip(loaded, expected, strict=True):
         want.source = got.source
         assert got == want
@@ -56,11 +57,15 @@ def test_specs_are_small_and_regular():
         assert (spec.limits.timeout_s, spec.limits.memory_mb) == (5, 256)
 
 
+def _reference(spec):
+    namespace: dict = {}
+    exec(spec.reference, namespace)  # the generator's own trusted code
+    return namespace[spec.entry_point]
+
+
 def test_references_compute_the_expected_values():
     for spec in demo_specs():
-        namespace: dict = {}
-        exec(spec.reference, namespace)  # the generator's own trusted code
-        function = namespace[spec.entry_point]
+        function = _reference(spec)
         assert [function(*c["args"]) for c in spec.verifier["cases"]] == [
             c["expected"] for c in spec.verifier["cases"]], spec.id
         expected = [c["expected"] for c in spec.verifier["cases"]]
@@ -68,19 +73,45 @@ def test_references_compute_the_expected_values():
         assert expected != [c["args"][0] for c in spec.verifier["cases"]], f"{spec.id}: `return x` answers it"
 
 
-def test_eval_split_is_disjoint_stratified_and_learnable():
+def test_eval_split_is_large_disjoint_stratified_and_learnable():
     specs = demo_specs()
     train = [s for s in specs if s.split == "train"]
     evals = [s for s in specs if s.split == "eval"]
-    assert {s.entry_point for s in train}.isdisjoint({s.entry_point for s in evals})  # (op, constants) combos
-    assert {s.reference for s in train}.isdisjoint({s.reference for s in evals})
+    assert len(train) >= 300 and len(evals) >= 100
     total, held = Counter(s.difficulty for s in specs), Counter(s.difficulty for s in evals)
     assert sorted(total) == [1, 2, 3]
     for difficulty, n in total.items():
         assert 0.15 <= held[difficulty] / n <= 0.3, (difficulty, held[difficulty], n)
-    # every token an eval name is built from (operation or constant) is seen in training
-    train_parts = {part for s in train for part in s.entry_point.split("_")}
-    assert all(set(s.entry_point.split("_")) <= train_parts for s in evals)
+    assert {s.entry_point for s in train}.isdisjoint({s.entry_point for s in evals})  # (op, constant) combos
+
+
+def test_no_env_is_another_under_a_new_name():
+    specs = demo_specs()
+    probes = range(-60, 61)  # far wider than the tests' inputs
+    assert len({tuple(map(_reference(s), probes)) for s in specs}) == len(specs)
+    # not even the tests can tell two envs apart: a train reference renamed never passes an eval env
+    cases = {tuple(c["expected"] for c in s.verifier["cases"]) for s in specs if s.split == "train"}
+    assert not [s.id for s in specs if s.split == "eval" and
+                tuple(c["expected"] for c in s.verifier["cases"]) in cases]
+
+
+def _steps(spec) -> list[tuple[str, int]]:
+    """``demo/add_3_mul_4`` -> ``[("add", 3), ("mul", 4)]``; ``gt_3_add_2`` -> ``[("gt", 3), ("add", 2)]``."""
+    parts = spec.entry_point.split("_")
+    return [(op, int(c)) for op, c in zip(parts[::2], parts[1::2], strict=True)]
+
+
+def test_eval_envs_recombine_steps_and_shapes_seen_in_train():
+    specs = demo_specs()
+    train = [_steps(s) for s in specs if s.split == "train"]
+    train_steps = {step for steps in train for step in steps}
+    train_shapes = {tuple(op for op, _ in steps) for steps in train}
+    for spec in specs:
+        if spec.split == "eval":
+            steps = _steps(spec)
+            assert set(steps) <= train_steps and tuple(op for op, _ in steps) in train_shapes, spec.id
+    # e.g. add_3 alone is held out: train sees x + 3 only inside compositions
+    assert [s for s in specs if s.split == "eval" and s.difficulty == 1]
 
 
 def test_cli(tmp_path, capsys):

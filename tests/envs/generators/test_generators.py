@@ -20,7 +20,7 @@ from posttrain.sandbox import make_sandbox
 pytestmark = pytest.mark.integration
 
 SUITES = Path("posttrain/envs/suites")
-MINIMUM = {"demo_python": 60, "terminal": 10, "finance": 10, "scene": 10, "node": 5}
+MINIMUM = {"demo_python": 400, "terminal": 10, "finance": 10, "scene": 10, "node": 5}
 GENERATORS = {"finance": finance, "scene": scene, "terminal": terminal, "node": node}
 CFG = SandboxConfig(backend="bwrap", batch_concurrency=2)
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
