@@ -188,8 +188,9 @@ class SandboxConfig(Validated):
 @dataclass
 class RolloutConfig(Validated):
     samples_per_env: int = 8  # group size n for GRPO
-    envs_per_iteration: int = 24  # envs sampled from the admitted training split each iteration
-    temperature: float = 1.0
+    envs_per_iteration: int = 32  # envs sampled from the admitted training split each iteration
+    # The demo policy solves 7% of train samples at 1.0, 33% at 0.6: most groups would fail whole at 1.0 (no signal)
+    temperature: float = 0.6
     top_p: float = 1.0
     max_new_tokens: int = 48
     max_model_len: int = 256
@@ -209,7 +210,7 @@ class RolloutConfig(Validated):
 
 @dataclass
 class TrainConfig(Validated):
-    learning_rate: float = 1e-4  # 4-iteration sweep on the demo policy: 1e-3 collapses, 5e-5 moves greedy eval little
+    learning_rate: float = 1e-4  # the demo's 30 iterations: 2e-4 gains faster, then stalls lower (README ablation)
     clip_eps: float = 0.2  # PPO clip range, symmetric unless clip_eps_low / clip_eps_high say otherwise
     clip_eps_low: float = 0.0  # the ratio's lower bound is 1 - clip_eps_low; 0 means clip_eps
     clip_eps_high: float = 0.0  # upper bound 1 + clip_eps_high; 0 means clip_eps (DAPO clip-higher: 0.28; GSPO: 4e-4)
@@ -251,7 +252,7 @@ class EvalConfig(Validated):
     max_new_tokens: int = 48
     split: str = "eval"
     limit: int = 0  # 0 means every env of the split
-    every: int = 1  # evaluate policy versions k with k % every == 0; v0 and the final version always (0: only those)
+    every: int = 10  # evaluate policy versions k with k % every == 0; v0 and the final version always (0: only those)
     samples: int = 8  # sampled pass@1: completions per eval env at the rollout temperature and top_p (0: greedy only)
 
     PATH = "eval."
@@ -317,7 +318,7 @@ class AdmissionConfig(Validated):
 class LoopConfig(Validated):
     suite: str = DEMO_SUITE
     policy: str = field(default_factory=default_policy_dir)
-    iterations: int = 4
+    iterations: int = 30
     experiment: str = "posttrain"
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
