@@ -171,21 +171,25 @@ def stage_metrics(stage: str, stats) -> dict[str, float]:
 
 def iteration_metrics(results: pd.DataFrame | None, rollout: RolloutStats, reward: RewardStats,
                       train: TrainStats, iteration_s: float | None = None,
-                      dynamic: DynamicSamplingStats | None = None) -> dict[str, float]:
+                      dynamic: DynamicSamplingStats | None = None, window: RolloutStats | None = None,
+                      eval_s: float = 0.0) -> dict[str, float]:
     """One RL iteration's metrics: the evaluation summary (``eval/...``, greedy and sampled pass@1; none when this
     version was not evaluated), rollout, reward, sandbox and train stats, what dynamic sampling did
     (``rollout/zero_variance_groups``, ...; only when it is on), and where the time went (``time_metrics``)."""
     evaluation = summarize(results) if results is not None else {}
     sampling = stage_metrics("rollout", dynamic) if dynamic is not None else {}
     return {**evaluation, **stage_metrics("rollout", rollout), **sampling, **stage_metrics("reward", reward),
-            **stage_metrics("train", train), **time_metrics(rollout, reward, train, iteration_s)}
+            **stage_metrics("train", train), **time_metrics(rollout, reward, train, iteration_s, window, eval_s)}
 
 
-def time_metrics(rollout: RolloutStats, reward: RewardStats, train: TrainStats,
-                 iteration_s: float | None = None) -> dict[str, float]:
-    """``time/<stage>_s``: the sample stage (engine start or swap, eval decode, rollout), reward and update; with
-    ``iteration_s`` (wall time since the previous iteration was logged) also ``time/untimed_s``, the rest of it:
-    eval scoring, tracking and orchestration, and ``time/overhead_fraction`` = (engine start + untimed) / iteration.
+def time_metrics(rollout: RolloutStats, reward: RewardStats, train: TrainStats, iteration_s: float | None = None,
+                 window: RolloutStats | None = None, eval_s: float = 0.0) -> dict[str, float]:
+    """Where iteration k's wall time went. Its window (since iteration k-1 was logged) runs: the reward stage of
+    the rollout that trained v_k (``reward``, refill rounds included), the update (``train``), the sample task of
+    v_k (``window``: engine start or swap, v_k's eval decode, the next rollout; ``rollout`` when not given), the
+    refill rounds' sampling (``rollout.refill_wall_s``) and the eval scoring of v_k (``eval_s``). ``time/<stage>_s``
+    for each; with ``iteration_s`` also ``time/untimed_s`` (tracking and orchestration: the rest) and
+    ``time/overhead_fraction`` = (engine start + untimed) / iteration.
 
     >>> from posttrain.reward import RewardStats
     >>> from posttrain.rollout.collect import RolloutStats
@@ -194,15 +198,21 @@ def time_metrics(rollout: RolloutStats, reward: RewardStats, train: TrainStats,
     >>> m = time_metrics(RolloutStats(wall_s=3.0, engine_start_s=1.0), RewardStats(wall_s=4.0), train, 10.0)
     >>> m["time/untimed_s"], m["time/overhead_fraction"]
     (1.0, 0.2)
+    >>> m = time_metrics(RolloutStats(wall_s=3.0, refill_wall_s=1.0), RewardStats(wall_s=4.0), train, 16.0,
+    ...                  window=RolloutStats(wall_s=2.5, eval_seconds=1.5), eval_s=5.0)
+    >>> m["time/sample_s"], m["time/eval_score_s"], m["time/untimed_s"]
+    (3.5, 5.0, 1.5)
     """
-    metrics = {"time/sample_s": rollout.wall_s, "time/engine_start_s": rollout.engine_start_s,
-               "time/engine_swap_s": rollout.engine_swap_s, "time/rollout_s": rollout.seconds,
-               "time/eval_decode_s": rollout.eval_seconds, "time/reward_s": reward.wall_s,
+    window = window or rollout
+    sample_s = window.wall_s + (rollout.refill_wall_s if window is not rollout else 0.0)
+    metrics = {"time/sample_s": sample_s, "time/engine_start_s": window.engine_start_s,
+               "time/engine_swap_s": window.engine_swap_s, "time/rollout_s": rollout.seconds,
+               "time/eval_decode_s": window.eval_seconds, "time/eval_score_s": eval_s, "time/reward_s": reward.wall_s,
                "time/update_s": train.wall_s}
     if iteration_s:
-        untimed = max(0.0, iteration_s - rollout.wall_s - reward.wall_s - train.wall_s)
+        untimed = max(0.0, iteration_s - sample_s - reward.wall_s - train.wall_s - eval_s)
         metrics.update({"time/iteration_s": iteration_s, "time/untimed_s": untimed,
-                        "time/overhead_fraction": (rollout.engine_start_s + untimed) / iteration_s})
+                        "time/overhead_fraction": (window.engine_start_s + untimed) / iteration_s})
     return metrics
 
 

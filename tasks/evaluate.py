@@ -6,6 +6,9 @@ from that version) and ``score_eval`` verifies them on a CPU pod; ``evaluate`` d
 
 from __future__ import annotations
 
+import time
+from typing import NamedTuple
+
 from flytekit import task
 from pandera.typing import DataFrame
 
@@ -18,11 +21,15 @@ from tasks.resources import CACHE_VERSION, stage
 from tasks.rollout import engine_lifetime
 
 
+EvalScored = NamedTuple("EvalScored", [("results", DataFrame[EvalResults]), ("seconds", float)])
+
+
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
-def score_eval(trajectories: DataFrame[EvalTrajectories], envs: DataFrame[Envs],
-               sandbox: SandboxConfig) -> DataFrame[EvalResults]:
-    """Verify eval completions (greedy and sampled) in sandboxes."""
-    return greedy.score_eval(trajectories, envs_from_table(envs), sandbox)
+def score_eval(trajectories: DataFrame[EvalTrajectories], envs: DataFrame[Envs], sandbox: SandboxConfig) -> EvalScored:
+    """Verify eval completions (greedy and sampled) in sandboxes; ``seconds``: how long that took."""
+    started = time.perf_counter()
+    results = greedy.score_eval(trajectories, envs_from_table(envs), sandbox)
+    return EvalScored(results=results, seconds=time.perf_counter() - started)
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("evaluate"))

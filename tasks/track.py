@@ -47,11 +47,14 @@ def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir
 def log_iteration(run_id: str, iteration: int, rollout_stats: RolloutStats, scored: DataFrame[Scored],
                   reward_stats: RewardStats, train_stats: TrainStats, policy: PolicyDir,
                   results: Optional[DataFrame[EvalResults]] = None,
-                  dynamic: Optional[DynamicSamplingStats] = None) -> str:
+                  dynamic: Optional[DynamicSamplingStats] = None, window: Optional[RolloutStats] = None,
+                  eval_s: float = 0.0) -> str:
     """Iteration k: its rollout (with dynamic sampling's counts when on), rewards and update, and the evaluation of
-    v_k when it was evaluated (``eval.every``)."""
+    v_k when it was evaluated (``eval.every``); ``window`` (v_k's sample task) and ``eval_s`` (its eval scoring)
+    complete where the iteration's wall time went (``tracking.time_metrics``)."""
     iteration_s = tracking.seconds_since_iteration_logged(run_id, iteration - 1)
-    metrics = tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats, iteration_s, dynamic)
+    metrics = tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats, iteration_s, dynamic,
+                                         window, eval_s)
     tables = {"scored": scored} if results is None else {"scored": scored, "eval_results": results}
     return tracking.log_iteration(run_id, iteration, metrics, tables=tables, policy_dir=policy.download(),
                                   policy_version=iteration)

@@ -77,8 +77,9 @@ def iterate(cfg: LoopConfig, envs: DataFrame[Envs], policy: PolicyDir, run_id: s
         sampled = sample(policy=policy, envs=envs, cfg=cfg.rollout, eval_cfg=cfg.eval, policy_version=k,
                          rollout=k < cfg.iterations, evaluate=evaluated)
         # step 2. verify v_k's eval completions in sandboxes
-        results = score_eval(trajectories=sampled.eval_trajectories, envs=envs, sandbox=cfg.sandbox) \
+        evaluation = score_eval(trajectories=sampled.eval_trajectories, envs=envs, sandbox=cfg.sandbox) \
             if evaluated else None
+        results = evaluation.results if evaluation is not None else None
         # step 3. log iteration k (k = 0: the baseline)
         if trained is None:
             this_log = log_baseline(run_id=run_id, results=results, policy=policy)
@@ -86,7 +87,8 @@ def iterate(cfg: LoopConfig, envs: DataFrame[Envs], policy: PolicyDir, run_id: s
             rollout_stats, reward_stats, dynamic, updated = trained
             this_log = log_iteration(run_id=run_id, iteration=k, rollout_stats=rollout_stats, scored=updated.train_rows,
                                      reward_stats=reward_stats, train_stats=updated.stats, policy=policy,
-                                     results=results, dynamic=dynamic)
+                                     results=results, dynamic=dynamic, window=sampled.stats,
+                                     eval_s=evaluation.seconds if evaluation is not None else 0.0)
             logged >> this_log  # MLflow iteration runs are written in order
         logged = this_log
         if k < cfg.iterations:
