@@ -50,7 +50,7 @@ from posttrain.sandbox import cgroup
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxStartError
 from posttrain.sandbox.bwrap import CHILD_PID, SHM_MB, BwrapSandbox, _ms_since
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
-from posttrain.sandbox.workspace import BASE_ENV, RUNTIMES, TRUSTED_DIR, WORKDIR, memfd, runtime_of
+from posttrain.sandbox.workspace import BASE_ENV, RUNTIMES, TRUSTED_DIR, WORKDIR, memfd, rlimits, runtime_of
 
 log = logging.getLogger(__name__)
 
@@ -150,14 +150,12 @@ class WarmBwrapSandbox(BwrapSandbox):
 
     def request(self, execution: Execution, prepared: Prepared) -> dict:
         """What the zygote needs to build and run one execution (sent as JSON in a memfd)."""
-        runtime = runtime_of(execution)
-        cpu = int(execution.timeout_s) + 2
-        rlimits = {"RLIMIT_AS": (execution.memory_mb + runtime.reserve_mb) << 20, "RLIMIT_CPU": cpu,
-                   "RLIMIT_FSIZE": self.max_file_mb << 20, "RLIMIT_NOFILE": self.max_open_files, "RLIMIT_CORE": 0,
-                   "RLIMIT_NPROC": self.max_processes + 2}  # + the zygote and the executor, same uid
+        limits = rlimits(execution, max_open_files=self.max_open_files, max_file_mb=self.max_file_mb,
+                         address_space=(execution.memory_mb + runtime_of(execution).reserve_mb) << 20,
+                         max_processes=self.max_processes + 2)  # + the zygote and the executor, same uid
         return {"files": prepared.files, "trusted_files": prepared.trusted_files, "argv": prepared.argv,
                 "env": prepared.env, "python": RUNTIMES["python"].path, "timeout_s": execution.timeout_s,
-                "rlimits": rlimits, "workspace_bytes": self.workspace_mb << 20, "tmp_bytes": self.tmp_mb << 20,
+                "rlimits": limits, "workspace_bytes": self.workspace_mb << 20, "tmp_bytes": self.tmp_mb << 20,
                 "shm_bytes": SHM_MB << 20}
 
     def memory_cap(self, execution: Execution) -> int:

@@ -213,25 +213,32 @@ def _tarinfo(name: str, kind: bytes, mode: int, uid: int, gid: int, mtime: float
     return info
 
 
-def prlimit_args(prlimit: str, execution: Execution, *, max_open_files: int, max_file_mb: int,
-                 address_space: int | None = None, max_processes: int | None = None) -> list[str]:
-    """``prlimit`` options that apply an execution's limits to the program it then executes.
+def rlimits(execution: Execution, *, max_open_files: int, max_file_mb: int, address_space: int | None = None,
+            max_processes: int | None = None) -> dict[str, tuple[int, int]]:
+    """An execution's per-process limits, ``resource`` name -> (soft, hard).
 
     CPU seconds follow the deadline (plus one), so a CPU-bound program is stopped by the kernel even if the
     wall-clock kill were late; there are no core dumps. ``address_space`` and ``max_processes`` are for backends
     without a memory cgroup or pid cgroup (bwrap).
 
+    >>> rlimits(Execution({}, ["x"], timeout_s=2.5), max_open_files=64, max_file_mb=1)
+    {'RLIMIT_CPU': (4, 5), 'RLIMIT_FSIZE': (1048576, 1048576), 'RLIMIT_NOFILE': (64, 64), 'RLIMIT_CORE': (0, 0)}
+    """
+    cpu = math.ceil(execution.timeout_s) + 1
+    limits = {"RLIMIT_AS": address_space, "RLIMIT_CPU": (cpu, cpu + 1), "RLIMIT_FSIZE": max_file_mb << 20,
+              "RLIMIT_NOFILE": max_open_files, "RLIMIT_CORE": 0, "RLIMIT_NPROC": max_processes}
+    return {name: value if isinstance(value, tuple) else (value, value) for name, value in limits.items()
+            if value is not None}
+
+
+def prlimit_args(prlimit: str, execution: Execution, **limits) -> list[str]:
+    """``prlimit`` options that apply an execution's ``rlimits`` (same keywords) to the program it then executes.
+
     >>> prlimit_args("/usr/bin/prlimit", Execution({}, ["x"], timeout_s=2.5), max_open_files=64, max_file_mb=1)
     ['/usr/bin/prlimit', '--cpu=4:5', '--fsize=1048576', '--nofile=64', '--core=0']
     """
-    cpu = math.ceil(execution.timeout_s) + 1
-    args = [prlimit, f"--cpu={cpu}:{cpu + 1}", f"--fsize={max_file_mb << 20}", f"--nofile={max_open_files}",
-            "--core=0"]
-    if address_space is not None:
-        args.insert(1, f"--as={address_space}")
-    if max_processes is not None:
-        args.append(f"--nproc={max_processes}")
-    return args
+    return [prlimit, *(f"--{name.removeprefix('RLIMIT_').lower()}={soft}" + (f":{hard}" if hard != soft else "")
+                       for name, (soft, hard) in rlimits(execution, **limits).items())]
 
 
 def memfd(name: str, data: bytes) -> int:

@@ -28,6 +28,7 @@ Example (what the host does, ``sandbox/warm.py``):
 """
 
 import ctypes
+import fcntl
 import json
 import os
 import resource
@@ -86,8 +87,8 @@ def write_tree(root, files, file_mode):
 def loopback_up():
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack("16sH14x", b"lo", 0)
-        flags = struct.unpack("16sH14x", __import__("fcntl").ioctl(sock, SIOCGIFFLAGS, request))[1]
-        __import__("fcntl").ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
 def build_namespaces(req):
@@ -125,8 +126,9 @@ def drop_privileges(seccomp_filter):
 
 
 def set_limits(limits):
-    for name, value in limits.items():
-        resource.setrlimit(getattr(resource, name), (value, value))
+    """``limits``: resource name -> [soft, hard] (``sandbox.workspace.rlimits``)."""
+    for name, (soft, hard) in limits.items():
+        resource.setrlimit(getattr(resource, name), (soft, hard))
 
 
 def become_program(req, stdio, error_w, seccomp_filter):

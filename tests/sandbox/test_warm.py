@@ -167,3 +167,13 @@ def test_no_execution_finds_another_in_its_own_memory():
         assert later.stdout == "0\n", later
         own = box.run(py(scan.replace("print(found)", "print(found > 0)"), trusted_files={"t/x": secret}))
         assert own.stdout == "False\n", own  # its own trusted files are not in its memory either
+
+
+def test_per_process_limits_are_those_of_bwrap():
+    """Both bwrap backends take their rlimits from ``workspace.rlimits``: the same numbers inside."""
+    code = ("import resource as r\nprint([r.getrlimit(getattr(r, n)) for n in ('RLIMIT_AS', 'RLIMIT_CPU', "
+            "'RLIMIT_NOFILE', 'RLIMIT_CORE', 'RLIMIT_FSIZE')])\n")
+    with WarmBwrapSandbox(slots=1) as box:
+        warm = box.run(py(code, memory_mb=300, timeout_s=4))
+    assert warm.stdout == make_sandbox("bwrap").run(py(code, memory_mb=300, timeout_s=4)).stdout != "", warm
+    assert "(5, 6)" in warm.stdout  # CPU seconds: the deadline plus one, hard one more
