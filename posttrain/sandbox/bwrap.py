@@ -206,11 +206,9 @@ class BwrapSandbox(SandboxBackend):
     def spawn(self, execution: Execution, layout: list[str], fds: list[int], t0: float,
               stdin: bytes | None = None, track: set | None = None) -> RawRun:
         """Start bwrap, feed stdin, capture (capped) stdout, stderr and bwrap's status, enforce the deadline."""
-        runtime = runtime_of(execution)
-        if not os.access(runtime.path, os.X_OK):
+        if missing := runtime_missing(execution):
             return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
-                          infra_error=f"runtime {execution.runtime!r}: {runtime.path} is not installed on this host",
-                          extra={"backend": self.name})
+                          infra_error=missing, extra={"backend": self.name})
         fds = list(fds)
         own_fds: list[int] = []
         try:
@@ -344,6 +342,14 @@ def _tree_args(root: str, files: list[tuple[str, str]], fds: list[int], dir_perm
         fds.append(memfd("file", content.encode("utf-8")))
         args += ["--perms", file_perms, "--file", str(fds[-1]), f"{root}/{name}"]
     return args
+
+
+def runtime_missing(execution: Execution) -> str:
+    """Why the execution's interpreter cannot run on this host (its binds come from the host's /usr); "" if it can."""
+    runtime = runtime_of(execution)
+    if os.access(runtime.path, os.X_OK):
+        return ""
+    return f"runtime {execution.runtime!r}: {runtime.path} is not installed on this host"
 
 
 def _kill_sandbox(proc: subprocess.Popen, status: CappedBuffer, wait: bool = True) -> None:

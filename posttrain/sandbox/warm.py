@@ -48,7 +48,7 @@ from concurrent.futures import Future
 from posttrain import trusted
 from posttrain.sandbox import cgroup
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxStartError
-from posttrain.sandbox.bwrap import CHILD_PID, SHM_MB, BwrapSandbox, _ms_since
+from posttrain.sandbox.bwrap import CHILD_PID, SHM_MB, BwrapSandbox, _kill_group, _ms_since, runtime_missing
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
 from posttrain.sandbox.workspace import BASE_ENV, RUNTIMES, TRUSTED_DIR, WORKDIR, memfd, rlimits, runtime_of
 
@@ -83,9 +83,8 @@ class WarmBwrapSandbox(BwrapSandbox):
         self._spawner: _Spawner | None = None
 
     def _run(self, execution: Execution, prepared: Prepared, t0: float) -> ExecutionResult:
-        runtime = runtime_of(execution)
-        if not os.access(runtime.path, os.X_OK):
-            return self._infra(f"runtime {execution.runtime!r}: {runtime.path} is not installed on this host", t0)
+        if missing := runtime_missing(execution):
+            return self._infra(missing, t0)
         try:
             slot = self._acquire()
         except (OSError, SandboxStartError) as exc:
@@ -351,10 +350,8 @@ def _child_pid(status_r: int, proc: subprocess.Popen) -> int:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """SIGKILL the slot's bwrap process group and wait for it (a bounded wait: logged if it outlives it)."""
+    _kill_group(proc)
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
