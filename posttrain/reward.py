@@ -77,8 +77,17 @@ def learnable_fraction(scored: pd.DataFrame) -> float:
     """
     if not len(scored):
         return 0.0
-    distinct = trainable_rows(scored).groupby("group_id")["reward"].nunique()
-    return float((distinct > 1).sum() / scored["group_id"].nunique())
+    return float((distinct_rewards(scored) > 1).sum() / scored["group_id"].nunique())
+
+
+def distinct_rewards(scored: pd.DataFrame) -> pd.Series:
+    """Per group id, how many different rewards its usable rows (no infra error) have; groups without one are absent.
+
+    >>> distinct_rewards(pd.DataFrame({"group_id": ["a", "a", "b"], "reward": [1.0, 0.0, 0.0],
+    ...                                "infra_error": ["", "", "gone"]})).to_dict()
+    {'a': 2}
+    """
+    return trainable_rows(scored).groupby("group_id")["reward"].nunique()
 
 
 def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0) -> RewardStats:

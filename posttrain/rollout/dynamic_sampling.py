@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from posttrain.config import RolloutConfig
-from posttrain.reward import trainable_rows
+from posttrain.reward import distinct_rewards
 from posttrain.rollout.collect import iteration_seed
 
 LEARNABLE, ZERO_VARIANCE, NO_USABLE_SAMPLE = "learnable", "zero_variance", "no_usable_sample"
@@ -56,7 +56,7 @@ def group_signal(scored: pd.DataFrame) -> dict[str, str]:
     ...                            "infra_error": ["", "", "sandbox did not start"]}))
     {'g': 'zero_variance', 'h': 'no_usable_sample'}
     """
-    distinct = trainable_rows(scored).groupby("group_id")["reward"].nunique()
+    distinct = distinct_rewards(scored)
     return {group: NO_USABLE_SAMPLE if group not in distinct.index
             else LEARNABLE if distinct[group] > 1 else ZERO_VARIANCE
             for group in pd.unique(scored["group_id"])}
