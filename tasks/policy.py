@@ -11,8 +11,14 @@ from posttrain.config import default_policy_dir
 from posttrain.training.checkpoints import check_policy_dir, dir_digest
 from tasks.resources import stage
 
-# Policies are content-addressed, so cached downstream tasks re-run exactly when the weights change.
-PolicyDir = Annotated[FlyteDirectory, HashMethod(lambda d: dir_digest(d.path))]
+# Policies are content-addressed, so cached downstream tasks re-run exactly when the weights change (hashed after
+# download: a remote directory's local path is empty until then).
+def policy_digest(policy: FlyteDirectory) -> str:
+    """The content digest of a policy directory (a named function: the data-parallel update pickles its inputs)."""
+    return dir_digest(policy.download())
+
+
+PolicyDir = Annotated[FlyteDirectory, HashMethod(policy_digest)]
 
 
 @task(**stage("policy"))

@@ -96,3 +96,34 @@ def accumulation_weights(masks: Sequence[Tensor], mode: str) -> list[float]:
         raise ValueError(f"TrainConfig.loss_aggregation: no accumulation weights for {mode!r}")
     total = sum(counts)
     return [count / total for count in counts]
+
+
+def shard_steps(num_micros: int, per_step: int, world_size: int) -> list[list[list[int]]]:
+    """The optimizer steps of a data-parallel update: ``[step][rank]`` -> the micro batch indices that rank runs.
+
+    Each step takes the next ``per_step * world_size`` micro batches (``per_step``: gradient accumulation steps)
+    and deals them round robin, so one process with ``per_step * world_size`` accumulation steps takes exactly the
+    same steps. In the last step some ranks may get fewer; ``lockstep`` pads them.
+
+    >>> shard_steps(5, 1, 2)
+    [[[0], [1]], [[2], [3]], [[4], []]]
+    >>> shard_steps(5, 2, 1)
+    [[[0, 1]], [[2, 3]], [[4]]]
+    """
+    width = per_step * world_size
+    return [[list(range(lo, min(lo + width, num_micros)))[rank::world_size] for rank in range(world_size)]
+            for lo in range(0, num_micros, width)]
+
+
+def lockstep(shards: Sequence[Sequence[int]], rank: int) -> list[tuple[int, bool]]:
+    """``rank``'s ``(micro index, real)`` passes in one step, padded to the busiest rank's count with passes that
+    repeat the step's first micro batch and count for nothing (``real`` False): every rank runs as many forward
+    and backward passes as the others, as ZeRO's collectives need.
+
+    >>> lockstep([[4], []], 1)
+    [(4, False)]
+    """
+    passes = max(len(shard) for shard in shards)
+    first = next(shard[0] for shard in shards if shard)
+    own = [(index, True) for index in shards[rank]]
+    return own + [(first, False)] * (passes - len(own))

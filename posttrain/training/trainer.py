@@ -52,8 +52,8 @@ from posttrain.config import TrainConfig
 from posttrain.training.algorithms import aggregate, check_aggregation, get_policy_loss
 from posttrain.training.algorithms.objective import per_token_objective
 from posttrain.training.algorithms.tis import behavior_mismatch
-from posttrain.training.batching import Batch, accumulation_weights, pad_batch
-from posttrain.training.checkpoints import POLICY_META, load_train_state, save_train_state
+from posttrain.training.batching import Batch, accumulation_weights, lockstep, pad_batch, shard_steps
+from posttrain.training.checkpoints import POLICY_META, load_train_state, read_state_meta, save_train_state
 from posttrain.training.logprobs import completion_values, place_completion_values, token_entropy, token_logprobs
 
 if TYPE_CHECKING:  # the trainer reads TrainSample's fields; samples.py (pandas, the reward stage) is not imported
@@ -130,6 +130,18 @@ def _init_distributed() -> None:
     deepspeed.init_distributed(dist_backend="gloo" if not torch.cuda.is_available() else "nccl")
 
 
+def rank0_path(path: str | os.PathLike) -> Path:
+    """``path`` as rank 0 of the process group has it (each data-parallel rank may have its own working directory;
+    a checkpoint is written to one place: rank 0's, on a node all ranks share). ``path`` itself with one rank."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return Path(path)
+    agreed = [str(path)]
+    dist.broadcast_object_list(agreed, src=0)
+    return Path(agreed[0])
+
+
 class PolicyTrainer:
     """A DeepSpeed engine around one policy; ``train_on`` is one RL update, ``save`` writes the next version."""
 
@@ -144,6 +156,9 @@ class PolicyTrainer:
         if cfg.kl_coef and reference_dir is None:
             raise ValueError("TrainConfig.kl_coef > 0 needs reference_dir: the frozen reference (the initial policy)")
         self.policy_dir = Path(policy_dir)
+        self.reference_dir = str(reference_dir) if reference_dir is not None else None
+        self.last_saved_state: dict[str, Any] | None = None  # the state meta ``save`` wrote last (single rank)
+        self._saved_client_state: dict[str, Any] = {}
         torch.manual_seed(cfg.seed)
         _init_distributed()
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_dir)
@@ -228,15 +243,19 @@ class PolicyTrainer:
 
         Groups whose advantages are all zero are skipped (and counted). The rest are scored once without gradient
         (``_score_before_update``); then each epoch shuffles them into micro batches and takes one optimizer
-        step per ``grad_accum_steps`` of them (the last step of an epoch may have fewer). A step's stats are its
-        micro batches' stats, weighted as their losses are. Stats stay device tensors until the update ends, so no
-        micro step waits on the device to report them.
+        step per ``grad_accum_steps`` of them per rank (the last step of an epoch may have fewer). Under data
+        parallelism every rank gets all samples, shuffles them alike and runs its own share of each step's micro
+        batches (``batching.shard_steps``), so W ranks with A accumulation steps take the steps one process takes
+        with W * A. A step's stats are its micro batches' stats, weighted as their losses are, summed over ranks.
+        Stats stay device tensors until the update ends, so no micro step waits on the device to report them.
         """
         start = time.perf_counter()
         live = {s.group_id for s in samples if s.advantage != 0.0}
         keep = [i for i, s in enumerate(samples) if s.group_id in live]
         before = self._score_before_update(samples, keep)
+        world, rank = self.engine.world_size, self.engine.global_rank
         sums: dict[str, torch.Tensor] = {}
+        grad_norms = 0.0
         steps = num_tokens = 0
         self.engine.train()
         for _ in range(self.cfg.epochs):
@@ -247,21 +266,27 @@ class PolicyTrainer:
             micros = [order[lo : lo + size] for lo in range(0, len(order), size)]
             batches = [(micro, self._batch([samples[i] for i in micro])) for micro in micros]
             batches = [(micro, batch) for micro, batch in batches if batch.num_tokens]
-            for lo in range(0, len(batches), self.cfg.grad_accum_steps):
-                window = batches[lo : lo + self.cfg.grad_accum_steps]
-                weights = accumulation_weights([batch.mask for _, batch in window], self.cfg.loss_aggregation)
-                for j, ((micro, batch), weight) in enumerate(zip(window, weights)):
+            for shards in shard_steps(len(batches), self.cfg.grad_accum_steps, world):
+                window = [index for shard in shards for index in shard]
+                weights = dict(zip(window, accumulation_weights([batches[i][1].mask for i in window],
+                                                                self.cfg.loss_aggregation)))
+                passes = lockstep(shards, rank)
+                for j, (index, real) in enumerate(passes):
+                    micro, batch = batches[index]
+                    weight = weights[index] if real else 0.0
                     old = place_completion_values([before.old[i] for i in micro], batch.mask)  # [B, L-1]
                     ref = None if self.reference is None else \
                         place_completion_values([before.reference[i] for i in micro], batch.mask)
-                    for key, value in self._micro_step(batch, old, ref, weight, j == len(window) - 1).items():
+                    # DeepSpeed averages gradients over the W ranks: a loss scaled by W sums them instead
+                    stats = self._micro_step(batch, old, ref, weight * world, j == len(passes) - 1)
+                    for key, value in stats.items():
                         sums[key] = sums.get(key, 0.0) + weight * value.double()  # float64, as Python floats
-                    num_tokens += batch.num_tokens
+                    num_tokens += batch.num_tokens if real else 0
                 grad_norm = self.engine.get_global_grad_norm()  # None for fp32 without ZeRO: reported as nan
-                grad_norm = torch.as_tensor(float("nan") if grad_norm is None else grad_norm, dtype=torch.float64)
-                sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
+                grad_norms += torch.as_tensor(float("nan") if grad_norm is None else grad_norm, dtype=torch.float64)
                 steps += 1
-        means = {key: float(total) / steps for key, total in sums.items()}
+        sums, num_tokens = self._sum_over_ranks(sums, num_tokens)
+        means = {key: float(total) / steps for key, total in {**sums, "grad_norm": grad_norms}.items()} if steps else {}
         unreported = float("nan") if steps else 0.0
         return TrainStats(loss=means.get("loss", 0.0), clip_fraction=means.get("clip_fraction", unreported),
                           approx_kl=means.get("approx_kl", unreported), grad_norm=means.get("grad_norm", 0.0),
@@ -270,6 +295,18 @@ class PolicyTrainer:
                           skipped_samples=(len(samples) - len(keep)) * self.cfg.epochs,
                           entropy=means.get("entropy", unreported), kl=means.get("kl", unreported),
                           behavior_kl=before.behavior_kl)
+
+    def _sum_over_ranks(self, sums: dict[str, torch.Tensor], num_tokens: int) -> tuple[dict[str, torch.Tensor], int]:
+        """Each rank's weighted stat sums and token count, summed over the data-parallel ranks (as is for one)."""
+        if self.engine.world_size == 1:
+            return sums, num_tokens
+        import torch.distributed as dist
+
+        keys = sorted(sums)
+        values = [torch.as_tensor(sums[key], dtype=torch.float64, device=self.engine.device) for key in keys]
+        total = torch.stack(values + [torch.tensor(float(num_tokens), dtype=torch.float64, device=self.engine.device)])
+        dist.all_reduce(total)
+        return dict(zip(keys, total[:-1])), int(total[-1].item())
 
     def _batch(self, micro: Sequence[TrainSample]) -> Batch:
         return pad_batch([(s.prompt_token_ids, s.completion_token_ids, s.behavior_logprobs) for s in micro],
@@ -286,25 +323,44 @@ class PolicyTrainer:
         """The trainer's (and the reference's) log-probs of the kept samples' completion tokens, before any step.
 
         One forward per micro batch and model, in eval mode, without gradient; the samples are stored per index so
-        that every shuffled micro batch of every epoch reuses them.
+        that every shuffled micro batch of every epoch reuses them. Under data parallelism each rank scores its
+        share of the micro batches (in lockstep) and the ranks exchange the results.
         """
-        device = self.engine.device
+        device, world = self.engine.device, self.engine.world_size
         old: dict[int, torch.Tensor] = {}
         reference: dict[int, torch.Tensor] = {}
         mismatch, tokens = torch.zeros((), dtype=torch.float64, device=device), 0
         self.engine.eval()
-        for lo in range(0, len(keep), self.cfg.micro_batch_size):
-            micro = keep[lo : lo + self.cfg.micro_batch_size]
-            batch = self._batch([samples[i] for i in micro])
+        micros = [keep[lo : lo + self.cfg.micro_batch_size] for lo in range(0, len(keep), self.cfg.micro_batch_size)]
+        shards = [list(range(len(micros)))[rank::world] for rank in range(world)]
+        for index, real in lockstep(shards, self.engine.global_rank) if micros else []:
+            batch = self._batch([samples[i] for i in micros[index]])
             targets, mask = batch.targets.to(device), batch.mask.to(device)  # [B, L-1]
             logprobs = token_logprobs(self._logits(self.engine, batch), targets)  # [B, L-1]
-            old.update(zip(micro, completion_values(logprobs, mask)))
-            if self.reference is not None:
-                ref = token_logprobs(self._logits(self.reference, batch), targets)  # [B, L-1]
-                reference.update(zip(micro, completion_values(ref, mask)))
+            ref = None if self.reference is None else token_logprobs(self._logits(self.reference, batch), targets)
+            if not real:
+                continue
+            old.update(zip(micros[index], completion_values(logprobs, mask)))
+            if ref is not None:
+                reference.update(zip(micros[index], completion_values(ref, mask)))
             mismatch += behavior_mismatch(logprobs, batch.behavior_logprobs.to(device), mask).sum().double()
             tokens += batch.num_tokens
+        if world > 1:
+            old, reference, mismatch, tokens = self._gather_scores(old, reference, float(mismatch), tokens)
         return PreUpdate(old, reference, float(mismatch) / tokens if tokens else 0.0)
+
+    @staticmethod
+    def _gather_scores(old: dict[int, torch.Tensor], reference: dict[int, torch.Tensor], mismatch: float,
+                       tokens: int) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor], float, int]:
+        """Every rank's pre-update scores joined on every rank (any rank may train on any sample in an epoch)."""
+        import torch.distributed as dist
+
+        parts: list[Any] = [None] * dist.get_world_size()
+        mine = ({i: t.cpu() for i, t in old.items()}, {i: t.cpu() for i, t in reference.items()}, mismatch, tokens)
+        dist.all_gather_object(parts, mine)
+        joined_old = {i: t for part in parts for i, t in part[0].items()}
+        joined_ref = {i: t for part in parts for i, t in part[1].items()}
+        return joined_old, joined_ref, sum(part[2] for part in parts), sum(part[3] for part in parts)
 
     def _micro_step(self, batch: Batch, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None,
                     weight: float, boundary: bool) -> dict[str, torch.Tensor]:
@@ -359,8 +415,15 @@ class PolicyTrainer:
             import torch.distributed as dist
 
             dist.barrier()  # the weights are on disk before the state records their digest
-            save_train_state(self.engine, out, self._state_settings(), self._client_state())
+            self._saved_client_state = self._client_state()
+            save_train_state(self.engine, out, self._state_settings(), self._saved_client_state)
+            self.last_saved_state = read_state_meta(out) if self.engine.world_size == 1 else None
         return out
+
+    def resume_from_memory(self) -> None:
+        """Continue after ``save`` as a trainer rebuilt from that version would: the optimizer, schedule and
+        weights are already the saved ones; put back the random state saved with them (``training.live``)."""
+        self._restore_client_state(self._saved_client_state)
 
     def close(self) -> None:
         """Release the engine (optimizer state, ZeRO buffers, hooks); the trainer is unusable afterwards."""

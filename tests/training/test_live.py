@@ -1,0 +1,65 @@
+"""The live trainer continues from memory exactly where a trainer rebuilt from the saved version would."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from posttrain.config import TrainConfig
+from posttrain.training import live
+from posttrain.training.trainer import PolicyTrainer
+from tests.training.test_checkpoints import _master_weights, _optimizer_state, _samples
+
+pytestmark = pytest.mark.integration
+
+CFG = TrainConfig(micro_batch_size=4, learning_rate=1e-3, lr_warmup_steps=4)
+
+
+@pytest.fixture(autouse=True)
+def _no_live_trainer_left():
+    live.shutdown()
+    yield
+    live.shutdown()
+
+
+def test_the_next_update_reuses_the_trainer_and_ends_where_a_rebuilt_one_ends(tiny_policy, tmp_path):
+    first = live.acquire(tiny_policy, CFG)
+    first.train_on(_samples(0))
+    v1 = first.save(tmp_path / "live-v1", metadata={"version": 1})
+    torch.rand(7)  # other work in the process moves the global RNG between updates
+    second = live.acquire(v1, CFG)
+    assert second is first
+    from_memory = _optimizer_state(second)
+    second.train_on(_samples(1))
+    live_weights = _master_weights(second)
+
+    rebuilt = PolicyTrainer(v1, CFG)
+    try:
+        from_disk = _optimizer_state(rebuilt)
+        rebuilt.train_on(_samples(1))
+        rebuilt_weights = _master_weights(rebuilt)
+    finally:
+        rebuilt.close()
+    assert torch.equal(from_memory["rng"], from_disk["rng"]) and from_memory["epoch_seed"] == from_disk["epoch_seed"]
+    assert from_memory["global_steps"] == from_disk["global_steps"] == 2
+    assert all(torch.equal(w, rebuilt_weights[n]) for n, w in live_weights.items())
+
+
+def test_any_other_start_builds_a_new_trainer(tiny_policy, tmp_path):
+    first = live.acquire(tiny_policy, CFG)
+    assert live.acquire(tiny_policy, CFG) is not first  # v0 was not saved by it: rebuilt from disk
+    second = live.acquire(tiny_policy, CFG)
+    v1 = second.save(tmp_path / "v1")
+    assert live.acquire(v1, dataclasses.replace(CFG, learning_rate=2e-3)) is not second  # other settings
+    third = live.acquire(tiny_policy, CFG)
+    v1 = third.save(tmp_path / "v1-again")
+    assert live.acquire(v1, dataclasses.replace(CFG, carry_train_state=False)) is not third
+
+
+def test_a_discarded_trainer_is_not_reused(tiny_policy, tmp_path):
+    trainer = live.acquire(tiny_policy, CFG)
+    v1 = trainer.save(tmp_path / "v1")
+    live.discard(trainer)
+    assert live.acquire(v1, CFG) is not trainer
