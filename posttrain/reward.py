@@ -38,6 +38,7 @@ class RewardStats:
     learnable_fraction: float = 0.0  # groups whose rewards differ: all that GRPO learns from
     wall_s: float = 0.0  # the whole stage: every verification, host side included
     verifications_per_s: float = 0.0  # samples / wall_s
+    sandbox_runs: int = 0  # distinct (env, completion) pairs: what the sandboxes ran when copies are verified once
 
 
 def percentile(values, q: float) -> float:
@@ -50,11 +51,20 @@ def trainable_rows(scored: pd.DataFrame) -> pd.DataFrame:
 
 
 def score(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: Sandbox, cfg: SandboxConfig) -> pd.DataFrame:
-    """Verify each completion against its env; returns the Scored table (same row order)."""
-    specs = [envs[env_id] for env_id in trajectories["env_id"]]
-    pairs = [(spec, get_verifier(spec.verifier_kind).extract_solution(completion))
-             for spec, completion in zip(specs, trajectories["completion"])]
-    verdicts = verify_many(pairs, sandbox, cfg)
+    """Verify each completion against its env; returns the Scored table (same row order).
+
+    With ``cfg.verify_duplicates_once`` a completion sampled several times for one env is verified in one sandbox
+    and its verdict given to every copy (``first_copies``): admission's reproducibility check admits only envs whose
+    verdict does not change between runs, and a sharpening policy repeats itself (a third of the demo's samples at
+    temperature 0.6 are copies).
+    """
+    keys = list(zip(trajectories["env_id"], trajectories["completion"]))
+    first = first_copies(keys) if cfg.verify_duplicates_once else list(range(len(keys)))
+    distinct = sorted(set(first))
+    pairs = [(envs[keys[i][0]], get_verifier(envs[keys[i][0]].verifier_kind).extract_solution(keys[i][1]))
+             for i in distinct]
+    by_row = dict(zip(distinct, verify_many(pairs, sandbox, cfg)))
+    verdicts = [by_row[i] for i in first]
     scored = trajectories.copy()
     scored["reward"] = [float(v.reward) for v in verdicts]
     scored["compiled"] = [bool(v.compiled) for v in verdicts]
@@ -65,6 +75,16 @@ def score(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: Sandbox
     scored["infra_error"] = [v.infra_error or "" for v in verdicts]
     scored["sandbox_ms"] = [float(v.sandbox_ms) for v in verdicts]
     return Scored.validate(scored)
+
+
+def first_copies(keys: list) -> list[int]:
+    """For each key, the index of its first occurrence.
+
+    >>> first_copies([("e1", "a"), ("e1", "b"), ("e1", "a"), ("e2", "a")])
+    [0, 1, 0, 3]
+    """
+    seen: dict = {}
+    return [seen.setdefault(key, index) for index, key in enumerate(keys)]
 
 
 def learnable_fraction(scored: pd.DataFrame) -> float:
@@ -104,4 +124,5 @@ def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0) -> RewardStats:
         learnable_fraction=learnable_fraction(usable),
         wall_s=wall_s,
         verifications_per_s=len(scored) / wall_s if wall_s > 0 else 0.0,
+        sandbox_runs=int(len(scored[["env_id", "completion"]].drop_duplicates())),
     )

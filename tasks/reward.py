@@ -8,7 +8,6 @@ from typing import NamedTuple
 
 import pandas as pd
 from flytekit import task
-from pandera.typing import DataFrame
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.table import envs_from_table
@@ -17,14 +16,15 @@ from posttrain.rollout.collect import RolloutStats, combine_stats
 from posttrain.sandbox import make_sandbox
 from posttrain.schemas import Envs, Scored, Trajectories
 from tasks.resources import CACHE_VERSION, stage
+from tasks.tables import Table
 
-Reward = NamedTuple("Reward", [("scored", DataFrame[Scored]), ("stats", RewardStats)])
-Rounds = NamedTuple("Rounds", [("scored", DataFrame[Scored]), ("rollout_stats", RolloutStats),
+Reward = NamedTuple("Reward", [("scored", Table[Scored]), ("stats", RewardStats)])
+Rounds = NamedTuple("Rounds", [("scored", Table[Scored]), ("rollout_stats", RolloutStats),
                                ("reward_stats", RewardStats)])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
-def reward(trajectories: DataFrame[Trajectories], envs: DataFrame[Envs], sandbox: SandboxConfig) -> Reward:
+def reward(trajectories: Table[Trajectories], envs: Table[Envs], sandbox: SandboxConfig) -> Reward:
     started = time.perf_counter()
     box = make_sandbox(sandbox)
     try:
@@ -35,8 +35,8 @@ def reward(trajectories: DataFrame[Trajectories], envs: DataFrame[Envs], sandbox
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("track"))
-def add_round(so_far: DataFrame[Scored], so_far_rollout: RolloutStats, so_far_reward: RewardStats,
-              more: DataFrame[Scored], more_rollout: RolloutStats, more_reward: RewardStats) -> Rounds:
+def add_round(so_far: Table[Scored], so_far_rollout: RolloutStats, so_far_reward: RewardStats,
+              more: Table[Scored], more_rollout: RolloutStats, more_reward: RewardStats) -> Rounds:
     """The iteration's rollout so far plus one refill round (``more``): one Scored table, the rollout stats combined,
     the reward stats recomputed over every row (the stage times added up)."""
     joined = Scored.validate(pd.concat([so_far, more], ignore_index=True))
