@@ -162,6 +162,58 @@ class TrainRows(Scored):
         return df["advantage"].isna() == (df["infra_error"] != "")
 
 
+class AgentTrajectories(Trajectories):
+    """Agent episodes (``posttrain.agent``): one row per context window of an episode (a window closes when the
+    context budget compresses old observations). ``completion_token_ids`` holds model tokens and masked template /
+    observation tokens; ``loss_mask`` (JSON list, one 0/1 per completion token) marks the model's; masked tokens
+    carry a behavior logprob of 0.0."""
+
+    window: Series[int] = pa.Field(ge=0)
+    loss_mask: Series[str]
+
+    @pa.dataframe_check
+    def one_mask_bit_per_completion_token(cls, df):
+        return df.apply(lambda r: len(json.loads(r["completion_token_ids"])) == len(json.loads(r["loss_mask"]))
+                        and set(json.loads(r["loss_mask"])) <= {0, 1}, axis=1)
+
+
+class AgentScored(AgentTrajectories, Scored):
+    """Agent episodes with the verifier's verdict on their final workspace (every window of an episode carries its
+    episode's). ``reward`` = ``verifier_reward`` plus the shaping terms, clipped to [0, 1]; ``shaping`` (JSON object,
+    term name -> value) logs each term separately."""
+
+    verifier_reward: Series[float] = pa.Field(ge=0.0, le=1.0)
+    shaping: Series[str]
+
+
+class Steps(pa.DataFrameModel):
+    """One row per tool call of an agent episode, linked to its ``AgentTrajectories`` rows by (group_id,
+    sample_idx). ``tool`` is "" for a turn without a call; ``error`` says why a call was rejected."""
+
+    env_id: Series[str]
+    group_id: Series[str]
+    sample_idx: Series[int] = pa.Field(ge=0)
+    policy_version: Series[int] = pa.Field(ge=0)
+    step: Series[int] = pa.Field(ge=0)  # index of the call in the episode
+    turn: Series[int] = pa.Field(ge=0)
+    tool: Series[str]
+    arguments: Series[str]  # JSON object
+    ok: Series[bool]
+    exit_code: Series[int]  # -1 when no program ran or it was killed
+    error: Series[str]
+    infra_error: Series[str]
+    duration_ms: Series[float] = pa.Field(ge=0.0)
+    tokens_in: Series[int] = pa.Field(ge=0)  # prompt tokens the engine received for this turn
+    tokens_cached: Series[int] = pa.Field(ge=0)  # of those, served by the engine's prefix cache
+    tokens_out: Series[int] = pa.Field(ge=0)  # model tokens of this turn
+    observation_bytes: Series[int] = pa.Field(ge=0)
+    compressed_at_turn: Series[int] = pa.Field(ge=-1)  # turn at which the observation became a summary; -1: never
+
+    class Config:
+        strict = True
+        coerce = True
+
+
 ADMISSION_STATUSES = ("pass", "fail", "infra", "skipped", "not_applicable", "reported")
 
 

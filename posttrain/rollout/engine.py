@@ -5,6 +5,9 @@ log-probability of every sampled token (needed for the PPO importance ratio). ``
 policy version into the running engine (~20 ms, vs ~30 s for a start); ``posttrain.rollout.live`` keeps one engine
 per process and decides between a swap and a restart.
 
+``generate_ids`` takes prompts as token ids (vLLM ``TokensPrompt``), so a multi-turn agent (``posttrain.agent``)
+sends exactly the tokens it records, never a re-tokenization of decoded text; ``TokenRolloutEngine`` is its protocol.
+
 Sampling is seeded per request: ``generate(..., seed=s)`` gives prompt i's sample j the seed ``s + i * n + j``, so
 the same call gives the same samples whatever the engine served before and however its steps are batched. On CPU
 the engine runs without chunked prefill: vLLM 0.32's CPU sampler crashes ("CPU Generator does not use offset") when
@@ -27,10 +30,11 @@ import hashlib
 import json
 import math
 import os
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Iterator, Protocol, Sequence
 
 from posttrain.config import RolloutConfig
 from posttrain.rollout import vllm_plugin
@@ -45,6 +49,7 @@ class Sample:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    cached_tokens: int = 0  # prompt tokens the engine's prefix cache served (vLLM ``num_cached_tokens``)
 
 
 class RolloutEngine(Protocol):
@@ -55,6 +60,15 @@ class RolloutEngine(Protocol):
         """Return, for each prompt, a group of ``n`` samples (the same ones again for the same ``seed``)."""
 
     def close(self) -> None: ...
+
+
+class TokenRolloutEngine(RolloutEngine, Protocol):
+    """An engine that also takes prompts as token ids (multi-turn agents: never a re-tokenization of text)."""
+
+    def generate_ids(self, prompts: list[list[int]], n: int, temperature: float, max_tokens: int | list[int],
+                     top_p: float = 1.0, seed: int | None = None, stop: Sequence[str] = ()) -> list[list[Sample]]:
+        """Like ``generate``, for prompts given as token ids; ``max_tokens`` may be one per prompt; generation also
+        ends at any string of ``stop``, which stays in the output (text and token ids)."""
 
 
 class VLLMEngine:
@@ -89,17 +103,33 @@ class VLLMEngine:
                 enable_chunked_prefill=False if current_platform.is_cpu() else None,  # seeded sampling, see above
                 seed=cfg.seed if seed is None else seed,
                 worker_extension_cls=f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}",
+                use_tqdm_on_load=sys.stderr.isatty(),  # a bar's redraws would each be a line in a log
             )
 
     def generate(self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
                  seed: int | None = None) -> list[list[Sample]]:
+        return self._generate(list(prompts), n, temperature, max_tokens, top_p, seed)
+
+    def generate_ids(self, prompts: list[list[int]], n: int, temperature: float, max_tokens: int | list[int],
+                     top_p: float = 1.0, seed: int | None = None, stop: Sequence[str] = ()) -> list[list[Sample]]:
+        """``generate`` for token-id prompts (vLLM ``TokensPrompt``: the engine sees exactly these ids)."""
+        from vllm.inputs import TokensPrompt
+
+        return self._generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts], n, temperature,
+                              max_tokens, top_p, seed, stop)
+
+    def _generate(self, prompts: list, n: int, temperature: float, max_tokens: int | list[int], top_p: float,
+                  seed: int | None, stop: Sequence[str] = ()) -> list[list[Sample]]:
         from vllm import SamplingParams
 
         def request(i: int) -> SamplingParams:
-            return SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0,
+            return SamplingParams(n=n, temperature=temperature, top_p=top_p, logprobs=0,
+                                  max_tokens=max_tokens[i] if isinstance(max_tokens, list) else max_tokens,
+                                  stop=list(stop) or None, include_stop_str_in_output=bool(stop),
                                   seed=None if seed is None else seed + i * n)  # vLLM gives sample j seed + j
 
-        sampling = request(0) if seed is None else [request(i) for i in range(len(prompts))]
+        uniform = seed is None and not isinstance(max_tokens, list)
+        sampling = request(0) if uniform else [request(i) for i in range(len(prompts))]
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
         return [[_to_sample(out, choice) for choice in out.outputs] for out in outputs]
 
@@ -187,6 +217,7 @@ def _to_sample(request_output, choice) -> Sample:
         token_ids=token_ids,
         logprobs=logprobs,
         finish_reason=str(choice.finish_reason or "unknown"),
+        cached_tokens=int(getattr(request_output, "num_cached_tokens", None) or 0),
     )
 
 

@@ -1,0 +1,69 @@
+"""Benchmark: oracle and no-op agent episodes on the whole generated ``agent_repo`` suite, in real sandbox sessions.
+
+Every env runs one episode per policy, all episodes of a policy advancing together (one batched turn, tool calls
+concurrent); the final workspaces are scored by the envs' own verifier. Reports the oracle's solve rate (target:
+1.0; it is admission's solvability probe), the no-op's (target: 0.0), agent steps/s (tool calls executed per second
+of episode wall time) and the wall time of each phase. The policies are scripted (no model), so this measures the
+episode loop and the sandbox sessions.
+
+    python benchmarks/agent_oracle.py                   # warm bwrap
+    python benchmarks/agent_oracle.py --backend docker
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from transformers import AutoTokenizer
+
+from posttrain.agent.envs import score_final_workspaces, task_of
+from posttrain.agent.runner import run_episodes
+from posttrain.agent.scripted import ScriptedPolicy, noop_policy
+from posttrain.agent.template import ChatFormat
+from posttrain.agent.tools import tool_specs
+from posttrain.config import AgentConfig, DockerPoolConfig, SandboxConfig, default_policy_dir
+from posttrain.envs.generators.agent_repo import oracle, specs
+from posttrain.sandbox import make_sandbox
+
+
+def measure(policy, fmt, envs, box, cfg: AgentConfig) -> dict:
+    sessions = [box.session(timeout_s=cfg.tool_timeout_s) for _ in envs]
+    try:
+        t0 = time.perf_counter()
+        episodes = run_episodes(policy, fmt, [task_of(e) for e in envs], sessions, cfg, max_context=4096)
+        t1 = time.perf_counter()
+        verdicts = score_final_workspaces(envs, sessions, box, SandboxConfig())
+        t2 = time.perf_counter()
+    finally:
+        for s in sessions:
+            s.close()
+    steps = sum(len(e.steps) for e in episodes)
+    return {"envs": len(envs), "solve_rate": sum(v.passed for v in verdicts) / len(envs),
+            "infra_errors": sum(bool(v.infra_error) for v in verdicts), "tool_calls": steps,
+            "turns": sum(len(e.turns) for e in episodes), "episode_wall_s": round(t1 - t0, 2),
+            "agent_steps_per_s": round(steps / (t1 - t0), 1), "scoring_wall_s": round(t2 - t1, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", default="bwrap-warm", choices=["bwrap-warm", "bwrap", "docker"])
+    args = parser.parse_args()
+    envs = specs()
+    fmt = ChatFormat(AutoTokenizer.from_pretrained(default_policy_dir()), tool_specs(AgentConfig().tools))
+    box = make_sandbox(SandboxConfig(backend=args.backend, docker=DockerPoolConfig(size=4, max_size=len(envs) + 4)))
+    cfg = AgentConfig(tool_concurrency=4)
+    try:
+        result = {"backend": args.backend,
+                  "oracle": measure(ScriptedPolicy(fmt, {e.prompt: oracle(e) for e in envs}), fmt, envs, box, cfg),
+                  "noop": measure(noop_policy(fmt), fmt, envs, box, cfg)}
+    finally:
+        box.close()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

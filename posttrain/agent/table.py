@@ -1,0 +1,53 @@
+"""Agent episodes as tables: ``AgentTrajectories`` (one row per context window, with its loss mask) and ``Steps``
+(one row per tool call), linked by (group_id, sample_idx) and validated by their pandera models.
+
+Example:
+    >>> from posttrain.agent.episode import Episode, StepRecord, Turn
+    >>> e = Episode("t/ls", "g0", 0, [0, 5])
+    >>> e.add_model_turn(Turn(0, 2, [7, 8], [-0.5, -0.25], "...", "stop"))
+    >>> e.turns[0].steps.append(StepRecord(0, "submit", "{}", True, None, 0.1, 9))
+    >>> e.finish("submit")
+    >>> steps_table([e], policy_version=0)[["tool", "tokens_in", "tokens_out", "exit_code"]].values.tolist()
+    [['submit', 2, 2, -1]]
+    >>> row = trajectories_table([e], decode=str, policy_version=0).iloc[0]
+    >>> row.completion_token_ids, row.loss_mask, int(row.steps), int(row.tool_calls), row.finish_reason
+    ('[7, 8]', '[1, 1]', 1, 1, 'submit')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from posttrain.agent.episode import Episode, split_prompt
+from posttrain.schemas import AgentTrajectories, Steps, encode_floats, encode_ints
+
+
+def steps_table(episodes: Sequence[Episode], policy_version: int) -> pd.DataFrame:
+    rows = [{"env_id": e.env_id, "group_id": e.group_id, "sample_idx": e.sample_idx, "policy_version": policy_version,
+             "step": k, "turn": s.turn, "tool": s.tool, "arguments": s.arguments, "ok": s.ok,
+             "exit_code": -1 if s.exit_code is None else s.exit_code, "error": s.error, "infra_error": s.infra_error,
+             "duration_ms": s.duration_ms, "tokens_in": e.turns[s.turn].prompt_tokens,
+             "tokens_cached": e.turns[s.turn].cached_tokens,
+             "tokens_out": len(e.turns[s.turn].model_ids), "observation_bytes": s.observation_bytes,
+             "compressed_at_turn": s.compressed_at_turn}
+            for e in episodes for k, s in enumerate(e.steps)]
+    return Steps.validate(pd.DataFrame(rows, columns=list(Steps.to_schema().columns)))
+
+
+def trajectories_table(episodes: Sequence[Episode], decode: Callable[[list[int]], str],
+                       policy_version: int) -> pd.DataFrame:
+    """One row per window; ``steps`` = model turns, ``tool_calls`` = calls that named a tool (episode totals)."""
+    rows = []
+    for e in episodes:
+        calls = sum(1 for s in e.steps if s.tool and not s.error)
+        for w, segments in enumerate(e.all_windows()):
+            prompt, completion, mask, logprobs = split_prompt(segments)
+            rows.append({"env_id": e.env_id, "group_id": e.group_id, "sample_idx": e.sample_idx,
+                         "policy_version": policy_version, "prompt": decode(prompt), "completion": decode(completion),
+                         "prompt_token_ids": encode_ints(prompt), "completion_token_ids": encode_ints(completion),
+                         "behavior_logprobs": encode_floats(logprobs), "steps": max(1, len(e.turns)),
+                         "tool_calls": calls, "finish_reason": e.finish_reason, "tokens": sum(mask),
+                         "window": w, "loss_mask": encode_ints(mask)})
+    return AgentTrajectories.validate(pd.DataFrame(rows, columns=list(AgentTrajectories.to_schema().columns)))

@@ -1,0 +1,128 @@
+"""The agent chat format: a Hermes/Qwen-style Jinja template and the token pieces an episode is built from.
+
+Prompts are rendered with ``tokenizer.apply_chat_template(messages, tools=...)``: the policy's own template when its
+tokenizer has one, else ``AGENT_TEMPLATE`` (attached at render time, so no policy directory is rewritten). Tools are
+listed in the system turn, the model calls them as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` and
+each observation comes back in a ``tool`` turn. The demo tokenizer has no special tokens for the turn markers: they
+are plain text, and generation stops at the end-of-turn string (``ChatFormat.stop``).
+
+An episode is never re-tokenized: ``ChatFormat`` derives, once, the template text around the model's own tokens by
+rendering sentinel conversations and taking differences (so it works for any incremental template):
+
+- ``prompt_ids(messages)``: the stable prefix (system, tools, task) plus the generation prompt; tokens ``[P]``;
+- ``closing_ids(model_text)``: what closes an assistant turn after the model's tokens (the part of ``<|im_end|>\\n``
+  the model did not write itself); ``[C]``;
+- ``observation_ids(observations)``: the tool turn(s) plus the next generation prompt; ``[O]``.
+
+Example (a demo-style byte-level BPE tokenizer, trained in place):
+    >>> from posttrain.agent.tools import tool_specs
+    >>> from posttrain.training.demo_policy import train_tokenizer
+    >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]))
+    >>> print(fmt.render([{"role": "user", "content": "List files."}], add_generation_prompt=True))
+    <s><|im_start|>system
+    You solve tasks in a sandbox.
+    Tools:
+    - bash(command): run a shell command in /work
+    - submit(): finish the task
+    Call: <tool_call>{"name": NAME, "arguments": {...}}</tool_call><|im_end|>
+    <|im_start|>user
+    List files.<|im_end|>
+    <|im_start|>assistant
+    <BLANKLINE>
+    >>> fmt.closing, fmt.observation_text(["hi"])
+    ('<|im_end|>', '\\n<|im_start|>tool\\nhi<|im_end|>\\n<|im_start|>assistant\\n')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+END_OF_TURN = "<|im_end|>"
+
+# Hermes/Qwen style, compact for small-vocabulary policies: one line per tool (name, argument names, description)
+# instead of the full JSON schema.
+AGENT_TEMPLATE = (
+    "{{- bos_token if bos_token else '' }}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content }}{%- else %}{{- 'You solve tasks in a sandbox.' }}"
+    "{%- endif %}"
+    "{%- if tools %}{{- '\\nTools:' }}"
+    "{%- for tool in tools %}"
+    "{{- '\\n- ' + tool.function.name + '(' + (tool.function.parameters.properties | list | join(', ')) + '): ' }}"
+    "{{- tool.function.description }}"
+    "{%- endfor %}"
+    "{{- '\\nCall: <tool_call>{\"name\": NAME, \"arguments\": {...}}</tool_call>' }}"
+    "{%- endif %}{{- '<|im_end|>' }}"
+    "{%- for message in messages %}"
+    "{%- if not (loop.first and message.role == 'system') %}"
+    "{{- '\\n<|im_start|>' + message.role + '\\n' + message.content }}"
+    "{%- for call in message.tool_calls or [] %}"
+    "{{- '<tool_call>{\"name\": \"' + call.function.name + '\", \"arguments\": ' }}"
+    "{{- call.function.arguments | tojson }}{{- '}</tool_call>' }}"
+    "{%- endfor %}{{- '<|im_end|>' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '\\n<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+SENTINEL = "\u2063SENTINEL\u2063"  # content no real message contains, used to split rendered text
+
+
+class TemplateError(ValueError):
+    """The chat template does not render conversations incrementally (a prefix changed when a turn was added)."""
+
+
+class ChatFormat:
+    """Rendering and tokenizing of agent conversations for one tokenizer and tool list (see module docstring)."""
+
+    def __init__(self, tokenizer, tools: Sequence[dict], chat_template: str | None = None):
+        self.tokenizer, self.tools = tokenizer, list(tools)
+        self.template = chat_template or getattr(tokenizer, "chat_template", None) or AGENT_TEMPLATE
+        self.stop = [END_OF_TURN]
+        base = [{"role": "user", "content": "x"}]
+        opened = self.render(base, add_generation_prompt=True)
+        closed = self.render(base + [_assistant(SENTINEL)])
+        if not closed.startswith(opened + SENTINEL):
+            raise TemplateError("chat template: an assistant turn does not extend the generation prompt")
+        self.closing = closed[len(opened) + len(SENTINEL):]  # e.g. "<|im_end|>"
+
+    def render(self, messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
+        return self.tokenizer.apply_chat_template(list(messages), tools=self.tools or None, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt,
+                                                  chat_template=self.template)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def prompt_ids(self, messages: Sequence[dict]) -> list[int]:
+        """The stable prefix: ``messages`` (system?, user) with the tools, then the generation prompt. ``[P]``"""
+        return self.encode(self.render(messages, add_generation_prompt=True))
+
+    def closing_text(self, model_text: str) -> str:
+        """What closes the assistant turn after ``model_text``: the rest of ``closing`` the model did not write."""
+        for k in range(len(self.closing), 0, -1):
+            if model_text.endswith(self.closing[:k]):
+                return self.closing[k:]
+        return self.closing
+
+    def closing_ids(self, model_ids: Sequence[int]) -> list[int]:
+        text = self.tokenizer.decode(list(model_ids), skip_special_tokens=False)
+        rest = self.closing_text(text)
+        return self.encode(rest) if rest else []
+
+    def observation_text(self, observations: Sequence[str]) -> str:
+        """The tool turn(s) carrying ``observations`` and the next generation prompt, as the template renders them."""
+        base = [{"role": "user", "content": "x"}, _assistant(SENTINEL)]
+        before = self.render(base)
+        after = self.render(base + [{"role": "tool", "content": o} for o in observations], add_generation_prompt=True)
+        if not after.startswith(before):
+            raise TemplateError("chat template: adding a tool turn changed the text before it")
+        return after[len(before):]
+
+    def observation_ids(self, observations: Sequence[str]) -> list[int]:
+        """Tokens of ``observation_text``. ``[O]``"""
+        return self.encode(self.observation_text(observations))
+
+
+def _assistant(content: str) -> dict:
+    return {"role": "assistant", "content": content}

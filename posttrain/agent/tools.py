@@ -1,0 +1,138 @@
+"""The agent's tools, run in the env's sandbox session: ``bash``, ``python``, ``read_file``, ``write_file``,
+``edit_file`` (search/replace, exactly one match), ``submit``.
+
+Each tool is one ``Tool`` (name, description, argument names, an ``execute(session, args) -> Observation``) in
+``TOOLS``, registered by name; ``tool_specs(names)`` gives the OpenAI-style function specs that
+``apply_chat_template(tools=...)`` takes. A tool never raises for the agent's mistakes (a missing file, a search
+string that is not there, a failing command): those are observations with ``ok=False``; only infra errors of the
+sandbox are flagged as such (``infra_error``).
+
+Example:
+    >>> from posttrain.sandbox import make_sandbox
+    >>> with make_sandbox("bwrap").session(timeout_s=10) as s:
+    ...     _ = run_tool(s, "write_file", {"path": "a.py", "content": "x = 1\\n"})
+    ...     _ = run_tool(s, "edit_file", {"path": "a.py", "search": "x = 1", "replace": "x = 2"})
+    ...     obs = run_tool(s, "python", {"code": "import a; print(a.x)"})
+    >>> obs.ok, obs.text, obs.exit_code
+    (True, '2\\n', 0)
+    >>> [spec["function"]["name"] for spec in tool_specs(["bash", "submit"])]
+    ['bash', 'submit']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from posttrain.sandbox.session import SandboxSession, SessionError
+
+
+# No bytecode caches in the workspace: Python revalidates a .pyc by source mtime (1 s) and size, so an edit that
+# keeps the size within the second of the last import would run the old code.
+NO_PYC = "export PYTHONDONTWRITEBYTECODE=1\n"
+
+
+@dataclass
+class Observation:
+    """What a tool call gives back to the model. ``exit_code`` is None when no program ran (or it was killed)."""
+
+    text: str
+    ok: bool
+    exit_code: int | None = None
+    infra_error: str = ""
+    submitted: bool = False
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    arguments: tuple[str, ...]  # all required, all strings
+    execute: Callable[[SandboxSession, dict], Observation]
+
+    def spec(self) -> dict:
+        properties = {arg: {"type": "string"} for arg in self.arguments}
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description,
+            "parameters": {"type": "object", "properties": properties, "required": list(self.arguments)}}}
+
+
+def _command(session: SandboxSession, argv: str | list[str], stdin: str = "", runtime: str | None = None
+             ) -> Observation:
+    result = session.run(argv, stdin=stdin, runtime=runtime)
+    text = result.stdout + (f"\n[stderr]\n{result.stderr}" if result.stderr else "")
+    if result.timed_out:
+        text += "\n[timed out]"
+    return Observation(text=text, ok=result.ok, exit_code=None if result.timed_out else result.exit_code,
+                       infra_error=result.infra_error)
+
+
+def _file_op(op: Callable[[], str]) -> Observation:
+    try:
+        return Observation(text=op(), ok=True, exit_code=0)
+    except SessionError as exc:
+        infra = exc.result.infra_error if exc.result is not None else ""
+        return Observation(text=f"error: {exc}", ok=False, infra_error=infra)
+
+
+def _read(session: SandboxSession, args: dict) -> Observation:
+    return _file_op(lambda: session.read_file(args["path"]))
+
+
+def _write(session: SandboxSession, args: dict) -> Observation:
+    def op() -> str:
+        session.write_file(args["path"], args["content"])
+        return f"wrote {len(args['content'].encode())} bytes to {args['path']}"
+
+    return _file_op(op)
+
+
+def replace_once(text: str, search: str, replace: str) -> str:
+    """``text`` with its single occurrence of ``search`` replaced; ValueError when there is none or several.
+
+    >>> replace_once("a = 1\\nb = 1\\n", "b = 1", "b = 2")
+    'a = 1\\nb = 2\\n'
+    """
+    count = text.count(search) if search else 0
+    if count != 1:
+        raise ValueError(f"search string found {count} times, expected exactly once")
+    return text.replace(search, replace, 1)
+
+
+def _edit(session: SandboxSession, args: dict) -> Observation:
+    read = _read(session, args)
+    if not read.ok:
+        return read
+    try:
+        edited = replace_once(read.text, args["search"], args["replace"])
+    except ValueError as exc:
+        return Observation(text=f"error: edit_file({args['path']!r}): {exc}", ok=False)
+    return _write(session, {"path": args["path"], "content": edited})
+
+
+def _submit(session: SandboxSession, args: dict) -> Observation:
+    return Observation(text="submitted", ok=True, submitted=True)
+
+
+TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
+    Tool("bash", "run a shell command in /work", ("command",), lambda s, a: _command(s, NO_PYC + a["command"])),
+    Tool("python", "run Python code in /work", ("code",),
+         lambda s, a: _command(s, ["python3", "-B", "-"], a["code"], "python")),
+    Tool("read_file", "show a file", ("path",), _read),
+    Tool("write_file", "create or replace a file", ("path", "content"), _write),
+    Tool("edit_file", "replace the one occurrence of search in a file", ("path", "search", "replace"), _edit),
+    Tool("submit", "finish the task", (), _submit),
+)}
+
+
+def tool_specs(names: Sequence[str]) -> list[dict]:
+    """The function specs of the tools ``names`` (in that order) for ``apply_chat_template(tools=...)``."""
+    unknown = [n for n in names if n not in TOOLS]
+    if unknown:
+        raise ValueError(f"AgentConfig.tools: unknown {unknown}; known: {list(TOOLS)}")
+    return [TOOLS[name].spec() for name in names]
+
+
+def run_tool(session: SandboxSession, name: str, arguments: dict) -> Observation:
+    """Execute one (already validated) call of tool ``name`` in ``session``."""
+    return TOOLS[name].execute(session, arguments)

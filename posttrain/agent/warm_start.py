@@ -1,0 +1,81 @@
+"""Warm start of an agent policy: the demo recipe (``posttrain.training.demo_policy``) trained on single-turn pairs
+plus the turns of oracle episodes, with the agent chat template shipped in its tokenizer.
+
+Each model turn of an oracle episode becomes one supervised pair: the exact context the policy saw at that turn
+(stable prefix, earlier turns, observations; decoded from the episode's segments) and the turn's tool call. The loss
+falls on the call only, as in the demo recipe (prompt tokens are labelled -100), so observations are never trained.
+The existing demo policy is not touched: this writes a separate policy directory, with its own tokenizer (trained on
+both kinds of text) and ``max_position_embeddings`` large enough for episodes.
+
+Example (pure: the pairs of one episode):
+    >>> from posttrain.agent.episode import Episode, Segment
+    >>> from posttrain.training.demo_policy import train_tokenizer
+    >>> tok = train_tokenizer(["abc"], 300)
+    >>> e = Episode("t/x", "g", 0, tok("<s>task:", add_special_tokens=False).input_ids)
+    >>> e.segments += [Segment("model", tok(" ls", add_special_tokens=False).input_ids, [0.0] * 3),
+    ...                Segment("template", tok(" ok.", add_special_tokens=False).input_ids),
+    ...                Segment("model", tok(" done", add_special_tokens=False).input_ids, [0.0] * 5)]
+    >>> turn_pairs([e], tok)
+    [('task:', ' ls'), ('task: ls ok.', ' done')]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from posttrain.agent.episode import Episode, concat
+from posttrain.agent.runner import run_episodes
+from posttrain.agent.scripted import ScriptedPolicy
+from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
+from posttrain.agent.envs import task_of
+from posttrain.config import AgentConfig, DemoPolicyConfig
+from posttrain.envs.spec import EnvSpec
+from posttrain.training.checkpoints import POLICY_META
+from posttrain.training.demo_policy import build_demo_policy
+
+
+def turn_pairs(episodes: Sequence[Episode], tokenizer) -> list[tuple[str, str]]:
+    """``(context, call)`` texts for every model turn of ``episodes``, context without its leading BOS."""
+    pairs = []
+    for episode in episodes:
+        for window in episode.all_windows():
+            for k, segment in enumerate(window):
+                if segment.kind == "model":
+                    context = tokenizer.decode(concat(window[:k]), skip_special_tokens=False)
+                    call = tokenizer.decode(segment.token_ids, skip_special_tokens=False)
+                    pairs.append((context.removeprefix(tokenizer.bos_token or ""), call))
+    return pairs
+
+
+def oracle_pairs(envs: Sequence[EnvSpec], oracles: Sequence[list], fmt: ChatFormat, sandbox,
+                 cfg: AgentConfig) -> list[tuple[str, str]]:
+    """Run the oracle episode of each env (``oracles[i]`` solves ``envs[i]``) and return its turn pairs."""
+    policy = ScriptedPolicy(fmt, {env.prompt: calls for env, calls in zip(envs, oracles)})
+    sessions = []
+    try:
+        sessions = [sandbox.session(timeout_s=cfg.tool_timeout_s) for _ in envs]
+        episodes = run_episodes(policy, fmt, [task_of(env) for env in envs], sessions, cfg, max_context=1 << 16)
+    finally:
+        for session in sessions:
+            session.close()
+    unsolved = [e.env_id for e in episodes if e.finish_reason != "submit"]
+    if unsolved:
+        raise ValueError(f"oracle episodes did not submit: {unsolved}")
+    return turn_pairs(episodes, fmt.tokenizer)
+
+
+def build_agent_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, single_turn: Sequence[tuple[str, str]],
+                       agent_turns: Sequence[tuple[str, str]]) -> Path:
+    """The demo recipe on both kinds of pairs; the tokenizer of the result carries ``AGENT_TEMPLATE``."""
+    from transformers import AutoTokenizer
+
+    out = build_demo_policy(out_dir, cfg, [*single_turn, *agent_turns])
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    tokenizer.chat_template = AGENT_TEMPLATE
+    tokenizer.save_pretrained(out)
+    meta = out / POLICY_META
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "agent_turns": len(agent_turns)}, indent=2))
+    return out

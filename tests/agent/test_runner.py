@@ -1,0 +1,158 @@
+"""Agent episodes with scripted policies in real sandbox sessions (warm bwrap; docker where it runs): an oracle
+solving a repository task end to end, the no-op, every termination reason, malformed calls, batched turns, the
+context budget with its state file, exact token accounting, and the tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from posttrain.agent.runner import NO_CALL, AgentTask, run_episodes
+from posttrain.agent.scripted import ScriptedPolicy, noop_policy
+from posttrain.agent.table import steps_table, trajectories_table
+from posttrain.config import AgentConfig
+from tests.agent.conftest import Recording, assert_exact_tokens
+
+pytestmark = pytest.mark.integration
+
+MAX_CONTEXT = 4096
+FIX = AgentTask(env_id="repo/fix_add", group_id="g-fix", prompt="Fix the bug in calc.py so test_calc.py passes.",
+                files={"calc.py": "def add(a, b):\n    return a - b\n",
+                       "test_calc.py": "from calc import add\nassert add(2, 3) == 5\nprint('ok')\n"})
+ORACLE = [{"name": "read_file", "arguments": {"path": "calc.py"}},
+          {"name": "bash", "arguments": {"command": "python3 test_calc.py"}},
+          {"name": "edit_file", "arguments": {"path": "calc.py", "search": "a - b", "replace": "a + b"}},
+          {"name": "bash", "arguments": {"command": "python3 test_calc.py"}},
+          {"name": "submit", "arguments": {}}]
+
+
+def run(engine, fmt, sandbox, tasks, cfg=AgentConfig(), verify=None):
+    sessions = [sandbox.session(timeout_s=cfg.tool_timeout_s) for _ in tasks]
+    try:
+        episodes = run_episodes(engine, fmt, tasks, sessions, cfg, MAX_CONTEXT)
+        return episodes, [verify(s) for s in sessions] if verify else None
+    finally:
+        for s in sessions:
+            s.close()
+
+
+def calc_tests_pass(session) -> bool:
+    return session.run("python3 test_calc.py").stdout == "ok\n"
+
+
+def test_oracle_solves_a_repository_task_end_to_end(fmt, sandbox):
+    engine = Recording(ScriptedPolicy(fmt, {FIX.prompt: ORACLE}))
+    [e], [solved] = run(engine, fmt, sandbox, [FIX], verify=calc_tests_pass)
+    assert e.finish_reason == "submit", [(t.text, t.observations) for t in e.turns]
+    assert solved, [(t.text, t.observations) for t in e.turns]
+    assert [s.tool for s in e.steps] == ["read_file", "bash", "edit_file", "bash", "submit"]
+    assert [s.exit_code for s in e.steps[:4]] == [0, 1, 0, 0] and [s.ok for s in e.steps] == [1, 0, 1, 1, 1]
+    assert "a - b" in e.turns[0].observations[0] and "AssertionError" in e.turns[1].observations[0]
+    assert_exact_tokens(e, engine)
+
+    steps = steps_table([e], policy_version=3)
+    assert steps.tool.tolist() == [s.tool for s in e.steps] and (steps.group_id == "g-fix").all()
+    assert steps.tokens_in.tolist() == [len(p) for p, _, _ in engine.calls]
+    assert steps.tokens_out.tolist() == [len(t) for _, t, _ in engine.calls]
+    assert (steps.observation_bytes > 0).all() and (steps.duration_ms > 0).all()
+    [row] = trajectories_table([e], fmt.tokenizer.decode, policy_version=3).itertuples()
+    assert (row.steps, row.tool_calls, row.finish_reason, row.window) == (5, 5, "submit", 0)
+    assert row.tokens == sum(len(t) for _, t, _ in engine.calls)
+
+
+def test_noop_policy_submits_at_once_and_solves_nothing(fmt, sandbox):
+    [e], [solved] = run(noop_policy(fmt), fmt, sandbox, [FIX], verify=calc_tests_pass)
+    assert not solved and e.finish_reason == "submit" and [s.tool for s in e.steps] == ["submit"]
+
+
+def test_max_steps(fmt, sandbox):
+    busy = ScriptedPolicy(fmt, {FIX.prompt: [{"name": "bash", "arguments": {"command": "true"}}] * 10})
+    [e], _ = run(busy, fmt, sandbox, [FIX], AgentConfig(max_steps=3))
+    assert e.finish_reason == "max_steps" and len(e.turns) == 3
+
+
+def test_token_budget_counts_model_tokens(fmt, sandbox):
+    busy = Recording(ScriptedPolicy(fmt, {FIX.prompt: [{"name": "bash", "arguments": {"command": "true"}}] * 10}))
+    [e], _ = run(busy, fmt, sandbox, [FIX], AgentConfig(token_budget=200, max_new_tokens=150))
+    assert e.finish_reason == "token_budget" and e.model_tokens <= 200 and len(e.turns) < 10
+    assert_exact_tokens(e, busy)
+
+
+def test_token_budget_when_the_context_is_full(fmt, sandbox):
+    busy = ScriptedPolicy(fmt, {FIX.prompt: [{"name": "bash", "arguments": {"command": "seq 100"}}] * 10})
+    sessions = [sandbox.session()]
+    try:
+        prompt = len(fmt.prompt_ids(FIX.messages()))
+        [e] = run_episodes(busy, fmt, [FIX], sessions, AgentConfig(), max_context=prompt + 400)
+    finally:
+        sessions[0].close()
+    assert e.finish_reason == "token_budget" and len(e.context_ids()) <= prompt + 400 and len(e.turns) < 10
+
+
+def test_wall_deadline(fmt, sandbox):
+    slow = ScriptedPolicy(fmt, {FIX.prompt: [{"name": "bash", "arguments": {"command": "sleep 0.3"}}] * 5})
+    [e], _ = run(slow, fmt, sandbox, [FIX], AgentConfig(deadline_s=0.2))
+    assert e.finish_reason == "deadline" and len(e.turns) == 1
+
+
+def test_malformed_and_unknown_calls_are_error_observations_and_the_episode_goes_on(fmt, sandbox):
+    script = ["I think the bug is in calc.py.",
+              '<tool_call>{"name": "bash", "arguments": {"command": "ls"</tool_call>',
+              '<tool_call>{"name": "curl", "arguments": {"url": "x"}}</tool_call>',
+              '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}',  # cut off: never closed
+              {"name": "submit", "arguments": {}}]
+    engine = Recording(ScriptedPolicy(fmt, {FIX.prompt: script}))
+    [e], _ = run(engine, fmt, sandbox, [FIX])
+    assert e.finish_reason == "submit" and len(e.turns) == 5
+    assert e.turns[0].observations == [NO_CALL]
+    assert "not valid JSON" in e.turns[1].observations[0] and "unknown tool 'curl'" in e.turns[2].observations[0]
+    assert "not closed" in e.turns[3].observations[0]
+    steps = steps_table([e], policy_version=0)
+    assert steps.error.astype(bool).tolist() == [True, True, True, True, False]
+    assert steps.tool.tolist() == ["", "", "curl", "", "submit"]
+    assert trajectories_table([e], fmt.tokenizer.decode, 0).tool_calls.tolist() == [1]
+    assert_exact_tokens(e, engine)
+
+
+def test_all_active_episodes_advance_together_in_one_batch_per_turn(fmt, sandbox):
+    tasks = [AgentTask(env_id=f"t/{k}", group_id="g", sample_idx=k, prompt=f"Task number {k}: touch files.")
+             for k in range(3)]
+    scripts = {t.prompt: [{"name": "bash", "arguments": {"command": f"touch f{j}"}} for j in range(k)]
+               for k, t in enumerate(tasks)}
+    engine = Recording(ScriptedPolicy(fmt, scripts))
+    episodes, listings = run(engine, fmt, sandbox, tasks, verify=lambda s: s.run("ls").stdout.split())
+    assert engine.batches == [3, 2, 1]
+    assert [len(e.turns) for e in episodes] == [1, 2, 3] and {e.finish_reason for e in episodes} == {"submit"}
+    assert [sorted(f for f in ls if f.startswith("f")) for ls in listings] == [[], ["f0"], ["f0", "f1"]]
+    for e in episodes:
+        assert_exact_tokens(e, engine)
+
+
+def test_context_budget_compresses_and_writes_the_state_file(fmt, sandbox):
+    script = [{"name": "bash", "arguments": {"command": f"seq {k}00 {k}40"}} for k in range(1, 5)]
+    engine = Recording(ScriptedPolicy(fmt, {FIX.prompt: script}))
+    cfg = AgentConfig(context_budget=len(fmt.prompt_ids(FIX.messages())) + 600, keep_recent_turns=1)
+    [e], [state] = run(engine, fmt, sandbox, [FIX], cfg, verify=lambda s: s.read_file(cfg.state_file))
+    assert e.finish_reason == "submit" and e.compressions and len(e.windows) == len(e.compressions)
+    assert "100\n101\n" in state and "## turn 0: bash" in state
+    assert all(w[0].token_ids == e.prefix_ids for w in e.all_windows())
+    steps = steps_table([e], 0)
+    assert (steps.compressed_at_turn[:2] >= 0).all() and steps.compressed_at_turn.iloc[-1] == -1
+    rows = trajectories_table([e], fmt.tokenizer.decode, 0)
+    assert rows.window.tolist() == list(range(len(e.windows) + 1))
+    assert_exact_tokens(e, engine)
+
+
+def test_a_session_that_cannot_be_prepared_ends_only_its_episode_as_infra(fmt, sandbox):
+    other = AgentTask(env_id="repo/other", group_id="g-other", prompt="Another task.", files={"a.txt": "a"})
+    engine = ScriptedPolicy(fmt, {FIX.prompt: ORACLE})
+    sessions = [sandbox.session(), sandbox.session()]
+    sessions[1].close()  # its workspace is gone before the episode starts
+    try:
+        fixed, broken = run_episodes(engine, fmt, [FIX, other], sessions, AgentConfig(), MAX_CONTEXT)
+        assert calc_tests_pass(sessions[0])
+    finally:
+        sessions[0].close()
+    assert fixed.finish_reason == "submit" and not fixed.infra_error
+    assert broken.finish_reason == "infra" and "closed" in broken.infra_error and not broken.turns
+    rows = trajectories_table([broken], fmt.tokenizer.decode, 0)
+    assert rows.completion_token_ids.tolist() == ["[]"] and rows.finish_reason.tolist() == ["infra"]

@@ -1,0 +1,87 @@
+"""The agent chat format: rendering through ``apply_chat_template(tools=...)``, the token pieces around the model's
+own tokens, structured tool calls rendered as the model writes them, and templates of other models."""
+
+from __future__ import annotations
+
+import pytest
+
+from posttrain.agent.scripted import call_text
+from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat, TemplateError
+from posttrain.agent.tools import tool_specs
+
+pytestmark = pytest.mark.unit
+
+TASK = [{"role": "user", "content": "Fix calc.py."}]
+
+
+def test_tools_are_listed_in_the_system_turn_and_the_prompt_ends_with_the_generation_prompt(fmt):
+    text = fmt.render(TASK, add_generation_prompt=True)
+    system = text.split("<|im_end|>")[0]
+    assert system.startswith(fmt.tokenizer.bos_token + "<|im_start|>system\n")
+    for line in ("- bash(command): ", "- edit_file(path, search, replace): ", "- submit(): ", "<tool_call>"):
+        assert line in system
+    assert text.endswith("<|im_start|>user\nFix calc.py.<|im_end|>\n<|im_start|>assistant\n")
+    assert fmt.prompt_ids(TASK) == fmt.tokenizer(text, add_special_tokens=False).input_ids
+    assert fmt.prompt_ids(TASK)[0] == fmt.tokenizer.bos_token_id  # once: the template writes it
+
+
+def test_a_system_message_replaces_the_default(fmt):
+    text = fmt.render([{"role": "system", "content": "Be brief."}, *TASK])
+    assert "<|im_start|>system\nBe brief.\nTools:" in text and "You solve tasks" not in text
+
+
+def test_closing_adds_only_what_the_model_did_not_write(fmt):
+    assert fmt.closing == "<|im_end|>"
+    assert fmt.closing_text('<tool_call>{"name": "submit"}</tool_call><|im_end|>') == ""
+    assert fmt.closing_text("<tool_call>...</tool_call><|im_") == "end|>"
+    assert fmt.closing_text("cut off mid-sentence") == "<|im_end|>"
+    eos = fmt.encode("hi") + [fmt.tokenizer.eos_token_id]  # stopped at EOS: the turn is closed after it
+    assert fmt.tokenizer.decode(fmt.closing_ids(eos)) == "<|im_end|>"
+
+
+def test_observations_render_as_tool_turns_then_the_next_generation_prompt(fmt):
+    assert fmt.observation_text(["ok\n", "error: x"]) == (
+        "\n<|im_start|>tool\nok\n<|im_end|>\n<|im_start|>tool\nerror: x<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_pieces_concatenate_to_the_full_rendering_of_the_conversation(fmt):
+    call = {"name": "bash", "arguments": {"command": "ls"}}
+    model = call_text(call) + "<|im_end|>"
+    pieces = fmt.render(TASK, add_generation_prompt=True) + model + fmt.observation_text(["a.py\n"])
+    structured = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": call}]}
+    full = fmt.render([*TASK, structured, {"role": "tool", "content": "a.py\n"}], add_generation_prompt=True)
+    assert pieces == full  # an oracle's structured calls render exactly as the model writes them
+
+
+QWEN_LIKE = (  # a Qwen2.5-style template: tool results go back as a user turn with <tool_response> blocks
+    "{%- if tools %}{{- '<|im_start|>system\\nTools:' }}{%- for t in tools %}{{- '\\n' + (t | tojson) }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + m.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def test_a_tokenizer_with_its_own_template_is_served_by_the_same_code(tokenizer):
+    fmt = ChatFormat(tokenizer, tool_specs(["bash", "submit"]), chat_template=QWEN_LIKE)
+    assert fmt.closing == "<|im_end|>\n"
+    assert fmt.closing_text("<tool_call>x</tool_call><|im_end|>") == "\n"
+    assert fmt.observation_text(["a", "b"]) == (
+        "<|im_start|>user\n<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n")
+    assert '"name": "bash"' in fmt.render(TASK)
+
+
+def test_the_default_template_is_used_only_when_the_tokenizer_has_none(tokenizer, fmt):
+    assert tokenizer.chat_template is None and fmt.template == AGENT_TEMPLATE
+
+
+def test_a_template_that_rewrites_earlier_turns_is_refused(tokenizer):
+    last_only = "{%- for m in messages %}{%- if loop.last %}{{- m.content }}{%- endif %}{%- endfor %}"
+    with pytest.raises(TemplateError, match="does not extend the generation prompt"):
+        ChatFormat(tokenizer, [], chat_template=last_only)
