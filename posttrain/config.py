@@ -174,6 +174,7 @@ class SandboxConfig(Validated):
     max_processes: int = 64  # processes (and threads) one execution may have
     cpus: float = 1.0  # CPU cores one execution may use (bwrap: its cgroup's quota; docker: its container's)
     session_output_bytes: int = 16384  # output kept per session step (stdout and stderr each); the rest is cut, marked
+    verify_duplicates_once: bool = True  # reward stage: one sandbox run per distinct (env, completion), shared by copies
     docker: DockerPoolConfig = field(default_factory=DockerPoolConfig)  # backend "docker" only
 
     PATH = "sandbox."
@@ -217,6 +218,7 @@ class TrainConfig(Validated):
     micro_batch_size: int = 32  # sequences per forward/backward pass
     grad_accum_steps: int = 1  # micro batches per optimizer step (DeepSpeed gradient_accumulation_steps)
     epochs: int = 1  # passes over one iteration's scored rollouts
+    nproc_per_node: int = 1  # data-parallel processes of the update; > 1: a torch elastic task (tasks.update)
     zero_stage: int = 2  # DeepSpeed ZeRO stage 0-3 (3 partitions the weights too)
     bf16: bool = True
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~1/3 more compute
@@ -238,7 +240,7 @@ class TrainConfig(Validated):
 
     PATH = "train."
     RULES = {"learning_rate": above(0), "clip_eps": above(0), "micro_batch_size": at_least(1), "epochs": at_least(1),
-             "grad_accum_steps": at_least(1), "lr_warmup_steps": at_least(0),
+             "grad_accum_steps": at_least(1), "lr_warmup_steps": at_least(0), "nproc_per_node": at_least(1),
              "clip_eps_low": check(lambda eps: 0 <= eps < 1, "in [0, 1)"), "clip_eps_high": at_least(0),
              "zero_stage": one_of((0, 1, 2, 3)), "max_grad_norm": at_least(0), "advantage_eps": at_least(0),
              "advantage_estimator": registered("get_advantage_estimator"), "policy_loss": registered("get_policy_loss"),
@@ -254,10 +256,12 @@ class EvalConfig(Validated):
     limit: int = 0  # 0 means every env of the split
     every: int = 10  # evaluate policy versions k with k % every == 0; v0 and the final version always (0: only those)
     samples: int = 8  # sampled pass@1: completions per eval env at the rollout temperature and top_p (0: greedy only)
+    pass_k: list[int] = field(default_factory=lambda: [1, 4, 8])  # unbiased sampled pass@k reported for these k (<= n)
 
     PATH = "eval."
     RULES = {"max_new_tokens": at_least(1), "split": one_of("posttrain.envs.spec:SPLITS"), "limit": at_least(0),
-             "every": at_least(0), "samples": at_least(0)}
+             "every": at_least(0), "samples": at_least(0),
+             "pass_k": check(lambda ks: bool(ks) and all(k >= 1 for k in ks), "a non-empty list of k >= 1")}
 
 
 @dataclass
@@ -277,6 +281,44 @@ class DemoPolicyConfig(Validated):
     RULES = {**dict.fromkeys(["vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                               "max_position_embeddings", "sft_batch_size"], at_least(1)),
              "sft_steps": at_least(0), "sft_learning_rate": above(0)}
+
+
+AGENT_TOOLS = "posttrain.agent.tools:TOOLS"  # the registry of tool names
+
+
+@dataclass
+class AgentConfig(Validated):
+    """Agent episodes (``posttrain.agent``): tools, termination, the context budget, sampling."""
+
+    tools: list[str] = field(default_factory=lambda: list(_resolve(AGENT_TOOLS)))  # all registered tools
+    max_steps: int = 8  # model turns per episode; then finish_reason "max_steps"
+    max_new_tokens: int = 192  # tokens one model turn may generate (the demo tokenizer: ~2 characters a token)
+    token_budget: int = 1536  # model tokens per episode (all turns); then finish_reason "token_budget"
+    deadline_s: float = 120.0  # wall-clock seconds per episode; then finish_reason "deadline"
+    tool_timeout_s: float = 10.0  # one tool call's deadline in the sandbox session
+    tool_concurrency: int = 4  # episodes whose tool calls run at once (the sandbox scheduler caps the total too)
+    # Context budget: once an episode's context exceeds it, observations older than the last keep_recent_turns turns
+    # become one-line summaries (their full text goes to state_file in the workspace). Per domain: context_budgets.
+    context_budget: int = 1536
+    context_budgets: dict[str, int] = field(default_factory=dict)  # domain -> budget, overrides context_budget
+    keep_recent_turns: int = 2
+    summary_chars: int = 80  # characters of an observation's first line kept in its summary
+    state_file: str = ".agent/state.md"  # workspace file where compressed observations persist
+    temperature: float = 0.6
+    top_p: float = 1.0
+    seed: int = 0
+    # Reward shaping terms (posttrain.agent.rollout.shaping_terms), each logged on its own; 0 means off.
+    failed_call_penalty: float = 0.0  # subtracted per failed or rejected tool call
+
+    PATH = "agent."
+    RULES = {"tools": (each_one_of(AGENT_TOOLS), check(lambda names: "submit" in names, "a list with submit")),
+             "max_steps": at_least(1), "max_new_tokens": at_least(1), "token_budget": at_least(1),
+             "deadline_s": above(0), "tool_timeout_s": above(0), "tool_concurrency": at_least(1),
+             "context_budget": at_least(1), "context_budgets": check(lambda d: all(v >= 1 for v in d.values()),
+                                                                       "a map of domain -> budget >= 1"),
+             "keep_recent_turns": at_least(0), "summary_chars": at_least(1), "state_file": check(bool, "non-empty"),
+             "temperature": at_least(0), "top_p": check(lambda p: 0 < p <= 1, "in (0, 1]"),
+             "failed_call_penalty": at_least(0)}
 
 
 ADMISSION_CHECKS = ("consistency", "solvability", "reproducibility", "anti_hacking", "coverage", "discrimination")
@@ -315,10 +357,32 @@ class AdmissionConfig(Validated):
 
 
 @dataclass
+class EvaluateConfig(Validated):
+    """``workflows/evaluate.py``: one policy on one suite, outside the RL loop.
+
+    ``policy`` is a checkpoint dir, a URI Flyte can read (``s3://...``), or a registered version or alias
+    (``models:/posttrain-policy@champion``, ``models:/posttrain-policy/3``). ``baseline`` names the alias whose
+    latest results on the same suite (same digest) the per-env flips compare against ("" for none).
+    """
+
+    policy: str = "models:/posttrain-policy@champion"
+    suite: str = DEMO_SUITE
+    baseline: str = "champion"
+    experiment: str = "posttrain-eval"
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+
+    RULES = {"policy": check(bool, "non-empty"), "suite": local_dir, "experiment": check(bool, "non-empty"),
+             "eval.max_new_tokens": below("rollout.max_model_len")}
+
+
+@dataclass
 class LoopConfig(Validated):
     suite: str = DEMO_SUITE
     policy: str = field(default_factory=default_policy_dir)
     iterations: int = 30
+    max_staleness: int = 0  # rollouts sample from v_{k-s} (posttrain.rollout.staleness); 0: on-policy
     experiment: str = "posttrain"
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -329,7 +393,10 @@ class LoopConfig(Validated):
     # Each part checked itself when built; these are what only the whole config (or the file system) can tell.
     RULES = {"suite": local_dir, "iterations": at_least(0), "experiment": check(bool, "non-empty"),
              "policy": lambda path, cfg: None if path == default_policy_dir() else local_dir(path, cfg),
-             "eval.max_new_tokens": below("rollout.max_model_len")}
+             "eval.max_new_tokens": below("rollout.max_model_len"),
+             "max_staleness": lambda s, cfg: "must be >= 0" if s < 0 else (
+                 "rollout.dynamic_sampling refills from the version being trained: use max_staleness 0 with it"
+                 if s and cfg.rollout.dynamic_sampling else None)}
 
     @classmethod
     def smoke(cls) -> "LoopConfig":

@@ -1,4 +1,4 @@
-"""MLflow lineage: one parent run per workflow execution, one nested run per RL iteration, policy versions registered.
+"""MLflow lineage: one parent run per RL run, one nested run per RL iteration, policy versions registered.
 
 The tracking URI comes from ``MLFLOW_TRACKING_URI`` (default ``sqlite:///<cwd>/mlflow.db``); artifacts of experiments
 created here go to ``<cwd>/mlartifacts`` so ``make mlflow-ui`` over the same store shows them. Run ids are passed
@@ -6,6 +6,11 @@ explicitly between Flyte tasks (no global "active run"), so the same code works 
 The metric dicts the Flyte tasks log are shaped here, by pure functions (``admission_counts``, ``admission_metrics``,
 ``iteration_metrics``): names are ``<stage>/<field>``, e.g. ``rollout/tokens_per_s``, ``reward/mean``,
 ``sandbox/p50_ms``, ``train/loss``, ``admission/coverage/pass_rate``.
+
+Writing is idempotent, so a rerun of an interrupted execution leaves no duplicates: the parent run is found by its
+run identity (``run_key``: config, suite digest, starting policy digest) and resumed (``start_or_resume_run``); an
+iteration whose nested run finished is not logged again (``finished_iteration``), one left unfinished is completed
+(metrics already at its step are not logged twice) and a run's policy is registered once (``register_policy``).
 
 Example:
     >>> import pandas as pd
@@ -16,6 +21,10 @@ Example:
     >>> from posttrain.reward import RewardStats
     >>> stage_metrics("reward", RewardStats(reward_mean=0.5, sandbox_p50_ms=12.0))["reward/mean"]
     0.5
+    >>> run_key({"iterations": 2}, "suite-sha", "policy-sha") == run_key({"iterations": 2}, "suite-sha", "policy-sha")
+    True
+    >>> run_key({"iterations": 2}, "suite-sha", "policy-sha") == run_key({"iterations": 3}, "suite-sha", "policy-sha")
+    False
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp(); os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{d}/m.db"   # doctest: +SKIP
     >>> parent = start_run("posttrain-doc", run_name="demo", params={"iterations": 1})           # doctest: +SKIP
@@ -25,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -46,6 +56,8 @@ if TYPE_CHECKING:
     from posttrain.training.trainer import TrainStats
 
 POLICY_MODEL_NAME = "posttrain-policy"
+RUN_KEY_TAG = "posttrain.run_key"  # the run identity a rerun finds its parent run by
+RESUMED_AT_TAG = "posttrain.resumed_at"  # epoch seconds of the latest resume: iteration times count from there
 # Per-check columns of the admission statistics logged as ``admission/<check>/<column>``.
 ADMISSION_STAT_METRICS = ("pass", "fail", "infra", "skipped", "pass_rate", "value_mean", "seconds")
 
@@ -88,9 +100,36 @@ def start_run(experiment: str, run_name: str, params: dict | None = None, tags: 
     return run.info.run_id
 
 
-def log_metrics(run_id: str, metrics: dict[str, float], step: int) -> None:
+def run_key(config: dict, suite_digest: str, policy_digest: str, cache_version: str = "") -> str:
+    """The identity of an RL run: equal for the same config, suite contents, starting policy weights and cache
+    version (the version of the cached stages' code: results computed under another are other results)."""
+    identity = json.dumps({"config": config, "suite": suite_digest, "policy": policy_digest,
+                           "cache_version": cache_version}, sort_keys=True, default=str)
+    return hashlib.sha256(identity.encode()).hexdigest()[:32]
+
+
+def start_or_resume_run(experiment: str, key: str, run_name: str, params: dict | None = None,
+                        tags: dict | None = None, resume: bool = True) -> tuple[str, bool]:
+    """The parent run of run identity ``key`` and whether it was resumed: with ``resume``, the latest run tagged with
+    ``key`` is set ``RUNNING`` again (a killed execution left it so, or it had finished) and tagged with the resume's
+    time; without one, or without ``resume`` (the stages are recomputed), a new run is started."""
+    c = client()
+    found = c.search_runs([experiment_id(experiment)], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'",
+                          order_by=["attributes.start_time DESC"], max_results=1) if resume else []
+    if not found:
+        return start_run(experiment, run_name, params, {**(tags or {}), RUN_KEY_TAG: key}), False
+    run_id = found[0].info.run_id
+    c.update_run(run_id, status="RUNNING")
+    c.set_tag(run_id, RESUMED_AT_TAG, f"{time.time():.3f}")
+    return run_id, True
+
+
+def log_metrics(run_id: str, metrics: dict[str, float], step: int, once: bool = False) -> None:
+    """Log ``metrics`` at ``step``; with ``once``, skip those that already have a value at ``step`` (a resumed run)."""
     c = client()
     for key, value in metrics.items():
+        if once and any(point.step == step for point in c.get_metric_history(run_id, key)):
+            continue
         c.log_metric(run_id, key, float(value), step=step)
 
 
@@ -109,8 +148,12 @@ def log_dict(run_id: str, data: dict, name: str) -> None:
 
 
 def register_policy(run_id: str, policy_dir: str, version: int) -> str:
-    """Log the policy directory on the run and register it as a version of ``posttrain-policy``."""
+    """Log the policy directory on the run and register it as a version of ``posttrain-policy``, once per run: the
+    version a run already registered is returned as it is."""
     c = client()
+    existing = c.search_model_versions(f"name='{POLICY_MODEL_NAME}' and run_id='{run_id}'")
+    if existing:
+        return str(existing[0].version)
     c.log_artifacts(run_id, policy_dir, artifact_path="policy")
     try:
         c.get_registered_model(POLICY_MODEL_NAME)
@@ -122,19 +165,52 @@ def register_policy(run_id: str, policy_dir: str, version: int) -> str:
     return str(model_version.version)
 
 
+def log_suite_input(run_id: str, suite: str, digest: str, context: str) -> None:
+    """Record the env suite a run used as its MLflow dataset input (name: the suite folder; digest: the first 32
+    hex digits of its content digest, ``envs.suite.suite_digest``; source: where it lives; ``context``: training, admission or evaluation). The
+    UI lists it under the run's Datasets; every run on the same suite contents carries the same digest."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
+
+    dataset = MetaDataset(resolve_dataset_source(Path(suite).resolve().as_uri()), name=Path(suite).name,
+                          digest=digest[:32])  # MLflow keeps at most 36 characters of a digest
+    client().log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(),
+                                              tags=[InputTag("mlflow.data.context", context)])])
+
+
+def iteration_runs(parent_run_id: str, iteration: int) -> list:
+    """The nested runs of iteration ``iteration`` under a parent run (at most one unless written by hand)."""
+    c = client()
+    return c.search_runs(
+        [c.get_run(parent_run_id).info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}' and tags.`posttrain.iteration` = '{iteration}'")
+
+
+def finished_iteration(parent_run_id: str, iteration: int) -> str | None:
+    """The id of iteration ``iteration``'s nested run if it finished (an earlier execution logged it all), else None."""
+    return next((run.info.run_id for run in iteration_runs(parent_run_id, iteration)
+                 if run.info.status == "FINISHED"), None)
+
+
 def log_iteration(parent_run_id: str, iteration: int, metrics: dict[str, float],
-                  tables: dict[str, pd.DataFrame] | None = None, policy_dir: str = "", policy_version: int = -1) -> str:
-    """One nested run per RL iteration; metrics go to it and to the parent (``step=iteration``)."""
-    child = start_run("", run_name=f"iteration-{iteration}", parent_run_id=parent_run_id,
-                      tags={"posttrain.iteration": str(iteration)})
-    log_metrics(child, metrics, step=iteration)
-    log_metrics(parent_run_id, metrics, step=iteration)
+                  tables: dict[str, pd.DataFrame] | None = None, policy_dir: str = "", policy_version: int = -1,
+                  finish: bool = True) -> str:
+    """One nested run per RL iteration; metrics go to it and to the parent (``step=iteration``). The iteration's
+    nested run that already exists (an interrupted execution left it unfinished) is completed, not duplicated.
+    ``finish=False`` leaves the run open for the caller to add to and finish (``finish_run``)."""
+    existing = [run.info.run_id for run in iteration_runs(parent_run_id, iteration)]
+    child = existing[0] if existing else start_run("", run_name=f"iteration-{iteration}", parent_run_id=parent_run_id,
+                                                   tags={"posttrain.iteration": str(iteration)})
+    log_metrics(child, metrics, step=iteration, once=bool(existing))
+    log_metrics(parent_run_id, metrics, step=iteration, once=bool(existing))
     for name, table in (tables or {}).items():
         log_table(child, table, name)
     if policy_dir:
         registered = register_policy(child, policy_dir, policy_version)
         client().set_tag(child, "posttrain.registered_version", registered)
-    finish_run(child)
+    if finish:
+        finish_run(child)
     return child
 
 
@@ -217,12 +293,13 @@ def time_metrics(rollout: RolloutStats, reward: RewardStats, train: TrainStats, 
 
 
 def seconds_since_iteration_logged(parent_run_id: str, iteration: int) -> float | None:
-    """Wall seconds since iteration ``iteration``'s nested run ended (None when there is none)."""
-    runs = client().search_runs(
-        [client().get_run(parent_run_id).info.experiment_id],
-        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}' and tags.`posttrain.iteration` = '{iteration}'")
-    ended = [run.info.end_time for run in runs if run.info.end_time]
-    return time.time() - max(ended) / 1000 if ended else None
+    """Wall seconds since iteration ``iteration``'s nested run ended, or since the parent run was resumed if that
+    came later (None when there is no such run)."""
+    ended = [run.info.end_time / 1000 for run in iteration_runs(parent_run_id, iteration) if run.info.end_time]
+    if not ended:
+        return None
+    resumed = float(client().get_run(parent_run_id).data.tags.get(RESUMED_AT_TAG, 0.0))
+    return time.time() - max(*ended, resumed)
 
 
 def _flatten(data: dict, prefix: str = "") -> dict:
@@ -234,3 +311,13 @@ def _flatten(data: dict, prefix: str = "") -> dict:
         else:
             flat[name] = value
     return flat
+
+
+# MLflow 3's UI opens an experiment by its kind tag; without one it may infer the GenAI view (traces panels).
+EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
+
+
+def mark_training_experiment(run_id: str) -> None:
+    """Tag the experiment of ``run_id`` as a model-training experiment: the UI opens on runs and metric charts."""
+    c = client()
+    c.set_experiment_tag(c.get_run(run_id).info.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)

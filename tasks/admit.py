@@ -16,12 +16,13 @@ from posttrain.admission.render import write_report
 from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.envs.suite import suite_digest
 from posttrain.envs.table import envs_to_table
-from posttrain.schemas import AdmissionCheckStats, AdmissionDetails, AdmissionReport, Envs
 from posttrain.sandbox import make_sandbox
+from posttrain.schemas import AdmissionCheckStats, AdmissionDetails, AdmissionReport, Envs
 from tasks.execution import execution_name
 from tasks.resources import CACHE_VERSION, stage
+from tasks.tables import Table
 
-Admission = NamedTuple("Admission", [("report", DataFrame[AdmissionReport]), ("envs", DataFrame[Envs]),
+Admission = NamedTuple("Admission", [("report", DataFrame[AdmissionReport]), ("envs", Table[Envs]),
                                      ("details", DataFrame[AdmissionDetails]),
                                      ("stats", DataFrame[AdmissionCheckStats]), ("wall_s", float)])
 
@@ -52,6 +53,7 @@ def log_admission(suite: str, digest: str, cfg: AdmissionConfig, details: DataFr
     run_id = tracking.start_run(experiment, run_name=f"admit-{execution}",
                                 params={"suite": suite, "suite_digest": digest, **asdict(cfg)},
                                 tags={"flyte.execution_id": execution, "posttrain.workflow": "admit"})
+    tracking.log_suite_input(run_id, suite, digest, context="admission")
     tracking.log_table(run_id, details, "admission_report", html=True)
     tracking.log_table(run_id, stats, "admission_check_stats", html=True)
     tracking.log_metrics(run_id, tracking.admission_metrics(details, stats, wall_s), step=0)

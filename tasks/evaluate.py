@@ -19,13 +19,14 @@ from posttrain.schemas import Envs, EvalResults, EvalTrajectories
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 from tasks.rollout import engine_lifetime
+from tasks.tables import Table
 
 
 EvalScored = NamedTuple("EvalScored", [("results", DataFrame[EvalResults]), ("seconds", float)])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
-def score_eval(trajectories: DataFrame[EvalTrajectories], envs: DataFrame[Envs], sandbox: SandboxConfig) -> EvalScored:
+def score_eval(trajectories: Table[EvalTrajectories], envs: Table[Envs], sandbox: SandboxConfig) -> EvalScored:
     """Verify eval completions (greedy and sampled) in sandboxes; ``seconds``: how long that took."""
     started = time.perf_counter()
     results = greedy.score_eval(trajectories, envs_from_table(envs), sandbox)
@@ -33,7 +34,7 @@ def score_eval(trajectories: DataFrame[EvalTrajectories], envs: DataFrame[Envs],
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("evaluate"))
-def evaluate(policy: PolicyDir, envs: DataFrame[Envs], cfg: EvalConfig, rollout: RolloutConfig,
+def evaluate(policy: PolicyDir, envs: Table[Envs], cfg: EvalConfig, rollout: RolloutConfig,
              sandbox: SandboxConfig, policy_version: int) -> DataFrame[EvalResults]:
     """Decode and verify in one task, on the process's live engine."""
     with engine_lifetime():

@@ -5,18 +5,18 @@ temperature) and rolls out iteration k+1 from v_k (unless v_k is the last versio
 round of it), on one engine: the process's live engine (``posttrain.rollout.live``), swapped to v_k in place. In a
 local ``pyflyte run`` every task runs in one process and the engine serves the whole run (``warm_engine`` starts it
 in the background while admission runs); in a task pod it ends with the task.
-``release_engines`` is the workflows' final step and failure handler.
+``release_engines`` (the live engine and the live trainer, ``posttrain.training.live``) is the workflows' final step
+and failure handler.
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Iterator, NamedTuple, Optional
+from typing import Callable, Iterator, NamedTuple, Optional
 
 from flytekit import FlyteContextManager, task
 from flytekit.types.error import FlyteError
-from pandera.typing import DataFrame
 
 from posttrain.config import EvalConfig, LoopConfig, RolloutConfig
 from posttrain.envs.table import envs_from_table
@@ -24,21 +24,25 @@ from posttrain.evaluation.greedy import decode_eval
 from posttrain.rollout import live
 from posttrain.rollout.collect import RolloutStats, rollout_with
 from posttrain.schemas import Envs, EvalTrajectories, Trajectories, empty
+from posttrain.training import live as live_trainer
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
+from tasks.tables import Table
 
-Sampled = NamedTuple("Sampled", [("trajectories", DataFrame[Trajectories]), ("stats", RolloutStats),
-                                 ("eval_trajectories", DataFrame[EvalTrajectories])])
+Sampled = NamedTuple("Sampled", [("trajectories", Table[Trajectories]), ("stats", RolloutStats),
+                                 ("eval_trajectories", Table[EvalTrajectories])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("rollout"))
-def sample(policy: PolicyDir, envs: DataFrame[Envs], cfg: RolloutConfig, eval_cfg: EvalConfig, policy_version: int,
-           rollout: bool, evaluate: bool, env_ids: Optional[list[str]] = None, seed_offset: int = 0) -> Sampled:
+def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: EvalConfig, policy_version: int,
+           rollout: bool, evaluate: bool, env_ids: Optional[list[str]] = None, seed_offset: int = 0,
+           iteration: Optional[int] = None) -> Sampled:
     """Policy v_k (``policy_version``): its eval decode (greedy and sampled) if ``evaluate``, the rollout of iteration
     k+1 if ``rollout`` (empty tables otherwise); stats time the engine start or swap, both decodes and the whole task.
 
     A dynamic-sampling refill round names its envs (``env_ids``) and how many samples the iteration drew before it
-    (``seed_offset``, so its samples get seeds of their own).
+    (``seed_offset``, so its samples get seeds of their own). ``iteration``: the one whose rollout this is, when not
+    k+1 (bounded staleness: iteration k+1 samples from an older version, ``posttrain.rollout.staleness``).
     """
     started = time.perf_counter()
     specs = envs_from_table(envs)
@@ -47,7 +51,8 @@ def sample(policy: PolicyDir, envs: DataFrame[Envs], cfg: RolloutConfig, eval_cf
         decode_started = time.perf_counter()
         eval_table = decode_eval(engine, specs, eval_cfg, cfg) if evaluate else empty(EvalTrajectories)
         eval_seconds = time.perf_counter() - decode_started
-        table, stats = (rollout_with(engine, list(specs.values()), cfg, policy_version + 1, env_ids, seed_offset)
+        for_iteration = policy_version + 1 if iteration is None else iteration
+        table, stats = (rollout_with(engine, list(specs.values()), cfg, for_iteration, env_ids, seed_offset)
                         if rollout else (empty(Trajectories), RolloutStats()))
     stats.engine_start_s, stats.engine_swap_s, stats.eval_seconds = start_s, swap_s, eval_seconds
     stats.wall_s = time.perf_counter() - started
@@ -64,19 +69,23 @@ def warm_engine(policy: PolicyDir, cfg: RolloutConfig) -> None:
 
 @task(**stage("track"))
 def release_engines(cfg: LoopConfig, err: Optional[FlyteError] = None) -> None:
-    """Stop the process's live vLLM engine: the workflows' last step, and their failure handler (``err`` set)."""
+    """Stop the process's live vLLM engine and trainer: the workflows' last step, and their failure handler
+    (``err`` set)."""
     live.shutdown_all()
+    live_trainer.shutdown()
 
 
 @contextmanager
-def engine_lifetime() -> Iterator[None]:
-    """Keep the live engine for the next task when every task runs in this process (local ``pyflyte run``);
-    in a task pod, stop it with the task."""
+def engine_lifetime(release: Callable[[], None] = live.shutdown_all) -> Iterator[None]:
+    """Keep a live engine (vLLM's; DeepSpeed's with ``release=training.live.shutdown``) for the next task when every
+    task runs in this process (local ``pyflyte run``); in a task pod, ``release`` it with the task. A background
+    engine start (``warm_engine``) ends first: its imports must not race this task's (``live.settle``)."""
+    live.settle()
     try:
         yield
     finally:
         if not _in_process_run():
-            live.shutdown_all()
+            release()
 
 
 def _in_process_run() -> bool:

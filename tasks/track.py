@@ -1,6 +1,9 @@
-"""Flyte tasks: MLflow lineage. A parent run per workflow execution, a nested run per iteration.
+"""Flyte tasks: MLflow lineage. A parent run per RL run, a nested run per iteration.
 
-Never cached: each execution must leave its own runs.
+Never cached, idempotent instead: the parent run is keyed by the run identity (``tracking.run_key``: config, suite
+digest, starting policy digest, cache version), so a rerun of an interrupted execution resumes the first execution's
+parent run, skips the iterations it finished and completes the one it left open: no duplicate runs or registry
+versions. ``pyflyte run --overwrite-cache`` recomputes every stage, so it opens a new parent run.
 """
 
 from __future__ import annotations
@@ -8,39 +11,53 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Optional
 
-from flytekit import task
+from flytekit import Deck, task
+from flytekit.configuration import LocalConfig
 from pandera.typing import DataFrame
 
-from posttrain import tracking
+from posttrain import registry, tracking
 from posttrain.config import LoopConfig
 from posttrain.evaluation.results import summarize
+from posttrain.evaluation.run_report import log_loop_report
+from posttrain.evaluation.run_summary import print_summary
 from posttrain.reward import RewardStats
 from posttrain.rollout.collect import RolloutStats
 from posttrain.rollout.dynamic_sampling import DynamicSamplingStats
+from posttrain.rollout.staleness import staleness_metrics
 from posttrain.schemas import AdmissionReport, EvalResults, Scored
+from posttrain.training.checkpoints import dir_digest
 from posttrain.training.trainer import TrainStats
-from tasks.policy import PolicyDir
 from tasks.execution import execution_name
-from tasks.resources import stage
+from tasks.policy import PolicyDir
+from tasks.resources import CACHE_VERSION, stage
 
 
 @task(**stage("track"))
-def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport]) -> str:
-    """Open the parent run: config as params, the admission report as an artifact; returns the run id."""
+def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport], suite_digest: str, policy: PolicyDir) -> str:
+    """Open the parent run (config as params, the admission report as an artifact), or resume the one an earlier
+    execution of the same run (``suite_digest``, starting ``policy``, ``CACHE_VERSION``) opened, unless this
+    execution recomputes every stage (``pyflyte run --overwrite-cache``); returns the run id."""
     execution = execution_name()
-    run_id = tracking.start_run(cfg.experiment, run_name=f"rl_loop-{execution}", params=asdict(cfg),
-                                tags={"flyte.execution_id": execution, "posttrain.workflow": "rl_loop"})
+    key = tracking.run_key(asdict(cfg), suite_digest, dir_digest(policy.download()), CACHE_VERSION)
+    run_id, resumed = tracking.start_or_resume_run(
+        cfg.experiment, key, run_name=f"rl_loop-{execution}", params=asdict(cfg),
+        tags={"flyte.execution_id": execution, "posttrain.workflow": "rl_loop"},
+        resume=not LocalConfig.auto().cache_overwrite)
+    if resumed:
+        tracking.client().set_tag(run_id, "posttrain.resumed_by", execution)
+    tracking.mark_training_experiment(run_id)  # the MLflow UI opens it on runs and charts, not the GenAI view
+    registry.record_lineage(run_id, cfg.suite)  # suite digest and git sha, for the registered versions' tags
+    tracking.log_suite_input(run_id, cfg.suite, suite_digest, context="training")
     tracking.log_dict(run_id, asdict(cfg), "config.json")
     tracking.log_table(run_id, report, "admission_report", html=True)
-    tracking.log_metrics(run_id, tracking.admission_counts(report), step=0)
+    tracking.log_metrics(run_id, tracking.admission_counts(report), step=0, once=resumed)
     return run_id
 
 
 @task(**stage("track"))
 def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir) -> str:
     """Iteration 0: the starting policy's evaluation, so every curve starts at the baseline."""
-    return tracking.log_iteration(run_id, 0, summarize(results), tables={"eval_results": results},
-                                  policy_dir=policy.download(), policy_version=0)
+    return _log_once(run_id, 0, summarize(results), {"eval_results": results}, policy, results)
 
 
 @task(**stage("track"))
@@ -53,15 +70,33 @@ def log_iteration(run_id: str, iteration: int, rollout_stats: RolloutStats, scor
     v_k when it was evaluated (``eval.every``); ``window`` (v_k's sample task) and ``eval_s`` (its eval scoring)
     complete where the iteration's wall time went (``tracking.time_metrics``)."""
     iteration_s = tracking.seconds_since_iteration_logged(run_id, iteration - 1)
-    metrics = tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats, iteration_s, dynamic,
-                                         window, eval_s)
+    metrics = {**tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats, iteration_s, dynamic,
+                                            window, eval_s),
+               **staleness_metrics(scored, trained_from=iteration - 1)}
     tables = {"scored": scored} if results is None else {"scored": scored, "eval_results": results}
-    return tracking.log_iteration(run_id, iteration, metrics, tables=tables, policy_dir=policy.download(),
-                                  policy_version=iteration)
+    return _log_once(run_id, iteration, metrics, tables, policy, results)
 
 
-@task(**stage("track"))
+def _log_once(run_id: str, iteration: int, metrics: dict[str, float], tables: dict, policy: PolicyDir,
+              results: Optional[DataFrame[EvalResults]]) -> str:
+    """Log iteration ``iteration`` with policy v_k, then promote v_k, unless an earlier execution of this run did
+    both (the iteration's nested run is finished only then): returns the nested run's id."""
+    done = tracking.finished_iteration(run_id, iteration)
+    if done is not None:
+        return done
+    child = tracking.log_iteration(run_id, iteration, metrics, tables=tables, policy_dir=policy.download(),
+                                   policy_version=iteration, finish=False)
+    registry.promote(child, results)  # lineage tags, alias candidate; champion if it passes the regression gate
+    tracking.finish_run(child)
+    return child
+
+
+@task(**stage("track"), enable_deck=True, deck_fields=())
 def finish_tracking(run_id: str, final_policy: PolicyDir) -> str:
+    """Close the parent run: the evaluation report (``reports/evaluation.html``, also this task's Deck), then a
+    per-iteration summary table printed at the end of ``pyflyte run``."""
     tracking.client().set_tag(run_id, "posttrain.final_policy", final_policy.path)
+    Deck("evaluation report", log_loop_report(run_id))
     tracking.finish_run(run_id)
+    print_summary(run_id)
     return run_id

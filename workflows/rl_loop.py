@@ -1,7 +1,7 @@
 """The closed RL loop: admit -> (rollout -> reward -> update -> evaluate) x iterations, tracked in MLflow.
 
 Run it locally (embedded Flyte, real vLLM/bwrap/DeepSpeed/MLflow):
-    pyflyte run workflows/rl_loop.py rl_loop                      # the demo: 4 iterations
+    pyflyte run workflows/rl_loop.py rl_loop                      # the demo: 30 iterations
     pyflyte run workflows/rl_loop.py rl_smoke                     # 1 iteration, tiny sizes
     pyflyte run workflows/rl_loop.py rl_loop --cfg '{"iterations": 2, "suite": "my_suite/"}'
 
@@ -11,9 +11,19 @@ rollout of iteration k+1 from it. Locally every task runs in this process and on
 swapped to each new version in place; ``release_engines`` stops it at the end, or when the run fails. Versions are
 evaluated every ``eval.every`` (v0 and the last always): greedy and sampled pass@1. With ``rollout.dynamic_sampling``
 the scored rollout passes through ``refill`` (DAPO): groups without reward variance are dropped and refilled by
-further ``sample`` + ``reward`` rounds from the same version; off, the DAG is the one without it. Every stage task
-is cached (explicit cache versions, content-addressed policies), so re-running an interrupted execution resumes from
-the last finished stage.
+further ``sample`` + ``reward`` rounds from the same version; off, the DAG is the one without it. With
+``max_staleness`` s > 0 the rollout that trains v_{k+1} samples from v_{k-s} (``posttrain.rollout.staleness``) in a
+node of its own: on a cluster it runs while the update that makes v_k trains.
+
+Resume: every compute stage (admission, sample, reward, eval scoring, update) is cached by Flyte, keyed on content:
+policies (``PolicyDir``) and tables (``tasks.tables.Table``) carry a digest, so the same inputs give the same key on
+every run (an offloaded parquet or directory has a new random URI each time). Running the same command again after
+an interrupted execution takes every finished stage from the cache (with ``FLYTE_SDK_LOGGING_LEVEL=20`` flytekit
+logs ``Cache hit`` for each) and computes only the rest; an identical rerun of a finished one computes no stage
+(only ``warm_engine``'s background vLLM start repeats). MLflow tracking is not cached but idempotent
+(``tasks.track``): the rerun resumes the first execution's parent run (found by the run identity of config, suite
+digest, starting policy digest and cache version), skips its finished iterations and registers no policy version
+twice; ``--overwrite-cache`` recomputes every stage into a new parent run.
 """
 
 from __future__ import annotations
@@ -21,7 +31,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from flytekit import dynamic, workflow
-from pandera.typing import DataFrame
 
 from posttrain.config import LoopConfig
 from posttrain.evaluation.greedy import evaluates
@@ -29,21 +38,23 @@ from posttrain.reward import RewardStats
 from posttrain.rollout import dynamic_sampling
 from posttrain.rollout.collect import RolloutStats
 from posttrain.rollout.dynamic_sampling import DynamicSamplingStats
+from posttrain.rollout.staleness import rollout_source
 from posttrain.schemas import Envs, Scored
 from tasks.admit import admit_suite, fingerprint_suite
 from tasks.evaluate import score_eval
 from tasks.policy import PolicyDir, prepare_policy
 from tasks.reward import add_round, reward
 from tasks.rollout import release_engines, sample, warm_engine
+from tasks.tables import Table
 from tasks.track import finish_tracking, log_baseline, log_iteration, start_tracking
-from tasks.update import update
+from tasks.update import update_node
 
-Refilled = NamedTuple("Refilled", [("scored", DataFrame[Scored]), ("rollout_stats", RolloutStats),
+Refilled = NamedTuple("Refilled", [("scored", Table[Scored]), ("rollout_stats", RolloutStats),
                                    ("reward_stats", RewardStats), ("dynamic", DynamicSamplingStats)])
 
 
 @dynamic
-def refill(policy: PolicyDir, envs: DataFrame[Envs], cfg: LoopConfig, policy_version: int, scored: DataFrame[Scored],
+def refill(policy: PolicyDir, envs: Table[Envs], cfg: LoopConfig, policy_version: int, scored: Table[Scored],
            rollout_stats: RolloutStats, reward_stats: RewardStats, rounds: int = 0, refilled: int = 0) -> Refilled:
     """DAPO dynamic sampling of the rollout from v_k (``policy_version``), given its ``scored`` rows so far (after
     ``rounds`` refill rounds that sampled ``refilled`` groups): while fewer than ``rollout.envs_per_iteration``
@@ -64,18 +75,26 @@ def refill(policy: PolicyDir, envs: DataFrame[Envs], cfg: LoopConfig, policy_ver
 
 
 @dynamic
-def iterate(cfg: LoopConfig, envs: DataFrame[Envs], policy: PolicyDir, run_id: str) -> PolicyDir:
+def iterate(cfg: LoopConfig, envs: Table[Envs], policy: PolicyDir, run_id: str) -> PolicyDir:
     """Unroll ``cfg.iterations`` RL iterations into a DAG: per policy version v_k, one ``sample`` node (evaluate v_k,
     roll out iteration k+1), then ``score_eval`` and ``reward`` (sandboxes), ``refill`` (dynamic sampling, when on)
     and ``update`` (v_{k+1})."""
     reference = policy  # the frozen policy of the KL penalty (train.kl_coef)
+    versions = [policy]  # v_0, v_1, ...: a rollout may sample from an older one (cfg.max_staleness)
     logged = None
     trained = None  # the rollout stats, rewards and update that made v_k: logged with v_k's evaluation
     for k in range(cfg.iterations + 1):
         # step 1. one engine lifetime for v_k: its eval decode (greedy and sampled), and the rollout of iteration k+1
+        # (on-policy); with staleness s > 0 that rollout samples from v_{k-s} in its own node, which does not wait
+        # for the update that makes v_k
         evaluated = evaluates(cfg.eval, k, last=cfg.iterations)
+        source = rollout_source(k, cfg.max_staleness) if k < cfg.iterations else k
         sampled = sample(policy=policy, envs=envs, cfg=cfg.rollout, eval_cfg=cfg.eval, policy_version=k,
-                         rollout=k < cfg.iterations, evaluate=evaluated)
+                         rollout=k < cfg.iterations and source == k, evaluate=evaluated) \
+            if evaluated or source == k else None
+        rollout = sampled if source == k else \
+            sample(policy=versions[source], envs=envs, cfg=cfg.rollout, eval_cfg=cfg.eval, policy_version=source,
+                   rollout=True, evaluate=False, iteration=k + 1)
         # step 2. verify v_k's eval completions in sandboxes
         evaluation = score_eval(trajectories=sampled.eval_trajectories, envs=envs, sandbox=cfg.sandbox) \
             if evaluated else None
@@ -87,22 +106,23 @@ def iterate(cfg: LoopConfig, envs: DataFrame[Envs], policy: PolicyDir, run_id: s
             rollout_stats, reward_stats, dynamic, updated = trained
             this_log = log_iteration(run_id=run_id, iteration=k, rollout_stats=rollout_stats, scored=updated.train_rows,
                                      reward_stats=reward_stats, train_stats=updated.stats, policy=policy,
-                                     results=results, dynamic=dynamic, window=sampled.stats,
+                                     results=results, dynamic=dynamic, window=(sampled or rollout).stats,
                                      eval_s=evaluation.seconds if evaluation is not None else 0.0)
             logged >> this_log  # MLflow iteration runs are written in order
         logged = this_log
         if k < cfg.iterations:
             # step 4. score the rollout of iteration k+1; with dynamic sampling, keep and refill the learnable groups
-            scored = reward(trajectories=sampled.trajectories, envs=envs, sandbox=cfg.sandbox)
-            batch = (scored.scored, sampled.stats, scored.stats, None)
+            scored = reward(trajectories=rollout.trajectories, envs=envs, sandbox=cfg.sandbox)
+            batch = (scored.scored, rollout.stats, scored.stats, None)
             if cfg.rollout.dynamic_sampling:
                 batch = refill(policy=policy, envs=envs, cfg=cfg, policy_version=k, scored=scored.scored,
-                               rollout_stats=sampled.stats, reward_stats=scored.stats)
+                               rollout_stats=rollout.stats, reward_stats=scored.stats)
             train_on, rollout_stats, reward_stats, dynamic = batch
             # step 5. train v_{k+1} on it
-            updated = update(policy=policy, scored=train_on, cfg=cfg.train, policy_version=k + 1,
-                             reference=reference)
+            updated = update_node(policy=policy, scored=train_on, cfg=cfg.train, policy_version=k + 1,
+                                  reference=reference)  # data parallel (torch elastic) when train.nproc_per_node > 1
             trained, policy = (rollout_stats, reward_stats, dynamic, updated), updated.policy
+            versions.append(policy)
     return policy
 
 
@@ -113,7 +133,7 @@ def rl_loop(cfg: LoopConfig = LoopConfig()) -> PolicyDir:
     warm_engine(policy=policy, cfg=cfg.rollout)  # locally (nodes run in this order): vLLM starts while admission runs
     digest = fingerprint_suite(suite=cfg.suite)
     admission = admit_suite(suite=cfg.suite, digest=digest, sandbox=cfg.sandbox, cfg=cfg.admission)
-    run_id = start_tracking(cfg=cfg, report=admission.report)
+    run_id = start_tracking(cfg=cfg, report=admission.report, suite_digest=digest, policy=policy)
     final = iterate(cfg=cfg, envs=admission.envs, policy=policy, run_id=run_id)
     finished = finish_tracking(run_id=run_id, final_policy=final)
     finished >> release_engines(cfg=cfg)  # the live vLLM engine would keep `pyflyte run` from exiting

@@ -25,12 +25,11 @@ import time
 from collections import defaultdict
 from typing import Sequence
 
-from tqdm.auto import tqdm
-
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import verify_many
 from posttrain.envs.verifiers.base import Verdict
+from posttrain.progress import progress as progress_bar
 
 
 class _CountingSandbox:
@@ -58,7 +57,7 @@ class SandboxBatches:
 
     def __init__(self, sandbox, cfg: SandboxConfig, progress: bool = False, desc: str = "admission"):
         self.cfg = cfg
-        self.bar = tqdm(total=0, unit="run", desc=desc, disable=not progress, dynamic_ncols=True, leave=True)
+        self.bar = progress_bar(total=0, desc=desc, unit="run", enabled=progress)  # a live bar, or lines in a log
         self.box = _CountingSandbox(sandbox, self.bar)
         self.cache: dict[tuple[str, str], Verdict] = {}
         self.seconds: dict[str, float] = defaultdict(float)

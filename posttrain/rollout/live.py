@@ -8,7 +8,8 @@ costs ~20 ms. ``acquire(policy_dir, cfg, version)`` returns the process's live e
   ``dtype``, ``max_model_len``, prefix caching): weights reloaded in place, prefix cache reset;
 - anything else: the old engine is shut down and a new one started; the log says which part differed.
 
-``prestart`` does the same in a background thread, so the ~30 s start overlaps other work (locally: admission).
+``prestart`` does the same in a background thread, so the ~30 s start overlaps other work (locally: admission);
+``settle`` waits for it.
 
 The engine records the policy version it serves (``engine.version``) and ``collect`` writes it on every sample.
 Use an acquired engine right away: the next ``acquire`` in the process may swap its weights.
@@ -63,6 +64,7 @@ _live: VLLMEngine | None = None
 _live_key: dict | None = None
 _live_weights: tuple | None = None
 _exit_hooks_registered = False
+_prestarted: threading.Thread | None = None
 _counters = {"starts": 0, "reloads": 0, "start_s": 0.0, "reload_s": 0.0}
 
 
@@ -144,9 +146,19 @@ def prestart(policy_dir: str, cfg: RolloutConfig, version: int) -> threading.Thr
         except Exception:  # noqa: BLE001 - reported where it matters: the next acquire retries and raises
             log.exception("vLLM engine: background start failed; the next acquire retries")
 
-    thread = threading.Thread(target=run, name="posttrain-engine-prestart", daemon=True)
-    thread.start()
-    return thread
+    global _prestarted
+    _prestarted = threading.Thread(target=run, name="posttrain-engine-prestart", daemon=True)
+    _prestarted.start()
+    return _prestarted
+
+
+def settle() -> None:
+    """Wait for a background start (``prestart``) to end. Work that first-imports what vLLM imports (the trainer:
+    transformers) must not run beside it: two threads importing one package at once can fail ("cannot import name
+    'AutoModelForCausalLM' from 'transformers'"), which a resumed run, whose first uncached stage may be an update,
+    would otherwise hit."""
+    if _prestarted is not None:
+        _prestarted.join()
 
 
 def shutdown_all() -> None:

@@ -56,6 +56,8 @@ def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(tmp_path):
     assert "rollout/resample_rounds" not in metrics  # dynamic sampling is off by default
     artifacts = {f.path for f in client.list_artifacts(parent.info.run_id, "tables")}
     assert "tables/admission_report.parquet" in artifacts
+    [suite] = client.get_run(parent.info.run_id).inputs.dataset_inputs  # the suite, with its content digest
+    assert suite.dataset.name == "demo_python" and len(suite.dataset.digest) == 32
     versions = client.search_model_versions("name='posttrain-policy'")
     assert {v.tags.get("policy_version") for v in versions} == {"0", "1"}
 

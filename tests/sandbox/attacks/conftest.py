@@ -19,19 +19,14 @@ import pytest
 
 from posttrain.config import DockerPoolConfig, SandboxConfig
 from posttrain.sandbox import Execution, make_sandbox, run_many
-from posttrain.sandbox.docker.container import docker_unavailable_reason
-from tests.sandbox.cases import assert_never_connected, processes_with
-
-
-def _docker_unavailable() -> str:
-    return docker_unavailable_reason(DockerPoolConfig().image)
+from tests.sandbox.cases import assert_never_connected, docker_reason, processes_with
 
 
 @pytest.fixture(scope="module", params=["bwrap", "bwrap-warm", "docker"])
 def box(request):
     if request.param.startswith("bwrap") and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap (bwrap) is not installed")
-    if request.param == "docker" and (why := _docker_unavailable()):
+    if request.param == "docker" and (why := docker_reason()):
         pytest.skip(why)
     cfg = SandboxConfig(backend=request.param, docker=DockerPoolConfig(size=2, max_size=2), memory_mb=256)
     sandbox = make_sandbox(cfg)

@@ -1,0 +1,116 @@
+"""Stratified evaluation metrics of one EvalResults table: greedy pass@1, unbiased sampled pass@k and assertion pass
+rates, overall and per domain, difficulty and step-count bucket.
+
+Infra errors are excluded everywhere (never a failure). Sampled pass@k of an env is ``pass_at_k(n, c, k)`` over its
+n usable samples (c passed), averaged over the envs with n >= k; an env with fewer samples has no estimate for that
+k. The long table (``stratum, group, metric, envs, value``) is what is logged as parquet; ``strata_metrics`` names
+its rows for MLflow (``eval/pass_at_1/domain_python``, ``eval/pass_at_4_sampled/difficulty_2``).
+
+Example (hand-computed: env a passes greedy, 2 of its 4 samples; b fails greedy, 0 of 4):
+    >>> import pandas as pd
+    >>> rows = [("a", "greedy", True)] + [("a", "sampled", p) for p in (True, True, False, False)] \\
+    ...        + [("b", "greedy", False)] + [("b", "sampled", False)] * 4
+    >>> results = pd.DataFrame([{"env_id": e, "domain": "python", "difficulty": 1 if e == "a" else 2,
+    ...                          "decoding": d, "steps": 1, "passed": p, "infra_error": "",
+    ...                          "assertions": '{"result/tests_pass": %s}' % str(p).lower()} for e, d, p in rows])
+    >>> m = strata_metrics(strata(results, ks=[1, 2, 8]))
+    >>> m["eval/pass_at_1"], m["eval/pass_at_1_sampled"], m["eval/pass_at_2_sampled"]   # a: 1 - C(2,2)/C(4,2) = 5/6
+    (0.5, 0.25, 0.4166666666666667)
+    >>> m["eval/pass_at_2_sampled/difficulty_1"], "eval/pass_at_8_sampled" in m          # k > n: no estimate
+    (0.8333333333333334, False)
+    >>> m["eval/assertion/result/tests_pass/steps_1"]
+    0.5
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from posttrain.evaluation.metrics import pass_at_k
+
+STRATA = ("domain", "difficulty", "steps")  # besides "all"
+STEP_BUCKETS = ((1, 1), (2, 4), (5, 16), (17, None))  # inclusive bounds; None: no upper bound
+
+
+class EvalStrata(pa.DataFrameModel):
+    """One row per (stratum, group, metric): e.g. ``difficulty, 2, pass_at_4_sampled``; ``envs`` measured it."""
+
+    stratum: Series[str] = pa.Field(isin=["all", *STRATA])
+    group: Series[str]
+    metric: Series[str]
+    envs: Series[int] = pa.Field(ge=1)
+    value: Series[float] = pa.Field(ge=0.0, le=1.0)
+
+    class Config:
+        coerce = True
+
+
+COLUMNS = list(EvalStrata.to_schema().columns)
+
+
+def steps_bucket(steps: int) -> str:
+    """The step-count bucket of an episode: ``"1"``, ``"2-4"``, ``"5-16"``, ``"17+"``.
+
+    >>> [steps_bucket(s) for s in (1, 3, 16, 40)]
+    ['1', '2-4', '5-16', '17+']
+    """
+    for low, high in STEP_BUCKETS:
+        if steps >= low and (high is None or steps <= high):
+            return str(low) if high == low else f"{low}+" if high is None else f"{low}-{high}"
+    raise ValueError(f"steps={steps}: must be >= 1")
+
+
+def per_env(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per env: its strata (domain, difficulty, steps bucket of the greedy episode), the greedy verdict
+    (NA: infra error) and assertion verdicts, and n usable samples of which c passed."""
+    greedy = results[results["decoding"] == "greedy"].drop_duplicates("env_id").set_index("env_id")
+    usable = results[(results["decoding"] == "sampled") & (results["infra_error"] == "")]
+    counts = usable.groupby("env_id")["passed"].agg(n="size", c="sum")
+    envs = results.drop_duplicates("env_id").set_index("env_id")[["domain", "difficulty"]]
+    table = envs.join(counts).fillna({"n": 0, "c": 0}).astype({"n": int, "c": int})
+    ok = greedy["infra_error"] == ""
+    table["steps"] = greedy["steps"].map(steps_bucket).reindex(table.index).fillna("no_greedy")
+    table["greedy_passed"] = greedy["passed"].astype("boolean").where(ok).reindex(table.index)
+    table["assertions"] = greedy["assertions"].where(ok).reindex(table.index)
+    return table.reset_index()
+
+
+def strata(results: pd.DataFrame, ks: Sequence[int]) -> pd.DataFrame:
+    """The long metrics table (``COLUMNS``) of one EvalResults table, overall (stratum ``all``) and per stratum."""
+    envs = per_env(results)
+    rows = []
+    for stratum in ("all", *STRATA):
+        groups = [("all", envs)] if stratum == "all" else envs.groupby(stratum, sort=True)
+        for group, part in groups:
+            rows += [(stratum, str(group), metric, count, value) for metric, count, value in _metrics(part, ks)]
+    return EvalStrata.validate(pd.DataFrame(rows, columns=COLUMNS))
+
+
+def _metrics(envs: pd.DataFrame, ks: Sequence[int]) -> list[tuple[str, int, float]]:
+    """(metric, envs measured, value) of a group of per-env rows; a metric no env can measure is left out."""
+    out = []
+    verified = envs["greedy_passed"].dropna()
+    if len(verified):
+        out.append(("pass_at_1", len(verified), float(verified.astype(float).mean())))
+    for k in ks:
+        enough = envs[envs["n"] >= k]
+        if len(enough):
+            values = [pass_at_k(int(n), int(c), k) for n, c in zip(enough["n"], enough["c"])]
+            out.append((f"pass_at_{k}_sampled", len(enough), sum(values) / len(values)))
+    verdicts = pd.DataFrame([json.loads(text) for text in envs["assertions"].dropna()])
+    for name in verdicts.columns:
+        applicable = verdicts[name].dropna()  # an assertion that does not apply to an env is absent or null
+        if len(applicable):
+            out.append((f"assertion/{name}", len(applicable), float(applicable.astype(float).mean())))
+    return out
+
+
+def strata_metrics(table: pd.DataFrame) -> dict[str, float]:
+    """MLflow metric names of a ``strata`` table: ``eval/<metric>`` overall, ``eval/<metric>/<stratum>_<group>``."""
+    return {f"eval/{row.metric}" + ("" if row.stratum == "all" else f"/{row.stratum}_{row.group}"): float(row.value)
+            for row in table.itertuples()}

@@ -1,0 +1,108 @@
+"""Promotion through a real MLflow registry (sqlite in a temp dir): lineage tags on every version, ``candidate`` on
+the latest, ``champion`` moved only when the regression gate passes; policies downloaded by alias."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from posttrain import registry, tracking
+from posttrain.config import DEMO_SUITE
+from posttrain.envs.suite import suite_digest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("POSTTRAIN_ARTIFACT_ROOT", (tmp_path / "artifacts").as_uri())
+    monkeypatch.setenv("POSTTRAIN_GIT_SHA", "0123abcd")
+    return tmp_path
+
+
+def results(version: int, verdicts: dict[str, bool]) -> pd.DataFrame:
+    return pd.DataFrame([{"env_id": env, "domain": "python", "difficulty": 1, "decoding": "greedy", "sample_idx": 0,
+                          "policy_version": version, "steps": 1, "passed": passed, "reward": float(passed),
+                          "infra_error": "", "assertions": json.dumps({"result/tests_pass": passed})}
+                         for env, passed in verdicts.items()])
+
+
+def policy_dir(root, version: int) -> str:
+    path = root / f"policy-v{version}"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"version": version}))
+    return str(path)
+
+
+def aliases() -> dict[str, str]:
+    model = tracking.client().get_registered_model(tracking.POLICY_MODEL_NAME)
+    return {alias: str(version) for alias, version in model.aliases.items()}
+
+
+def test_candidate_follows_every_version_and_champion_only_the_gate(store):
+    parent = tracking.start_run("posttrain-registry-test", run_name="rl_loop-x", tags={"flyte.execution_id": "f1"})
+    tracking.mark_training_experiment(parent)
+    registry.record_lineage(parent, DEMO_SUITE)
+    plan = [  # (iteration, eval results or None, gate passed?)
+        (0, {"a": True, "b": False, "c": False}, True),   # no champion yet
+        (1, None, None),                                  # not evaluated: candidate only
+        (2, {"a": False, "b": True, "c": True}, False),   # better pass@1 but a regressed
+        (3, {"a": True, "b": True, "c": False}, True),    # no regression, pass@1 2/3 >= 1/3
+    ]
+    decisions = []
+    for iteration, verdicts, _ in plan:
+        table = results(iteration, verdicts) if verdicts else None
+        child = tracking.log_iteration(parent, iteration, {"reward/mean": 0.5},
+                                       tables={"eval_results": table} if table is not None else {},
+                                       policy_dir=policy_dir(store, iteration), policy_version=iteration)
+        decisions.append(registry.promote(child, table))
+        assert aliases()[registry.CANDIDATE] == str(iteration + 1)  # registered versions count from 1
+        assert aliases()[registry.CHAMPION] == ("1" if iteration < 3 else "4")
+    assert [d.passed if d else None for d in decisions] == [expected for _, _, expected in plan]
+    assert decisions[2].regressions == ["a"]
+
+    c = tracking.client()
+    version = c.get_model_version(tracking.POLICY_MODEL_NAME, "3")
+    assert {"iteration": "2", "execution_id": "f1", "git_sha": "0123abcd", "suite_digest": suite_digest(DEMO_SUITE),
+            "policy_version": "2", "gate": "failed"}.items() <= version.tags.items()
+    assert "regressed on 1 env(s)" in version.tags["gate_reason"]
+    assert "gate" not in c.get_model_version(tracking.POLICY_MODEL_NAME, "2").tags
+    assert c.get_run(version.run_id).data.tags["posttrain.gate"].startswith("failed: regressed on 1 env(s)")
+    experiment = c.get_experiment_by_name("posttrain-registry-test")
+    assert experiment.tags[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
+
+    downloaded = registry.download_policy("models:/posttrain-policy@champion", str(store / "dl"))
+    assert json.loads((Path(downloaded) / "config.json").read_text()) == {"version": 3}
+    assert registry.get_version("models:/posttrain-policy/2").tags["iteration"] == "1"
+
+
+def test_gate_fails_closed_when_the_champion_was_never_evaluated_on_the_suite(store):
+    parent = tracking.start_run("posttrain-registry-test", run_name="rl_loop-y")
+    registry.record_lineage(parent, DEMO_SUITE)
+    child = tracking.log_iteration(parent, 0, {}, tables={"eval_results": results(0, {"a": True})},
+                                   policy_dir=policy_dir(store, 0), policy_version=0)
+    assert registry.promote(child, results(0, {"a": True})).passed
+    decision = registry.gate(results(1, {"a": True}), digest="another-suite")
+    assert not decision.passed and "has no eval results on suite another-suit" in decision.reason
+
+
+def test_unknown_uris_are_refused_with_the_field_named(store):
+    with pytest.raises(ValueError, match="policy='models:/posttrain-policy@nobody': no such"):
+        registry.get_version("models:/posttrain-policy@nobody")
+    with pytest.raises(ValueError, match="policy='s3://bucket/p': not a models:/"):
+        registry.get_version("s3://bucket/p")
+
+
+def test_the_suite_is_the_runs_dataset_input_once_with_its_digest_and_context(store):
+    digest = suite_digest(DEMO_SUITE)
+    run = tracking.start_run("datasets", run_name="training")
+    for _ in range(2):  # a resumed run logs it again: still one input
+        tracking.log_suite_input(run, DEMO_SUITE, digest, context="training")
+    [logged] = tracking.client().get_run(run).inputs.dataset_inputs
+    assert (logged.dataset.name, logged.dataset.digest) == (Path(DEMO_SUITE).name, digest[:32])
+    assert Path(DEMO_SUITE).resolve().as_uri() in logged.dataset.source
+    assert {(tag.key, tag.value) for tag in logged.tags} == {("mlflow.data.context", "training")}

@@ -1,0 +1,246 @@
+"""Lossless resume: ``pyflyte run`` of a 2-iteration loop killed (SIGKILL of its process group) during iteration 2,
+then run again with the same command, against an uninterrupted run of the same config.
+
+The rerun takes iterations 0 and 1 from Flyte's local cache (flytekit's ``Cache hit`` log lines), computes exactly
+what the killed run had not finished, attaches to the killed run's MLflow parent run (no duplicate runs or registry
+versions), and ends with the uninterrupted run's trajectories, weights and optimizer state. Each execution gets its
+own Flyte local cache (``HOME``: flytekit keeps it in ``~/.flyte/local-cache``) and MLflow store.
+
+The MLflow half without Flyte: ``test_tracking_resumes_the_parent_and_never_duplicates_an_iteration``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from tests import ROOT, launch_env
+
+CONFIG = {"iterations": 2, "rollout": {"samples_per_env": 4, "envs_per_iteration": 4, "max_new_tokens": 32},
+          "train": {"micro_batch_size": 16}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
+          "admission": {"checks": ["consistency"]}}
+MODEL = "posttrain-policy"
+
+
+@dataclass
+class Store:
+    """One "machine": a Flyte local cache (under ``home``) and an MLflow store, shared by the runs given it."""
+
+    root: Path
+
+    @property
+    def uri(self) -> str:
+        return f"sqlite:///{self.root}/mlflow.db"
+
+    def env(self) -> dict[str, str]:
+        cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")  # vLLM, torch: the usual caches
+        return launch_env(HOME=str(self.root / "home"), XDG_CACHE_HOME=cache,
+                          POSTTRAIN_CACHE=os.environ.get("POSTTRAIN_CACHE") or str(Path(cache) / "posttrain"),
+                          MLFLOW_TRACKING_URI=self.uri, POSTTRAIN_ARTIFACT_ROOT=(self.root / "artifacts").as_uri(),
+                          DS_ACCELERATOR="cpu", FLYTE_SDK_LOGGING_LEVEL="20", FLYTE_SDK_RICH_TRACEBACKS="0")
+
+    def start(self, log: str) -> subprocess.Popen:
+        """``pyflyte run workflows/rl_loop.py rl_loop --cfg CONFIG`` in its own process group, logging to ``log``."""
+        (self.root / "home").mkdir(parents=True, exist_ok=True)
+        pyflyte = Path(sys.executable).parent / "pyflyte"
+        with open(self.root / log, "w") as out:
+            return subprocess.Popen([str(pyflyte), "run", "workflows/rl_loop.py", "rl_loop", "--cfg",
+                                     json.dumps(CONFIG)], cwd=ROOT, env=self.env(), stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+
+    def run(self, log: str) -> None:
+        proc = self.start(log)
+        assert proc.wait(timeout=1500) == 0, (self.root / log).read_text()[-6000:]
+
+    def client(self):
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(tracking_uri=self.uri)
+
+    def runs(self) -> list:
+        experiment = self.client().get_experiment_by_name("posttrain")
+        return self.client().search_runs([experiment.experiment_id]) if experiment else []
+
+
+def cache_events(log: Path) -> list[tuple[str, str]]:
+    """``(task, "hit" | "miss" | "set")`` for every cache lookup and write flytekit logged (JSON lines, in order)."""
+    events, task = [], ""
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        message = str(record.get("message", "")) if isinstance(record, dict) else ""
+        if message.startswith(("Checking cache for task named ", "Cache set for task named ")):
+            task = message.split("task named ", 1)[1].split(",", 1)[0]
+            if message.startswith("Cache set"):
+                events.append((task, "set"))
+        elif message.startswith("Cache hit"):
+            events.append((task, "hit"))
+        elif message.startswith("Cache miss"):
+            events.append((task, "miss"))
+    return events
+
+
+def iteration_runs(runs: list) -> dict[int, list]:
+    by_iteration: dict[int, list] = {}
+    for run in runs:
+        if "posttrain.iteration" in run.data.tags:
+            by_iteration.setdefault(int(run.data.tags["posttrain.iteration"]), []).append(run)
+    return by_iteration
+
+
+def max_difference(a, b) -> float:
+    """The largest absolute difference between the tensors of two nested checkpoints (dicts, lists, tensors)."""
+    if isinstance(a, torch.Tensor):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        return max((max_difference(a[k], b[k]) for k in a), default=0.0)
+    if isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        return max((max_difference(x, y) for x, y in zip(a, b)), default=0.0)
+    return 0.0
+
+
+def policy_version(store: Store, version: int, dst: Path) -> Path:
+    """Download registered policy version ``version`` (by its ``policy_version`` tag) of ``store``."""
+    found = [v for v in store.client().search_model_versions(f"name='{MODEL}'")
+             if v.tags.get("policy_version") == str(version)]
+    assert len(found) == 1, found
+    return Path(store.client().download_artifacts(found[0].run_id, "policy", str(dst)))
+
+
+def weights(policy: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return {f"{f.name}/{k}": t for f in sorted(policy.glob("*.safetensors")) for k, t in load_file(f).items()}
+
+
+def optimizer_state(policy: Path) -> dict:
+    return {f.name: torch.load(f, map_location="cpu", weights_only=False)
+            for f in sorted((policy / "train_state").rglob("*optim_states.pt"))}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_ends(tmp_path):
+    reference, resumed = Store(tmp_path / "reference"), Store(tmp_path / "resumed")
+    reference.run("run.log")
+
+    # kill the run during iteration 2, in its update (v1 -> v2): after iteration 1 was logged
+    proc = resumed.start("killed.log")
+    deadline = time.monotonic() + 1500
+    while [task for task, _ in cache_events(resumed.root / "killed.log")].count("tasks.update.update") < 3:
+        assert proc.poll() is None, "the run ended before it could be killed: " + \
+            (resumed.root / "killed.log").read_text()[-4000:]
+        assert time.monotonic() < deadline, "the update of iteration 2 never started"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed = resumed.runs()
+    assert [r.info.status for r in iteration_runs(killed)[1]] == ["FINISHED"] and 2 not in iteration_runs(killed)
+    assert [r.info.status for r in killed if "mlflow.parentRunId" not in r.data.tags] == ["RUNNING"]
+
+    resumed.run("rerun.log")
+
+    # 1. what the killed run computed comes from the cache; nothing else does, and nothing is recomputed
+    computed = [task for task, event in cache_events(resumed.root / "killed.log") if event == "set"]
+    rerun = cache_events(resumed.root / "rerun.log")
+    hits = [task for task, event in rerun if event == "hit"]
+    assert Counter(hits) == Counter(computed), rerun
+    assert {"tasks.admit.admit_suite", "tasks.rollout.sample", "tasks.reward.reward", "tasks.update.update",
+            "tasks.evaluate.score_eval"} <= set(hits)
+    assert Counter(hits)["tasks.rollout.sample"] == 2 and Counter(hits)["tasks.update.update"] == 1  # v0, v1
+    misses = [task for task, event in rerun if event == "miss"]
+    assert {"tasks.update.update", "tasks.rollout.sample"} <= set(misses), rerun  # v2 is trained in the rerun
+
+    # 2. MLflow: one parent run (resumed and finished), one run per iteration, one registry version per policy
+    runs_ref, runs_res = reference.runs(), resumed.runs()
+    parents = [r for r in runs_res if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED", parents
+    assert parents[0].info.run_id == next(r.info.run_id for r in killed if "mlflow.parentRunId" not in r.data.tags)
+    by_iteration = iteration_runs(runs_res)
+    assert sorted(by_iteration) == [0, 1, 2] and all(len(rs) == 1 for rs in by_iteration.values()), by_iteration
+    assert all(rs[0].info.status == "FINISHED" for rs in by_iteration.values())
+    versions = resumed.client().search_model_versions(f"name='{MODEL}'")
+    assert sorted(v.tags["policy_version"] for v in versions) == ["0", "1", "2"], versions
+    for curve in ("eval/pass_at_1", "train/loss"):  # no step logged twice on the parent
+        steps = [m.step for m in resumed.client().get_metric_history(parents[0].info.run_id, curve)]
+        assert len(steps) == len(set(steps)), (curve, steps)
+
+    # 3. no trajectory lost or duplicated: per iteration, the trained rows equal the uninterrupted run's
+    ref_iterations = iteration_runs(runs_ref)
+    for k in (1, 2):
+        ref_run, res_run = ref_iterations[k][0], by_iteration[k][0]
+        assert res_run.data.metrics["rollout/samples"] == ref_run.data.metrics["rollout/samples"] == 16
+        tables = [pd.read_parquet(store.client().download_artifacts(run.info.run_id, "tables/scored.parquet",
+                                                                     str(tmp_path / f"{name}-{k}")))
+                  for store, run, name in ((reference, ref_run, "ref"), (resumed, res_run, "res"))]
+        keys = [sorted(zip(t["env_id"], t["sample_idx"], t["policy_version"])) for t in tables]
+        assert keys[0] == keys[1] and len(set(keys[1])) == len(keys[1]) == 16
+        assert tables[0]["completion"].tolist() == tables[1]["completion"].tolist()
+
+    # 4. the final policy and its optimizer state equal the uninterrupted run's; the state was carried across v1
+    v1 = policy_version(resumed, 1, tmp_path / "v1-res")
+    final_ref = policy_version(reference, 2, tmp_path / "final-ref")
+    final_res = policy_version(resumed, 2, tmp_path / "final-res")
+    weight_difference = max_difference(weights(final_ref), weights(final_res))
+    optimizer_difference = max_difference(optimizer_state(final_ref), optimizer_state(final_res))
+    update_size = max_difference(weights(v1), weights(final_res))
+    steps = [json.loads((p / "train_state" / "posttrain_state.json").read_text())["optimizer_steps"]
+             for p in (v1, final_ref, final_res)]
+    print(f"resume evidence: cache hits {dict(Counter(hits))}, misses {dict(Counter(misses))}, "
+          f"max |weight difference| {weight_difference:.3g} (v1 -> v2 moved weights by up to {update_size:.3g}), "
+          f"max |optimizer state difference| {optimizer_difference:.3g}, optimizer steps v1/v2 ref/v2 resumed {steps}")
+    assert update_size > 0 and weight_difference <= 1e-6 and optimizer_difference <= 1e-6
+    assert 0 < steps[0] < steps[1] == steps[2]  # v2's optimizer continued v1's steps: the state was carried
+
+
+@pytest.mark.integration
+def test_tracking_resumes_the_parent_and_never_duplicates_an_iteration(tmp_path, monkeypatch):
+    """A rerun with the same run identity finds the parent run (left RUNNING by a killed execution), completes an
+    unfinished iteration run without logging a metric step twice, and registers each policy once."""
+    from posttrain import tracking
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("POSTTRAIN_ARTIFACT_ROOT", (tmp_path / "artifacts").as_uri())
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "config.json").write_text("{}")
+    key = tracking.run_key({"iterations": 2}, "suite-sha", "policy-sha")
+
+    parent, resumed = tracking.start_or_resume_run("resume-test", key, run_name="first")
+    assert not resumed
+    tracking.log_iteration(parent, 0, {"eval/pass_at_1": 0.5}, policy_dir=str(policy), policy_version=0)
+    child = tracking.log_iteration(parent, 1, {"eval/pass_at_1": 0.6}, policy_dir=str(policy), policy_version=1,
+                                   finish=False)  # the execution is killed before iteration 1's run finishes
+
+    again, resumed = tracking.start_or_resume_run("resume-test", key, run_name="second")
+    assert (again, resumed) == (parent, True)
+    assert tracking.client().get_run(parent).info.status == "RUNNING"
+    assert tracking.finished_iteration(parent, 0) is not None and tracking.finished_iteration(parent, 1) is None
+    assert tracking.log_iteration(parent, 1, {"eval/pass_at_1": 0.6}, policy_dir=str(policy),
+                                  policy_version=1) == child
+    assert tracking.finished_iteration(parent, 1) == child
+    assert [m.step for m in tracking.client().get_metric_history(parent, "eval/pass_at_1")] == [0, 1]
+    versions = tracking.client().search_model_versions(f"name='{tracking.POLICY_MODEL_NAME}'")
+    assert sorted(v.tags["policy_version"] for v in versions) == ["0", "1"]
+    other, resumed = tracking.start_or_resume_run("resume-test", tracking.run_key({"iterations": 3}, "suite-sha",
+                                                                                  "policy-sha"), run_name="other")
+    assert other != parent and not resumed
+    fresh, resumed = tracking.start_or_resume_run("resume-test", key, run_name="recomputed", resume=False)
+    assert fresh != parent and not resumed  # --overwrite-cache: a new parent run, which later reruns resume
+    assert tracking.start_or_resume_run("resume-test", key, run_name="third") == (fresh, True)

@@ -1,0 +1,92 @@
+"""Bounded staleness as a Flyte DAG: with ``max_staleness = 1`` no rollout waits for the update just before it, and
+every sample an update trains on comes from at most one version back; with 0 the loop is on-policy as before."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from posttrain.config import EvalConfig, LoopConfig
+from tests import ROOT, launch_env
+
+
+def compiled_iterations(cfg: LoopConfig, policy_dir: Path) -> list:
+    """The nodes ``iterate`` compiles to on a cluster (its dynamic job spec), without running any of them."""
+    from flytekit.configuration import Image, ImageConfig, SerializationSettings
+    from flytekit.core.context_manager import ExecutionState, FlyteContextManager
+    from flytekit.core.type_engine import TypeEngine
+    from flytekit.models.literals import LiteralMap
+    from flytekit.types.directory import FlyteDirectory
+
+    from posttrain.schemas import Envs, empty
+    from tasks.policy import PolicyDir
+    from tasks.tables import Table
+    from workflows.rl_loop import iterate
+
+    settings = SerializationSettings(image_config=ImageConfig(default_image=Image(name="default", fqn="x", tag="y")))
+    ctx = FlyteContextManager.current_context().with_serialization_settings(settings)
+    with FlyteContextManager.with_context(ctx) as ctx:
+        state = ctx.execution_state.with_params(mode=ExecutionState.Mode.TASK_EXECUTION)
+        with FlyteContextManager.with_context(ctx.with_execution_state(state)) as ctx:
+            inputs = {"cfg": (cfg, LoopConfig), "envs": (empty(Envs), Table[Envs]),
+                      "policy": (FlyteDirectory(str(policy_dir)), PolicyDir), "run_id": ("run", str)}
+            literals = {name: TypeEngine.to_literal(ctx, value, kind, TypeEngine.to_literal_type(kind))
+                        for name, (value, kind) in inputs.items()}
+            iterate._wf = None  # flytekit keeps a dynamic's compiled workflow per task object: compile afresh
+            return iterate.dispatch_execute(ctx, LiteralMap(literals=literals)).nodes
+
+
+def rollouts_and_updates(nodes: list) -> tuple[list, list]:
+    """The nodes that sample rollouts (``sample`` with rollout=True) and the update nodes, in iteration order."""
+    def task(node) -> str:
+        return node.task_node.reference_id.name if node.task_node else ""
+
+    def rolls_out(node) -> bool:
+        return any(b.var == "rollout" and b.binding.scalar.primitive.boolean for b in node.inputs)
+
+    return ([n for n in nodes if task(n) == "tasks.rollout.sample" and rolls_out(n)],
+            [n for n in nodes if task(n) == "tasks.update.update"])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("staleness", [0, 1, 2])
+def test_a_rollout_never_waits_for_the_updates_it_may_lag_behind(tmp_path, staleness):
+    (tmp_path / "policy").mkdir()
+    cfg = LoopConfig(iterations=4, max_staleness=staleness, eval=EvalConfig(every=0))
+    rollouts, updates = rollouts_and_updates(compiled_iterations(cfg, tmp_path / "policy"))
+    assert len(rollouts) == len(updates) == 4
+    for k, rollout in enumerate(rollouts):  # iteration k's rollout trains v_{k+1}; update j makes v_{j+1}
+        waits_for = {j for j, update in enumerate(updates) if update.id in rollout.upstream_node_ids}
+        assert waits_for == ({k - staleness - 1} if k - staleness - 1 >= 0 else set()), (k, waits_for)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_with_staleness_one_each_update_trains_on_samples_one_version_back(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    cfg = {"iterations": 3, "max_staleness": 1, "rollout": {"samples_per_env": 2, "envs_per_iteration": 4,
+                                                               "max_new_tokens": 32},
+           "train": {"micro_batch_size": 8, "tis_cap": 2.0}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
+           "admission": {"checks": ["consistency"]}}
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri(),
+                     DS_ACCELERATOR="cpu")
+    proc = subprocess.run([str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache",
+                           "workflows/rl_loop.py", "rl_loop", "--cfg", json.dumps(cfg)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("posttrain").experiment_id])
+    by_iteration = {int(r.data.tags["posttrain.iteration"]): r for r in runs if "posttrain.iteration" in r.data.tags}
+    for k, expected in ((1, 0.0), (2, 1.0), (3, 1.0)):  # iteration k made v_k from v_{k-1}, sampled by v_{k-2}
+        run = by_iteration[k]
+        assert run.data.metrics["train/staleness_max"] == expected, (k, run.data.metrics)
+        table = pd.read_parquet(client.download_artifacts(run.info.run_id, "tables/scored.parquet", str(tmp_path)))
+        assert set(table["policy_version"]) == {max(0, k - 2)}
