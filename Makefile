@@ -10,6 +10,13 @@ export DS_ACCELERATOR ?= cpu
 export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
 
 .PHONY: install setup policy sandbox-image demo smoke test test-fast mlflow-ui bench doctor clean
+.PHONY: package images
+
+# Cluster images and the registration archive (make package; make images). Tags default to the commit.
+IMAGE_TAG ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo dev)
+CPU_IMAGE ?= posttrain-cpu:$(IMAGE_TAG)
+GPU_IMAGE ?= posttrain-gpu:$(IMAGE_TAG)
+PACKAGE ?= dist/posttrain-flyte.tgz
 
 install: $(STAMP)
 
@@ -26,7 +33,8 @@ $(STAMP): pyproject.toml
 setup:
 	@missing=""; \
 	for pair in bwrap:bubblewrap dockerd:docker.io debootstrap:debootstrap \
-	            /usr/share/containers/seccomp.json:golang-github-containers-common; do \
+	            /usr/share/containers/seccomp.json:golang-github-containers-common \
+	            chromium:chromium /usr/share/fonts/truetype/liberation:fonts-liberation; do \
 	  command -v $${pair%%:*} >/dev/null || [ -e $${pair%%:*} ] || missing="$$missing $${pair##*:}"; \
 	done; \
 	if [ -z "$$missing" ]; then echo "setup: system packages present"; \
@@ -43,11 +51,11 @@ sandbox-image:
 
 demo: setup $(STAMP) policy sandbox-image
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_loop
-	@echo; echo "Done. Review the runs: make mlflow-ui, then open http://127.0.0.1:5000 (experiment 'posttrain')."
+	@echo; echo "Done. Review the runs: make mlflow-ui, then open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning (experiment posttrain)."
 
 smoke: setup $(STAMP) policy
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_smoke
-	@echo; echo "Review the run: make mlflow-ui, then open http://127.0.0.1:5000"
+	@echo; echo "Review the run: make mlflow-ui, then open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
 
 test: setup $(STAMP)
 	$(BIN)/python -m pytest tests
@@ -67,3 +75,17 @@ doctor: $(STAMP)
 
 clean:
 	rm -rf .posttrain mlflow.db mlartifacts .pytest_cache
+
+# Every task, workflow and launch plan serialized offline into a registration archive (tgz of protobufs), tasks
+# pointing at the task images: register with `flytectl register files --archive $(PACKAGE) --version $(IMAGE_TAG)`.
+package: $(STAMP)
+	mkdir -p $(dir $(PACKAGE))
+	POSTTRAIN_IMAGE=$(CPU_IMAGE) POSTTRAIN_GPU_IMAGE=$(GPU_IMAGE) $(BIN)/pyflyte --pkgs workflows package \
+	  --image $(CPU_IMAGE) --output $(PACKAGE) --force
+
+# The CPU task image (containers/task/Dockerfile, EXTRA=cpu), built offline on the debootstrap base; tagged
+# $(CPU_IMAGE) and posttrain-cpu:latest (the default of tasks/resources.py). The GPU image: the same script with
+# EXTRA=gpu IMAGE=$(GPU_IMAGE), on a machine whose pip indexes hold the CUDA wheels.
+images: $(STAMP)
+	IMAGE=$(CPU_IMAGE) EXTRA=cpu PIP=$(BIN)/pip bash containers/build-task-image.sh
+	docker tag $(CPU_IMAGE) posttrain-cpu:latest

@@ -1,30 +1,37 @@
 """Benchmark: wall time of one RL step (rollout + reward + update), posttrain vs TRL's ``GRPOTrainer``, side by side.
 
-Same model (the demo policy), same prompts (the first ``--envs`` train envs of the demo suite, all of them every
-step), same reward function (posttrain's verifiers in sandboxes of the default backend, called by both), same group
-size and completion length, same learning rate, no KL term. Each side runs in its own process (vLLM, DeepSpeed and
-accelerate each set up torch.distributed their own way) for ``--steps`` steps; a step's time is taken around all
-of it, and the report gives the median of the steps after the first (warm).
+Same model, same prompts (the first ``--envs`` train envs of the demo suite, all of them every step), same reward
+function (posttrain's verifiers in sandboxes of the default backend, called by both), same group size and completion
+length, same learning rate, no KL term. Each side runs in its own process (vLLM, DeepSpeed and accelerate each set
+up torch.distributed their own way) for ``--steps`` steps; a step's time is taken around all of it, and the report
+gives the median of the steps after the first (warm).
 
 - posttrain: the library's loop pieces with a live vLLM engine (started once, before the first step): ``collect``
-  (vLLM), ``reward.score`` (sandboxes), the DeepSpeed update (``PolicyTrainer``, built per step as the update task
-  does), ``save`` and an in-place weight reload of the engine.
+  (vLLM), ``reward.score`` (sandboxes; copies of one completion verified once), the update on the process's live
+  DeepSpeed trainer (``training.live``, as the update task runs locally; it skips groups whose rewards are all
+  equal), ``save`` (HF weights + the full training state) and an in-place weight reload of the engine.
 - TRL: ``GRPOTrainer`` with its default generation (transformers ``generate``); with ``--trl-vllm`` also its vLLM
   colocate mode, reported when it runs here.
+
+``--model``: ``medium`` (default; 25M parameters, the demo-policy recipe at width 512 and depth 8, built once and
+cached: ~6 minutes the first time) or ``demo`` (the loop's 0.7M-parameter demo policy). At the demo size both steps
+are mostly the shared reward function (~0.35 s of ~0.7 s), so the ratio measures fixed costs; at the medium size
+generation and the update dominate, as they do for real models. ``--policy DIR`` takes any HF causal-LM dir instead.
 
 TRL is a benchmark-only dependency (``pip install -e ".[bench]"``), never imported by the library.
 Target: posttrain's step <= 0.5x TRL's.
 
-    python benchmarks/rl_step.py                      # 8 envs x 8 samples, 3 steps each side
-    python benchmarks/rl_step.py --envs 4 --steps 2
+    python benchmarks/rl_step.py                      # medium model, 8 envs x 8 samples, 3 steps each side
+    python benchmarks/rl_step.py --model demo --envs 4 --steps 2
 
-The last line printed is one JSON object.
+The last line printed is one JSON object: per side the step times (and posttrain's per-part split), the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -46,28 +53,29 @@ def demo_envs(count: int):
     return [env for env in load_suite(DEMO_SUITE).envs if env.split == "train"][:count]
 
 
-def policy_dir() -> str:
-    """The demo policy (built once, cached where ``make demo`` keeps it)."""
-    from posttrain.config import default_policy_dir
+def policy_dir(model: str) -> str:
+    """The policy of ``--model``, built once by the project's demo-policy recipe (tokenizer, Llama, SFT on the demo
+    train split) and cached: ``demo`` is the loop's demo policy (0.7M parameters, where ``make demo`` keeps it),
+    ``medium`` the same recipe at width 512 and depth 8 (25M parameters, in ``~/.cache/posttrain``)."""
+    from posttrain.config import DemoPolicyConfig, default_policy_dir
     from posttrain.training.demo_policy import main_demo_policy
 
-    return str(main_demo_policy(default_policy_dir()))
+    if model == "demo":
+        return str(main_demo_policy(default_policy_dir()))
+    medium = DemoPolicyConfig(hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8)
+    return str(main_demo_policy(Path.home() / ".cache" / "posttrain" / "bench-policy-medium", medium))
 
 
-def rewards_of(envs_by_id: dict, env_ids: list[str], completions: list[str]) -> list[float]:
-    """The reward stage's function (``reward.score``: extract the solution, verify in a sandbox), for TRL."""
-    from posttrain.config import SandboxConfig
+def rewards_of(envs_by_id: dict, env_ids: list[str], completions: list[str], box, cfg) -> list[float]:
+    """The reward stage's function (extract the solution, verify each completion in a sandbox of ``box``), for TRL."""
     from posttrain.envs.verifiers import get_verifier, verify_many
-    from posttrain.sandbox import make_sandbox
 
     specs = [envs_by_id[env_id] for env_id in env_ids]
     pairs = [(spec, get_verifier(spec.verifier_kind).extract_solution(text)) for spec, text in zip(specs, completions)]
-    cfg = SandboxConfig()
-    with make_sandbox(cfg) as box:
-        return [float(v.reward) for v in verify_many(pairs, box, cfg)]
+    return [float(v.reward) for v in verify_many(pairs, box, cfg)]
 
 
-def run_posttrain(envs_count: int, steps: int) -> dict:
+def run_posttrain(policy: str, envs_count: int, steps: int) -> dict:
     """One process: a live engine, then ``steps`` RL steps through the library's pieces."""
     from posttrain.config import RolloutConfig, SandboxConfig, TrainConfig
     from posttrain.reward import score, trainable_rows
@@ -75,13 +83,13 @@ def run_posttrain(envs_count: int, steps: int) -> dict:
     from posttrain.rollout.engine import VLLMEngine
     from posttrain.sandbox import make_sandbox
     from posttrain.training.samples import train_samples, with_advantages
-    from posttrain.training.trainer import PolicyTrainer
+    from posttrain.training import live as live_trainer
 
     envs = demo_envs(envs_count)
     envs_by_id = {env.id: env for env in envs}
     rollout_cfg = RolloutConfig(samples_per_env=GROUP, max_new_tokens=MAX_TOKENS, temperature=TEMPERATURE)
     train_cfg, sandbox_cfg = TrainConfig(learning_rate=LEARNING_RATE), SandboxConfig()
-    policy, work = policy_dir(), Path(tempfile.mkdtemp(prefix="rl-step-"))
+    work = Path(tempfile.mkdtemp(prefix="rl-step-"))
     times, parts = [], []
     started = time.perf_counter()
     with VLLMEngine(policy, rollout_cfg, seed=0) as engine, make_sandbox(sandbox_cfg) as box:
@@ -93,32 +101,39 @@ def run_posttrain(envs_count: int, steps: int) -> dict:
             t1 = time.perf_counter()
             scored = score(trajectories, envs_by_id, box, sandbox_cfg)
             t2 = time.perf_counter()
-            trainer = PolicyTrainer(policy, train_cfg)
-            try:
-                trainer.train_on(train_samples(trainable_rows(with_advantages(scored, train_cfg))))
-                policy = str(trainer.save(work / f"v{step}"))
-            finally:
-                trainer.close()
+            trainer = live_trainer.acquire(policy, train_cfg)
+            t_init = time.perf_counter()
+            stats = trainer.train_on(train_samples(trainable_rows(with_advantages(scored, train_cfg))))
+            t_train = time.perf_counter()
+            policy = str(trainer.save(work / f"v{step}"))
+            t_save = time.perf_counter()
             engine.reload(policy)
             t3 = time.perf_counter()
             times.append(t3 - t0)
-            parts.append({"rollout_s": t1 - t0, "reward_s": t2 - t1, "update_and_reload_s": t3 - t2,
-                          "reward_mean": float(scored["reward"].mean())})
+            parts.append({"rollout_s": t1 - t0, "reward_s": t2 - t1, "trainer_start_s": t_init - t2,
+                          "train_s": t_train - t_init, "save_s": t_save - t_train, "reload_s": t3 - t_save,
+                          "reward_mean": float(scored["reward"].mean()), "trained_samples": stats.num_samples})
+        live_trainer.shutdown()
     return {"engine_start_s": round(engine_start_s, 2), "step_s": [round(t, 3) for t in times], "parts": parts}
 
 
-def run_trl(envs_count: int, steps: int, use_vllm: bool) -> dict:
-    """One process: TRL's GRPOTrainer on the same model, prompts and reward, timed per optimizer step."""
+def run_trl(policy: str, envs_count: int, steps: int, use_vllm: bool) -> dict:
+    """One process: TRL's GRPOTrainer on the same model, prompts and reward (one sandbox backend kept open, as
+    posttrain's side keeps its own), timed per optimizer step."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from posttrain.config import SandboxConfig
+    from posttrain.sandbox import make_sandbox
+
     envs = demo_envs(envs_count)
     envs_by_id = {env.id: env for env in envs}
-    policy = policy_dir()
+    sandbox_cfg = SandboxConfig(verify_duplicates_once=False)
+    box = make_sandbox(sandbox_cfg)
 
     def reward(prompts, completions, env_id, **_):
-        return rewards_of(envs_by_id, list(env_id), list(completions))
+        return rewards_of(envs_by_id, list(env_id), list(completions), box, sandbox_cfg)
 
     class StepTimer(TrainerCallback):
         def __init__(self):
@@ -140,18 +155,32 @@ def run_trl(envs_count: int, steps: int, use_vllm: bool) -> dict:
     model = AutoModelForCausalLM.from_pretrained(policy)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset,
                           processing_class=AutoTokenizer.from_pretrained(policy), callbacks=[timer])
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        box.close()
     return {"step_s": [round(t, 3) for t in timer.times]}
 
 
-def side(name: str, envs: int, steps: int) -> dict:
+def side(name: str, policy: str, envs: int, steps: int) -> dict:
     """Run one side in a child process; its result, or the error it ended with."""
-    command = [sys.executable, __file__, "--side", name, "--envs", str(envs), "--steps", str(steps)]
+    command = [sys.executable, __file__, "--side", name, "--policy", policy, "--envs", str(envs), "--steps", str(steps)]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         return {"error": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
     return json.loads(lines[-1])
+
+
+def parameter_count(policy: str) -> int:
+    """Parameters of the HF checkpoint in ``policy`` (from its safetensors headers; no weights are loaded)."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in Path(policy).glob("*.safetensors"):
+        with safe_open(str(path), framework="pt") as weights:
+            total += sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+    return total
 
 
 def warm_median(step_s: list[float]) -> float | None:
@@ -164,22 +193,27 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--trl-vllm", action="store_true", help="also TRL's vLLM colocate mode")
+    parser.add_argument("--model", choices=["medium", "demo"], default="medium",
+                        help="which policy both sides train (see policy_dir)")
+    parser.add_argument("--policy", help="an HF causal-LM dir with a tokenizer, instead of --model")
     parser.add_argument("--side", choices=["posttrain", "trl", "trl-vllm"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
-        runners = {"posttrain": lambda: run_posttrain(args.envs, args.steps),
-                   "trl": lambda: run_trl(args.envs, args.steps, use_vllm=False),
-                   "trl-vllm": lambda: run_trl(args.envs, args.steps, use_vllm=True)}
+        runners = {"posttrain": lambda: run_posttrain(args.policy, args.envs, args.steps),
+                   "trl": lambda: run_trl(args.policy, args.envs, args.steps, use_vllm=False),
+                   "trl-vllm": lambda: run_trl(args.policy, args.envs, args.steps, use_vllm=True)}
         print(json.dumps(runners[args.side]()))
         return
+    policy = str(Path(args.policy).resolve()) if args.policy else policy_dir(args.model)
     names = ["posttrain", "trl"] + (["trl-vllm"] if args.trl_vllm else [])
-    results = {name: side(name, args.envs, args.steps) for name in names}
+    results = {name: side(name, policy, args.envs, args.steps) for name in names}
     for result in results.values():
         if "step_s" in result:
             result["step_s_warm_median"] = warm_median(result["step_s"])
     ours, theirs = results["posttrain"].get("step_s_warm_median"), results["trl"].get("step_s_warm_median")
     ratio = round(ours / theirs, 3) if ours and theirs else None
-    print(json.dumps({"benchmark": "rl_step", "envs": args.envs, "group": GROUP, "max_new_tokens": MAX_TOKENS,
+    print(json.dumps({"benchmark": "rl_step", "model": args.policy or args.model,
+                      "parameters": parameter_count(policy), "envs": args.envs, "group": GROUP, "max_new_tokens": MAX_TOKENS,
                       "steps": args.steps, "cpus": os.cpu_count(), "sides": results,
                       "posttrain_vs_trl": ratio, "target_met": ratio is not None and ratio <= 0.5}))
 
