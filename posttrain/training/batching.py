@@ -2,8 +2,10 @@
 
 A sample is ``prompt_token_ids + completion_token_ids`` (length L_i). The model sees ``input_ids[:, :L]``
 and position t predicts token t+1, so every target-aligned tensor has ``L - 1`` columns: ``targets[b, t] =
-input_ids[b, t + 1]``; ``mask`` is 1 exactly where the target is a completion token, and
-``behavior_logprobs`` sits at the same positions (0 elsewhere).
+input_ids[b, t + 1]``; ``mask`` is 1 exactly where the target is a trained completion token, and
+``behavior_logprobs`` sits at the same positions (0 elsewhere). A completion may carry a loss mask of its own (agent
+episodes: the model's tokens 1, the template and tool-observation tokens between its turns 0); without one every
+completion token is trained.
 
 Example:
     >>> b = pad_batch([([1, 5], [7, 2], [-0.5, -0.25])], advantages=[1.0], pad_id=0)
@@ -11,6 +13,8 @@ Example:
     ([[1, 5, 7, 2]], [[5, 7, 2]], [[0.0, 1.0, 1.0]])
     >>> b.behavior_logprobs.tolist()
     [[0.0, -0.5, -0.25]]
+    >>> pad_batch([([1, 5], [7, 9, 2], [-0.5, 0.0, -0.25])], [1.0], 0, loss_masks=[[1, 0, 1]]).mask.tolist()
+    [[0.0, 1.0, 0.0, 1.0]]
 
 Gradient accumulation weighs each micro batch of an optimizer step by its share of the step's loss denominator:
     >>> masks = [torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[1.0, 0.0, 0.0]])]   # 3 tokens, then 1
@@ -45,28 +49,33 @@ def pad_batch(
     samples: Sequence[tuple[Sequence[int], Sequence[int], Sequence[float]]],
     advantages: Sequence[float],
     pad_id: int,
+    loss_masks: Sequence[Sequence[int] | None] | None = None,
 ) -> Batch:
-    """Right-pad ``(prompt_ids, completion_ids, behavior_logprobs)`` triples into one ``Batch``.
+    """Right-pad ``(prompt_ids, completion_ids, behavior_logprobs)`` triples into one ``Batch``; ``loss_masks``
+    (one 0/1 per completion token, or None for all 1) marks the trained completion tokens.
 
-    Raises ``ValueError`` when a prompt is empty or a sample's logprobs do not match its completion length.
+    Raises ``ValueError`` when a prompt is empty or a sample's logprobs or loss mask do not match its completion length.
     """
     if len(samples) != len(advantages):
         raise ValueError(f"{len(samples)} samples but {len(advantages)} advantages")
+    loss_masks = list(loss_masks) if loss_masks is not None else [None] * len(samples)
     width = max(len(p) + len(c) for p, c, _ in samples)
     n = len(samples)
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((n, width), dtype=torch.long)
     mask = torch.zeros((n, width - 1))
     behavior = torch.zeros((n, width - 1))
-    for b, (prompt, completion, logprobs) in enumerate(samples):
+    for b, ((prompt, completion, logprobs), trained) in enumerate(zip(samples, loss_masks, strict=True)):
         if not prompt:
             raise ValueError(f"sample {b}: empty prompt_token_ids (the BOS token at least is expected)")
         if len(logprobs) != len(completion):
             raise ValueError(f"sample {b}: {len(logprobs)} behavior logprobs for {len(completion)} completion tokens")
+        if trained is not None and len(trained) != len(completion):
+            raise ValueError(f"sample {b}: {len(trained)} loss mask bits for {len(completion)} completion tokens")
         p, c = len(prompt), len(completion)
         input_ids[b, : p + c] = torch.tensor(list(prompt) + list(completion), dtype=torch.long)
         attention_mask[b, : p + c] = 1
-        mask[b, p - 1 : p - 1 + c] = 1.0
+        mask[b, p - 1 : p - 1 + c] = 1.0 if trained is None else torch.tensor(list(trained), dtype=torch.float)
         behavior[b, p - 1 : p - 1 + c] = torch.tensor(list(logprobs), dtype=torch.float)
     return Batch(
         input_ids=input_ids,

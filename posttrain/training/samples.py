@@ -4,6 +4,11 @@
 trainable rows (infra failures excluded; they keep a NaN advantage) and returns a ``TrainRows`` table, which is
 also what MLflow logs. ``train_samples`` decodes trainable rows into what ``PolicyTrainer.train_on`` consumes.
 
+The estimator sees one reward per episode: an agent episode whose context was compressed has one row per context
+window (``AgentScored``), all with the episode's reward; the estimate is made over episodes, (group_id,
+sample_idx), and every window of an episode gets its episode's advantage. Rows with a ``loss_mask`` (agent windows)
+train only their model tokens; a mixed table (single-turn rows beside agent rows) leaves it empty on the former.
+
 Example:
     >>> import pandas as pd
     >>> from posttrain.config import TrainConfig
@@ -19,7 +24,13 @@ Example:
     [1.0, -1.0, nan]
     >>> train_samples(rows.iloc[:2])[1]
     TrainSample(prompt_token_ids=[1, 5], completion_token_ids=[7, 2], behavior_logprobs=[-0.1, -0.2], \
-advantage=-1.0, group_id='it1/demo/add_1')
+advantage=-1.0, group_id='it1/demo/add_1', loss_mask=None)
+
+An episode with two windows counts once in its group:
+    >>> agent = pd.DataFrame([{**row, "window": 0}, {**row, "window": 1}, {**row, "sample_idx": 1, "reward": 0.0,
+    ...                                                                     "window": 0}])
+    >>> with_advantages(agent, TrainConfig(advantage_eps=0.0))["advantage"].tolist()
+    [1.0, 1.0, -1.0]
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ class TrainSample:
     behavior_logprobs: list[float]  # one per completion token, from the sampler (vLLM)
     advantage: float
     group_id: str  # the samples of one env prompt; a group whose advantages are all 0 is skipped
+    loss_mask: list[int] | None = None  # one 0/1 per completion token (agent windows); None: all trained
 
 
 def with_advantages(scored: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
@@ -52,8 +64,14 @@ def with_advantages(scored: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
     usable = trainable_rows(rows)
     rows["advantage"] = float("nan")
     if len(usable):
-        advantages = estimate(usable["reward"].astype(float).tolist(), usable["group_id"].astype(str).tolist(), cfg)
-        rows.loc[usable.index, "advantage"] = advantages.tolist()
+        first = usable["window"].fillna(0) == 0 if "window" in usable else pd.Series(True, index=usable.index)
+        episodes = usable[first]  # a single-turn row, or an agent episode's first window
+        advantages = estimate(episodes["reward"].astype(float).tolist(), episodes["group_id"].astype(str).tolist(),
+                              cfg)
+        rows.loc[episodes.index, "advantage"] = advantages.tolist()
+        later = usable[~first]  # later windows: their episode's advantage
+        of_episode = dict(zip(zip(episodes["group_id"], episodes["sample_idx"]), advantages.tolist()))
+        rows.loc[later.index, "advantage"] = [of_episode[key] for key in zip(later["group_id"], later["sample_idx"])]
     return TrainRows.validate(rows)
 
 
@@ -66,6 +84,12 @@ def train_samples(rows: pd.DataFrame) -> list[TrainSample]:
             behavior_logprobs=decode_floats(row.behavior_logprobs),
             advantage=float(row.advantage),
             group_id=str(row.group_id),
+            loss_mask=_loss_mask(row),
         )
         for row in rows.itertuples()
     ]
+
+
+def _loss_mask(row) -> list[int] | None:
+    mask = getattr(row, "loss_mask", None)
+    return decode_ints(mask) if isinstance(mask, str) and mask else None

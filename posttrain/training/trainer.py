@@ -310,7 +310,7 @@ class PolicyTrainer:
 
     def _batch(self, micro: Sequence[TrainSample]) -> Batch:
         return pad_batch([(s.prompt_token_ids, s.completion_token_ids, s.behavior_logprobs) for s in micro],
-                         [s.advantage for s in micro], self.tokenizer.pad_token_id)
+                         [s.advantage for s in micro], self.tokenizer.pad_token_id, [s.loss_mask for s in micro])
 
     def _logits(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         """``[B, L-1, V]``: the logits that score each target token."""

@@ -223,3 +223,23 @@ def test_gradient_checkpointing_recomputes_the_same_step(tiny_policy):
     assert (off, on) == (False, True) and checkpointed.steps == plain.steps == 1
     assert checkpointed.loss == pytest.approx(plain.loss, rel=1e-6)
     torch.testing.assert_close(grad, plain_grad, rtol=1e-5, atol=1e-8)
+
+
+def test_masked_completion_tokens_are_not_trained(tiny_policy):
+    """An agent window's observation tokens (loss mask 0) after the model's tokens change nothing: the step equals
+    the step on the model tokens alone (causal attention: later tokens cannot move earlier logits), while the same
+    tokens unmasked would be trained."""
+    samples = _samples(tiny_policy, {"a": [1.0, 0.0, 1.0, 0.0]})
+    observation = [5, 6, 7, 8, 9]
+    windows = [TrainSample(s.prompt_token_ids, s.completion_token_ids + observation,
+                           s.behavior_logprobs + [0.0] * len(observation), s.advantage, s.group_id,
+                           loss_mask=[1] * len(s.completion_token_ids) + [0] * len(observation)) for s in samples]
+    plain, _, [plain_grad] = _one_update(tiny_policy, samples, micro_batch_size=4)
+    masked, _, [masked_grad] = _one_update(tiny_policy, windows, micro_batch_size=4)
+    assert masked.num_tokens == plain.num_tokens == sum(len(s.completion_token_ids) for s in samples)
+    assert masked.loss == pytest.approx(plain.loss, rel=1e-6)
+    torch.testing.assert_close(masked_grad, plain_grad, rtol=1e-5, atol=1e-8)
+
+    unmasked = [TrainSample(w.prompt_token_ids, w.completion_token_ids, w.behavior_logprobs, w.advantage, w.group_id)
+                for w in windows]
+    assert _one_update(tiny_policy, unmasked, micro_batch_size=4)[0].num_tokens == plain.num_tokens + 4 * 5
