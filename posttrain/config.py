@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEMO_SUITE = str(Path(__file__).resolve().parent / "envs" / "suites" / "demo_python")
+DEMO_SUITE = str(Path(__file__).resolve().parent / "envs" / "suites" / "demo_python")  # on this machine
+DEMO_SUITE_REF = "posttrain:envs/suites/demo_python"  # in configs: resolved where it runs (posttrain.locations)
+DEMO_POLICY = "demo"  # in configs: the demo policy, built on first use at default_policy_dir()
 
 
 def default_policy_dir() -> str:
@@ -103,9 +105,17 @@ def registered(lookup: str) -> Rule:
     return rule
 
 
-def local_dir(path: str, cfg) -> str | None:
-    """An existing directory, unless ``path`` is a URI (``s3://...``) that only the task's machine can check."""
-    return None if "://" in path or Path(path).is_dir() else "no such directory"
+def folder_reference(ref: str, cfg) -> str | None:
+    """A folder a task can read: a local dir, ``posttrain:<folder in the package>`` or a URI of a filesystem Flyte
+    reads (``s3://...``; only its filesystem is checked here), see ``posttrain.locations``."""
+    from posttrain.locations import reference_problem
+
+    return reference_problem(ref)
+
+
+def policy_reference(ref: str, cfg) -> str | None:
+    """A folder reference, the demo policy (``demo``) or a registered version or alias (``models:/name@alias``)."""
+    return None if ref == DEMO_POLICY or ref.startswith("models:/") else folder_reference(ref, cfg)
 
 
 def _get(cfg, path: str):
@@ -218,7 +228,8 @@ class TrainConfig(Validated):
     micro_batch_size: int = 32  # sequences per forward/backward pass
     grad_accum_steps: int = 1  # micro batches per optimizer step (DeepSpeed gradient_accumulation_steps)
     epochs: int = 1  # passes over one iteration's scored rollouts
-    nproc_per_node: int = 1  # data-parallel processes of the update; > 1: a torch elastic task (tasks.update)
+    nproc_per_node: int = 1  # data-parallel processes per node of the update; > 1: torch elastic (tasks.update)
+    nnodes: int = 1  # nodes of the update; > 1: a Kubeflow PyTorchJob on a cluster (each node its own pod and disk)
     zero_stage: int = 2  # DeepSpeed ZeRO stage 0-3 (3 partitions the weights too)
     bf16: bool = True
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~1/3 more compute
@@ -241,6 +252,7 @@ class TrainConfig(Validated):
     PATH = "train."
     RULES = {"learning_rate": above(0), "clip_eps": above(0), "micro_batch_size": at_least(1), "epochs": at_least(1),
              "grad_accum_steps": at_least(1), "lr_warmup_steps": at_least(0), "nproc_per_node": at_least(1),
+             "nnodes": at_least(1),
              "clip_eps_low": check(lambda eps: 0 <= eps < 1, "in [0, 1)"), "clip_eps_high": at_least(0),
              "zero_stage": one_of((0, 1, 2, 3)), "max_grad_norm": at_least(0), "advantage_eps": at_least(0),
              "advantage_estimator": registered("get_advantage_estimator"), "policy_loss": registered("get_policy_loss"),
@@ -366,21 +378,21 @@ class EvaluateConfig(Validated):
     """
 
     policy: str = "models:/posttrain-policy@champion"
-    suite: str = DEMO_SUITE
+    suite: str = DEMO_SUITE_REF
     baseline: str = "champion"
     experiment: str = "posttrain-eval"
     eval: EvalConfig = field(default_factory=EvalConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
-    RULES = {"policy": check(bool, "non-empty"), "suite": local_dir, "experiment": check(bool, "non-empty"),
+    RULES = {"policy": policy_reference, "suite": folder_reference, "experiment": check(bool, "non-empty"),
              "eval.max_new_tokens": below("rollout.max_model_len")}
 
 
 @dataclass
 class LoopConfig(Validated):
-    suite: str = DEMO_SUITE
-    policy: str = field(default_factory=default_policy_dir)
+    suite: str = DEMO_SUITE_REF  # a folder reference: local dir, posttrain:<folder>, or URI (s3://...)
+    policy: str = DEMO_POLICY  # a folder reference, "demo", or a registered version (models:/posttrain-policy@champion)
     iterations: int = 30
     max_staleness: int = 0  # rollouts sample from v_{k-s} (posttrain.rollout.staleness); 0: on-policy
     experiment: str = "posttrain"
@@ -391,8 +403,8 @@ class LoopConfig(Validated):
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
 
     # Each part checked itself when built; these are what only the whole config (or the file system) can tell.
-    RULES = {"suite": local_dir, "iterations": at_least(0), "experiment": check(bool, "non-empty"),
-             "policy": lambda path, cfg: None if path == default_policy_dir() else local_dir(path, cfg),
+    RULES = {"suite": folder_reference, "iterations": at_least(0), "experiment": check(bool, "non-empty"),
+             "policy": policy_reference,
              "eval.max_new_tokens": below("rollout.max_model_len"),
              "max_staleness": lambda s, cfg: "must be >= 0" if s < 0 else (
                  "rollout.dynamic_sampling refills from the version being trained: use max_staleness 0 with it"

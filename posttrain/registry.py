@@ -32,7 +32,6 @@ import pandas as pd
 
 from posttrain import tracking
 from posttrain.config import PROJECT_ROOT
-from posttrain.envs.suite import suite_digest
 from posttrain.evaluation.regression import GateDecision, regression_gate
 
 CANDIDATE, CHAMPION = "candidate", "champion"
@@ -79,10 +78,11 @@ def git_sha() -> str:
         return "unknown"
 
 
-def record_lineage(parent_run_id: str, suite: str) -> None:
-    """Tag a workflow's parent run with what every version it registers descends from: suite digest, code commit."""
+def record_lineage(parent_run_id: str, digest: str) -> None:
+    """Tag a workflow's parent run with what every version it registers descends from: the suite's content digest
+    (``envs.suite.suite_digest``), the code commit."""
     c = tracking.client()
-    c.set_tag(parent_run_id, "posttrain.suite_digest", suite_digest(suite))
+    c.set_tag(parent_run_id, "posttrain.suite_digest", digest)
     c.set_tag(parent_run_id, "mlflow.source.git.commit", git_sha())
 
 

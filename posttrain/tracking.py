@@ -173,7 +173,10 @@ def log_suite_input(run_id: str, suite: str, digest: str, context: str) -> None:
     from mlflow.data.meta_dataset import MetaDataset
     from mlflow.entities import DatasetInput, InputTag
 
-    dataset = MetaDataset(resolve_dataset_source(Path(suite).resolve().as_uri()), name=Path(suite).name,
+    from posttrain.locations import display_name, is_remote, local_copy
+
+    source = suite if is_remote(suite) else Path(local_copy(suite)).resolve().as_uri()
+    dataset = MetaDataset(resolve_dataset_source(source), name=display_name(suite),
                           digest=digest[:32])  # MLflow keeps at most 36 characters of a digest
     client().log_inputs(run_id, [DatasetInput(dataset._to_mlflow_entity(),
                                               tags=[InputTag("mlflow.data.context", context)])])

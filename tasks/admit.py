@@ -15,6 +15,7 @@ from posttrain.admission import admit
 from posttrain.admission.render import write_report
 from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.envs.suite import suite_digest
+from posttrain.locations import local_copy
 from posttrain.envs.table import envs_to_table
 from posttrain.sandbox import make_sandbox
 from posttrain.schemas import AdmissionCheckStats, AdmissionDetails, AdmissionReport, Envs
@@ -30,7 +31,7 @@ Admission = NamedTuple("Admission", [("report", DataFrame[AdmissionReport]), ("e
 @task(**stage("track"))
 def fingerprint_suite(suite: str) -> str:
     """Content hash of the suite's spec files: the cache key that makes admission re-run when a spec changes."""
-    return suite_digest(suite)
+    return suite_digest(local_copy(suite))
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("admit"))
@@ -38,7 +39,7 @@ def admit_suite(suite: str, digest: str, sandbox: SandboxConfig, cfg: AdmissionC
     """Run the admission checks on every env of ``suite``; only admitted envs reach training."""
     box = make_sandbox(sandbox)
     try:
-        result = admit(suite, box, sandbox, cfg, progress=True)
+        result = admit(local_copy(suite), box, sandbox, cfg, progress=True)
     finally:
         box.close()
     return Admission(report=result.report, envs=envs_to_table(result.admitted), details=result.details,

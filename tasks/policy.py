@@ -1,13 +1,15 @@
-"""Flyte task: resolve the starting policy (v0), building the demo policy when the default one is missing."""
+"""Flyte task: resolve the starting policy (v0) from its reference, building the demo policy when it is asked for."""
 
 from __future__ import annotations
 
+import tempfile
 from typing import Annotated
 
 from flytekit import HashMethod, task
 from flytekit.types.directory import FlyteDirectory
 
-from posttrain.config import default_policy_dir
+from posttrain.config import DEMO_POLICY, default_policy_dir
+from posttrain.locations import is_remote, local_copy
 from posttrain.training.checkpoints import check_policy_dir, dir_digest
 from tasks.resources import stage
 
@@ -23,9 +25,23 @@ PolicyDir = Annotated[FlyteDirectory, HashMethod(policy_digest)]
 
 @task(**stage("policy"))
 def prepare_policy(policy: str) -> PolicyDir:
-    """The policy directory to start from; the default demo policy is built (seeded, cached on disk) if absent."""
+    """The policy directory to start from (``LoopConfig.policy``: see ``policy_folder``)."""
+    return policy_folder(policy)
+
+
+def policy_folder(ref: str) -> FlyteDirectory:
+    """The policy a reference names: ``demo``, the demo policy (built, seeded and cached on disk, if absent); a
+    registered version or alias (``models:/posttrain-policy@champion``), downloaded from the MLflow registry; a URI
+    (``s3://...``), referenced as it is (not copied; ``PolicyDir`` fetches it to hash it); a local or packaged
+    folder, checked (config.json, weights, tokenizer)."""
+    from posttrain import registry
     from posttrain.training.demo_policy import main_demo_policy
 
-    if policy == default_policy_dir():
-        main_demo_policy(policy)
-    return FlyteDirectory(str(check_policy_dir(policy)))
+    if ref == DEMO_POLICY:
+        return FlyteDirectory(str(check_policy_dir(main_demo_policy(default_policy_dir()))))
+    if registry.parse_model_uri(ref):
+        return FlyteDirectory(str(check_policy_dir(registry.download_policy(
+            ref, tempfile.mkdtemp(prefix="posttrain-policy-")))))
+    if is_remote(ref):
+        return FlyteDirectory(ref.rstrip("/"))
+    return FlyteDirectory(str(check_policy_dir(local_copy(ref))))

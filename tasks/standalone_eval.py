@@ -6,12 +6,10 @@ the workflow's last step and failure handler."""
 from __future__ import annotations
 
 import logging
-import tempfile
 from dataclasses import asdict
 from typing import NamedTuple, Optional
 
 from flytekit import Deck, task
-from flytekit.types.directory import FlyteDirectory
 from flytekit.types.error import FlyteError
 from pandera.typing import DataFrame
 
@@ -19,14 +17,15 @@ from posttrain import registry, tracking
 from posttrain.config import EvaluateConfig
 from posttrain.envs.suite import load_suite, suite_digest
 from posttrain.envs.table import envs_to_table
+from posttrain.locations import is_remote, local_copy
 from posttrain.evaluation.regression import FLIPS, Flips, flips
 from posttrain.evaluation.run_report import log_report
 from posttrain.evaluation.strata import EvalStrata, strata, strata_metrics
 from posttrain.rollout import live
 from posttrain.schemas import Envs, EvalResults, empty
-from posttrain.training.checkpoints import check_policy_dir, policy_version
+from posttrain.training.checkpoints import policy_version
 from tasks.execution import execution_name
-from tasks.policy import PolicyDir
+from tasks.policy import PolicyDir, policy_folder
 from tasks.resources import stage
 
 log = logging.getLogger(__name__)
@@ -40,23 +39,22 @@ Report = NamedTuple("Report", [("strata", DataFrame[EvalStrata]), ("flips", Data
 def resolve_policy(policy: str) -> Resolved:
     """The policy directory, its policy version (0 when unknown) and registered version ("" when not registered):
     ``models:/...`` is downloaded from the registry; a URI is passed through; a local dir is checked."""
+    folder = policy_folder(policy)
     if registry.parse_model_uri(policy):
         version = registry.get_version(policy)
-        path = check_policy_dir(registry.download_policy(policy, tempfile.mkdtemp(prefix="posttrain-policy-")))
-        return Resolved(FlyteDirectory(str(path)), int(version.tags.get("policy_version", 0)), str(version.version))
-    if "://" in policy:
-        return Resolved(FlyteDirectory(policy), 0, "")
-    return Resolved(FlyteDirectory(str(check_policy_dir(policy))), policy_version(policy), "")
+        return Resolved(folder, int(version.tags.get("policy_version", 0)), str(version.version))
+    return Resolved(folder, 0 if is_remote(folder.path) else policy_version(folder.path), "")
 
 
 @task(**stage("track"))
 def load_suite_envs(suite: str) -> SuiteEnvs:
     """Every env of ``suite`` (no admission: evaluate what the suite says) and its digest; bad spec files are
     logged with their file and field, and the rest is evaluated."""
-    loaded = load_suite(suite)
+    local = local_copy(suite)
+    loaded = load_suite(local)
     for rejection in loaded.rejections:
         log.warning("evaluate: skipping %s", rejection)
-    return SuiteEnvs(envs=envs_to_table(loaded.envs), digest=suite_digest(suite))
+    return SuiteEnvs(envs=envs_to_table(loaded.envs), digest=suite_digest(local))
 
 
 @task(**stage("track"), enable_deck=True, deck_fields=())

@@ -46,7 +46,7 @@ def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport], suite_di
     if resumed:
         tracking.client().set_tag(run_id, "posttrain.resumed_by", execution)
     tracking.mark_training_experiment(run_id)  # the MLflow UI opens it on runs and charts, not the GenAI view
-    registry.record_lineage(run_id, cfg.suite)  # suite digest and git sha, for the registered versions' tags
+    registry.record_lineage(run_id, suite_digest)  # suite digest and git sha, for the registered versions' tags
     tracking.log_suite_input(run_id, cfg.suite, suite_digest, context="training")
     tracking.log_dict(run_id, asdict(cfg), "config.json")
     tracking.log_table(run_id, report, "admission_report", html=True)

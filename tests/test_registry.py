@@ -46,7 +46,7 @@ def aliases() -> dict[str, str]:
 def test_candidate_follows_every_version_and_champion_only_the_gate(store):
     parent = tracking.start_run("posttrain-registry-test", run_name="rl_loop-x", tags={"flyte.execution_id": "f1"})
     tracking.mark_training_experiment(parent)
-    registry.record_lineage(parent, DEMO_SUITE)
+    registry.record_lineage(parent, suite_digest(DEMO_SUITE))
     plan = [  # (iteration, eval results or None, gate passed?)
         (0, {"a": True, "b": False, "c": False}, True),   # no champion yet
         (1, None, None),                                  # not evaluated: candidate only
@@ -82,7 +82,7 @@ def test_candidate_follows_every_version_and_champion_only_the_gate(store):
 
 def test_gate_fails_closed_when_the_champion_was_never_evaluated_on_the_suite(store):
     parent = tracking.start_run("posttrain-registry-test", run_name="rl_loop-y")
-    registry.record_lineage(parent, DEMO_SUITE)
+    registry.record_lineage(parent, suite_digest(DEMO_SUITE))
     child = tracking.log_iteration(parent, 0, {}, tables={"eval_results": results(0, {"a": True})},
                                    policy_dir=policy_dir(store, 0), policy_version=0)
     assert registry.promote(child, results(0, {"a": True})).passed

@@ -68,7 +68,7 @@ def test_the_report_is_logged_on_the_run_and_shown_as_a_deck(tmp_path, monkeypat
                               "infra_error": "", "assertions": "{}"} for env, ok in passed.items()])
 
     parent = tracking.start_run("posttrain", run_name="rl_loop-earlier")
-    registry.record_lineage(parent, str(suite))
+    registry.record_lineage(parent, suite_digest(str(suite)))
     champion = results({"add_2": True, "mul_2": True})
     child = tracking.log_iteration(parent, 0, {}, tables={"eval_results": champion}, policy_dir=str(policy),
                                    policy_version=0)

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from posttrain.config import DEMO_SUITE
+from posttrain.envs.suite import suite_digest
 from tests import ROOT, launch_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -41,7 +42,7 @@ def _register_champion(tiny_policy, suite: Path) -> None:
                              "sample_idx": 0, "policy_version": 0, "steps": 1, "passed": True, "reward": 1.0,
                              "infra_error": "", "assertions": "{}"} for e in envs])
     parent = tracking.start_run("posttrain", run_name="rl_loop-earlier", tags={"flyte.execution_id": "earlier"})
-    registry.record_lineage(parent, str(suite))
+    registry.record_lineage(parent, suite_digest(str(suite)))
     child = tracking.log_iteration(parent, 0, {}, tables={"eval_results": results}, policy_dir=str(tiny_policy),
                                    policy_version=0)
     assert registry.promote(child, results).passed

@@ -90,6 +90,16 @@ def test_archive_holds_the_workflows_and_the_scheduled_launch_plans(archive):
     assert default.spec.workflow_id.name == "workflows.rl_loop.rl_loop"
     assert not default.spec.entity_metadata.HasField("schedule")
     assert "models:/posttrain-policy@champion" in str(nightly.spec.default_inputs)
+    assert "posttrain:envs/suites/demo_python" in str(weekly.spec.default_inputs)
+
+
+def test_no_path_of_this_machine_is_baked_into_a_registered_default(archive):
+    """Registered defaults are references resolved where they run (``posttrain.locations``): nothing in a launch
+    plan's or workflow's default inputs names this checkout or the home directory."""
+    for kind in ("2", "3"):
+        for name, entity in archive[kind].items():
+            text = str(entity)
+            assert str(ROOT) not in text and str(Path.home()) + "/" not in text, (name, str(ROOT))
 
 
 def test_launch_plan_and_pod_template_examples_run():
