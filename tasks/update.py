@@ -5,6 +5,11 @@ resuming the optimizer from ``policy``'s ``train_state/`` when it carries one (v
 local run, from the live trainer's memory when it saved ``policy`` itself (``posttrain.training.live``);
 3. save the next policy version: the HF weights vLLM loads, and beside them in ``train_state/`` the optimizer,
 LR schedule and RNG that the next update resumes from (``TrainConfig.carry_train_state``).
+
+Data parallel (``train.nnodes`` x ``train.nproc_per_node`` > 1): ``update_parallel``, a torch elastic task. Each rank
+writes what it owns (rank 0 the weights, every rank its ZeRO partition) in its own working directory -- on a
+multi-node PyTorchJob every node is a pod with its own disk -- and uploads it into one output directory that rank 0
+chose in the raw output store (``publish``); the next update's ranks each download the whole version.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
-from flytekit import current_context, task
+from flytekit import FlyteContextManager, current_context, task
 from flytekit.types.directory import FlyteDirectory
 from flytekitplugins.kfpytorch import Elastic
 from pandera.typing import DataFrame
@@ -26,7 +31,7 @@ from posttrain.reward import trainable_rows
 from posttrain.schemas import Scored, TrainRows
 from posttrain.training import live as live_trainer
 from posttrain.training.samples import train_samples, with_advantages
-from posttrain.training.trainer import TrainStats, rank0_path
+from posttrain.training.trainer import TrainStats
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 from tasks.rollout import engine_lifetime
@@ -46,40 +51,52 @@ def update(policy: PolicyDir, scored: Table[Scored], cfg: TrainConfig, policy_ve
     return train_version(policy, scored, cfg, policy_version, reference)
 
 
-# The processes of ``update_parallel`` as registered: a task pod imports this module and starts that many, so set
-# POSTTRAIN_UPDATE_NPROC to ``train.nproc_per_node`` before ``pyflyte register`` / ``run --remote``. A local run
-# starts what the config says (``update_node`` overrides it).
+# The shape of ``update_parallel`` as registered: a task pod imports this module and starts that many ranks, so set
+# POSTTRAIN_UPDATE_NNODES / POSTTRAIN_UPDATE_NPROC to ``train.nnodes`` / ``train.nproc_per_node`` before
+# ``pyflyte register`` / ``run --remote``. A local run starts what the config says (``update_node`` overrides it).
+REGISTERED_NNODES = int(os.environ.get("POSTTRAIN_UPDATE_NNODES", "1"))
 REGISTERED_NPROC = int(os.environ.get("POSTTRAIN_UPDATE_NPROC", "2"))
 
 
-def parallelism(nproc_per_node: int) -> Elastic:
-    """One node, ``nproc_per_node`` ranks (``/dev/shm`` for them comes from the task's ``shared_memory``)."""
-    return Elastic(nnodes=1, nproc_per_node=nproc_per_node, increase_shared_mem=False)
+def parallelism(nnodes: int, nproc_per_node: int) -> Elastic:
+    """``nnodes`` x ``nproc_per_node`` ranks. One node: torch elastic inside the task's pod (``/dev/shm`` for the
+    ranks from the task's ``shared_memory``); more: a Kubeflow PyTorchJob of ``nnodes`` worker pods."""
+    return Elastic(nnodes=nnodes, nproc_per_node=nproc_per_node, increase_shared_mem=False)
 
 
-@task(cache=True, cache_version=CACHE_VERSION, task_config=parallelism(REGISTERED_NPROC), shared_memory=True,
-      **stage("update"))
+@task(cache=True, cache_version=CACHE_VERSION, task_config=parallelism(REGISTERED_NNODES, REGISTERED_NPROC),
+      shared_memory=True, **stage("update"))
 def update_parallel(policy: PolicyDir, scored: Table[Scored], cfg: TrainConfig, policy_version: int,
                     reference: PolicyDir) -> Update:
-    """``update``, data parallel over ``cfg.nproc_per_node`` processes of one node: torch elastic starts them
-    (locally as child processes, on a cluster in the task's pod), DeepSpeed joins the group it made (gloo on CPU,
-    NCCL on GPUs), each rank trains on its share of every step, and rank 0's result is the task's."""
+    """``update``, data parallel over ``cfg.nnodes`` x ``cfg.nproc_per_node`` processes: torch elastic starts them
+    (locally as child processes, on a cluster in the task's pod or the PyTorchJob's pods), DeepSpeed joins the group
+    it made (gloo on CPU, NCCL on GPUs), each rank trains on its share of every step, and rank 0's result is the
+    task's."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size != cfg.nproc_per_node:
-        raise ValueError(f"train.nproc_per_node={cfg.nproc_per_node} but the update runs on {world_size} processes: "
-                         f"register the tasks with POSTTRAIN_UPDATE_NPROC={cfg.nproc_per_node}")
+    if world_size != cfg.nnodes * cfg.nproc_per_node:
+        raise ValueError(f"train.nnodes={cfg.nnodes} x train.nproc_per_node={cfg.nproc_per_node} but the update runs on "
+                         f"{world_size} processes: register the tasks with POSTTRAIN_UPDATE_NNODES={cfg.nnodes} "
+                         f"POSTTRAIN_UPDATE_NPROC={cfg.nproc_per_node}")
     return train_version(policy, scored, cfg, policy_version, reference)
 
 
 def update_node(policy: PolicyDir, scored: Table[Scored], cfg: TrainConfig, policy_version: int,
                 reference: PolicyDir):
     """In a workflow: the update of ``policy_version``, in-process (``update``) or data parallel
-    (``update_parallel``) when ``cfg.nproc_per_node > 1``."""
-    if cfg.nproc_per_node == 1:
+    (``update_parallel``) when ``cfg`` asks for more than one process.
+
+    One node: the process count is set on the node (a local run starts what the config says). Several nodes: the
+    task must have been registered with that shape (a PyTorchJob's replicas are part of the task itself; flytekit's
+    node-level ``task_config`` override does not rebuild them), which is checked here."""
+    if cfg.nnodes * cfg.nproc_per_node == 1:
         return update(policy=policy, scored=scored, cfg=cfg, policy_version=policy_version, reference=reference)
-    return update_parallel(policy=policy, scored=scored, cfg=cfg, policy_version=policy_version,
-                           reference=reference).with_overrides(
-        task_config=parallelism(cfg.nproc_per_node))
+    if cfg.nnodes > 1 and (cfg.nnodes, cfg.nproc_per_node) != (REGISTERED_NNODES, REGISTERED_NPROC):
+        raise ValueError(f"train.nnodes={cfg.nnodes}, train.nproc_per_node={cfg.nproc_per_node}: the update task is "
+                         f"registered for {REGISTERED_NNODES} x {REGISTERED_NPROC}; set POSTTRAIN_UPDATE_NNODES="
+                         f"{cfg.nnodes} POSTTRAIN_UPDATE_NPROC={cfg.nproc_per_node} where the tasks are registered and "
+                         f"in the task image's environment")
+    node = update_parallel(policy=policy, scored=scored, cfg=cfg, policy_version=policy_version, reference=reference)
+    return node.with_overrides(task_config=parallelism(1, cfg.nproc_per_node)) if cfg.nnodes == 1 else node
 
 
 def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, policy_version: int,
@@ -93,10 +110,28 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
         trainer = live_trainer.acquire(policy.download(), cfg, reference_dir=reference_dir)
         try:
             stats = trainer.train_on(train_samples(trainable_rows(rows)))
-            out = rank0_path(Path(current_context().working_directory) / f"policy-v{policy_version}")
+            out = Path(current_context().working_directory) / f"policy-v{policy_version}"
             trainer.save(out, metadata={"version": policy_version})
         except BaseException:
             live_trainer.discard(trainer)
             raise
     stats = dataclasses.replace(stats, wall_s=time.perf_counter() - started)
-    return Update(policy=FlyteDirectory(str(out)), stats=stats, train_rows=rows)
+    return Update(policy=publish(out), stats=stats, train_rows=rows)
+
+
+def publish(local: Path) -> FlyteDirectory:
+    """The saved version as the task's output. One rank: its directory. Several: every rank uploads the files it
+    wrote into the one directory of the raw output store that rank 0 chose (no rank needs another's disk), and
+    that directory is the output, referenced as it is (a remote one is not copied again)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return FlyteDirectory(str(local))
+    store = FlyteContextManager.current_context().file_access
+    agreed = [store.get_random_remote_directory() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(agreed, src=0)
+    remote = agreed[0].rstrip("/")
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        store.put_data(str(path), f"{remote}/{path.relative_to(local).as_posix()}")
+    dist.barrier()  # every rank's files are in place before rank 0 hands the directory on
+    return FlyteDirectory(remote, remote_directory=False)

@@ -130,18 +130,6 @@ def _init_distributed() -> None:
     deepspeed.init_distributed(dist_backend="gloo" if not torch.cuda.is_available() else "nccl")
 
 
-def rank0_path(path: str | os.PathLike) -> Path:
-    """``path`` as rank 0 of the process group has it (each data-parallel rank may have its own working directory;
-    a checkpoint is written to one place: rank 0's, on a node all ranks share). ``path`` itself with one rank."""
-    import torch.distributed as dist
-
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return Path(path)
-    agreed = [str(path)]
-    dist.broadcast_object_list(agreed, src=0)
-    return Path(agreed[0])
-
-
 class PolicyTrainer:
     """A DeepSpeed engine around one policy; ``train_on`` is one RL update, ``save`` writes the next version."""
 

@@ -3,7 +3,8 @@
 ``update_parallel`` runs as a torch elastic task (locally the plugin starts the worker processes; DeepSpeed joins
 the gloo group they form). With the same global batch per optimizer step (2 ranks x 1 accumulation step vs 1 rank
 x 2), the new version's weights equal the single-process ones up to float summation order, under ZeRO 2 and 3; the
-checkpoint rank 0 writes holds every rank's optimizer partition and loads in vLLM.
+published version holds every rank's optimizer partition (each rank wrote its own, in its own working directory, as
+on a node of its own), resumes in the next parallel update and loads in vLLM.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -78,6 +80,13 @@ def test_two_processes_train_the_weights_one_process_trains(tiny_policy, monkeyp
     meta = json.loads(open(state + "/posttrain_state.json").read())
     assert meta["world_size"] == 2 and meta["optimizer_steps"] == 3
     assert len(glob.glob(state + "/state/*optim_states.pt")) == 2  # both ranks' optimizer partitions
+    # each rank wrote in its own working directory (as on a node of its own) and uploaded its files into one output
+    # directory of the raw store; the next parallel update's ranks resume their optimizer partitions from it
+    assert "policy-v1" not in str(parallel.policy.path)
+    if zero_stage == 2:
+        resumed = update_parallel(policy=parallel.policy, scored=scored, cfg=two, policy_version=2, reference=policy)
+        meta = json.loads(open(resumed.policy.download() + "/train_state/posttrain_state.json").read())
+        assert meta["optimizer_steps"] == 6  # 3 restored + 3 new: the partitions were found, not a fresh optimizer
     if zero_stage == 3:  # the version rank 0 wrote serves in vLLM
         from posttrain.config import RolloutConfig
         from posttrain.rollout import live
@@ -111,6 +120,40 @@ def test_a_pod_started_with_another_process_count_than_the_config_says_fails_cle
     from tasks.update import update_parallel
 
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="train.nproc_per_node=3 but the update runs on 2 processes: register .*=3"):
+    with pytest.raises(ValueError, match="train.nnodes=1 x train.nproc_per_node=3 but the update runs on 2 processes: "
+                                         "register .*POSTTRAIN_UPDATE_NPROC=3"):
         update_parallel.task_function(policy=None, scored=None, cfg=TrainConfig(nproc_per_node=3), policy_version=1,
                                       reference=None)
+
+
+def test_a_multi_node_update_registers_as_a_pytorch_job_of_that_shape():
+    """What ``pyflyte register`` sends with POSTTRAIN_UPDATE_NNODES=2 POSTTRAIN_UPDATE_NPROC=4 (read when the module
+    is imported, so in a fresh interpreter): a PyTorchJob task of 2 worker replicas x 4 processes, elastic c10d."""
+    import subprocess
+    import sys
+
+    script = """
+import json
+from collections import OrderedDict
+from flytekit.configuration import Image, ImageConfig, SerializationSettings
+from flytekit.tools.translator import get_serializable
+from tasks.update import update_parallel
+settings = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="x", tag="y")))
+template = get_serializable(OrderedDict(), settings, update_parallel).template
+print(json.dumps({"type": template.type, "custom": template.custom}))
+"""
+    env = {**os.environ, "POSTTRAIN_UPDATE_NNODES": "2", "POSTTRAIN_UPDATE_NPROC": "4"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    task = json.loads(done.stdout.strip().splitlines()[-1])
+    assert task["type"] == "pytorch"
+    assert task["custom"] == {"workerReplicas": {"replicas": 2}, "elasticConfig": {
+        "rdzvBackend": "c10d", "minReplicas": 2, "maxReplicas": 2, "nprocPerNode": 4}}
+
+
+def test_a_multi_node_config_the_task_was_not_registered_for_fails_when_the_dag_is_built():
+    from tasks.update import update_node
+
+    with pytest.raises(ValueError, match="train.nnodes=2, train.nproc_per_node=2: the update task is registered for "
+                                         "1 x 2; set POSTTRAIN_UPDATE_NNODES=2"):
+        update_node(policy=None, scored=None, cfg=TrainConfig(nnodes=2, nproc_per_node=2), policy_version=1,
+                    reference=None)
