@@ -59,10 +59,14 @@ def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: E
     return Sampled(trajectories=table, stats=stats, eval_trajectories=eval_table)
 
 
-@task(**stage("track"))
-def warm_engine(policy: PolicyDir, cfg: RolloutConfig) -> None:
+@task(cache=True, cache_version=CACHE_VERSION, **stage("track"))
+def warm_engine(policy: PolicyDir, cfg: RolloutConfig, suite_digest: str) -> None:
     """Locally, start the live engine on v0 in the background: it is ready when the first ``sample`` needs it,
-    its start-up overlapped with admission. In a task pod there is no later task to serve: nothing to do."""
+    its start-up overlapped with admission. In a task pod there is no later task to serve: nothing to do.
+
+    Cached on (policy, rollout config, suite digest): a rerun, identical or resuming a killed run, finds it in the
+    cache and starts no engine -- its admission is cached too, so there is nothing to overlap, and an identical rerun
+    would never use the engine."""
     if _in_process_run():
         live.prestart(policy.download(), cfg, version=0)
 

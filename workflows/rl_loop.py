@@ -19,8 +19,8 @@ Resume: every compute stage (admission, sample, reward, eval scoring, update) is
 policies (``PolicyDir``) and tables (``tasks.tables.Table``) carry a digest, so the same inputs give the same key on
 every run (an offloaded parquet or directory has a new random URI each time). Running the same command again after
 an interrupted execution takes every finished stage from the cache (with ``FLYTE_SDK_LOGGING_LEVEL=20`` flytekit
-logs ``Cache hit`` for each) and computes only the rest; an identical rerun of a finished one computes no stage
-(only ``warm_engine``'s background vLLM start repeats). MLflow tracking is not cached but idempotent
+logs ``Cache hit`` for each) and computes only the rest; an identical rerun of a finished one computes no stage and
+starts no engine (``warm_engine`` is cached too). MLflow tracking is not cached but idempotent
 (``tasks.track``): the rerun resumes the first execution's parent run (found by the run identity of config, suite
 digest, starting policy digest and cache version), skips its finished iterations and registers no policy version
 twice; ``--overwrite-cache`` recomputes every stage into a new parent run.
@@ -130,8 +130,8 @@ def iterate(cfg: LoopConfig, envs: Table[Envs], policy: PolicyDir, run_id: str) 
 def rl_loop(cfg: LoopConfig = LoopConfig()) -> PolicyDir:
     """Admit the suite, then run the RL iterations; returns the final policy directory."""
     policy = prepare_policy(policy=cfg.policy)
-    warm_engine(policy=policy, cfg=cfg.rollout)  # locally (nodes run in this order): vLLM starts while admission runs
     digest = fingerprint_suite(suite=cfg.suite)
+    warm_engine(policy=policy, cfg=cfg.rollout, suite_digest=digest)  # locally: vLLM starts while admission runs
     admission = admit_suite(suite=cfg.suite, digest=digest, sandbox=cfg.sandbox, cfg=cfg.admission)
     run_id = start_tracking(cfg=cfg, report=admission.report, suite_digest=digest, policy=policy)
     final = iterate(cfg=cfg, envs=admission.envs, policy=policy, run_id=run_id)
