@@ -11,25 +11,58 @@ Example (hand-computed: greedy passes env e; of its 4 samples 1 passes, of f's 2
     >>> summary = summarize(eval_results(scored, envs))
     >>> summary["eval/pass_at_1"], summary["eval/pass_at_1_sampled"], summary["eval/pass_at_1_sampled/difficulty_1"]
     (1.0, 0.625, 0.25)
+
+Each row's ``assertions`` are its env's (``posttrain.evaluation.assertions``; ``result/tests_pass`` alone when the
+spec declares none), judged on the row's verdict, the previous policy's greedy verdicts (``previous``) and the
+episode's step log (``steps``); what cannot be judged is null (not applicable):
+    >>> envs["e"].evaluation = {"result": ["no_regression"], "behavior": ["no_destructive_command"]}
+    >>> table = eval_results(scored, envs, previous={"e": True})
+    >>> table["assertions"].iloc[0]   # greedy row of e: no agent episode, so no behavior verdict
+    '{"result/tests_pass": true, "result/no_regression": true, "behavior/no_destructive_command": null}'
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
 from posttrain.envs.spec import EnvSpec
+from posttrain.evaluation import assertions as checks
 from posttrain.evaluation.metrics import pass_at_k
+from posttrain.evaluation.regression import greedy_verdicts
 from posttrain.schemas import EvalResults
 
+log = logging.getLogger(__name__)
 
-def eval_results(scored: pd.DataFrame, envs: dict[str, EnvSpec]) -> pd.DataFrame:
-    """One EvalResults row per scored eval completion (greedy or sampled); passed means every test passed."""
+StepLogs = Mapping[tuple[str, int], Sequence[Mapping]]  # (group_id, sample_idx) -> the episode's Steps rows
+
+
+def eval_results(scored: pd.DataFrame, envs: dict[str, EnvSpec], steps: pd.DataFrame | StepLogs | None = None,
+                 previous: pd.DataFrame | Mapping[str, bool | None] | None = None) -> pd.DataFrame:
+    """One EvalResults row per scored eval completion (greedy or sampled); passed means every test passed.
+
+    ``steps``: the eval decode's agent episodes, a ``Steps`` table (or its rows grouped by ``(group_id,
+    sample_idx)``), matched to ``scored`` rows by ``(group_id, sample_idx)`` (``group_id`` tells the greedy episode from
+    sampled episode 0); a row without one has no behavior verdicts. ``previous``: the previous policy's (the
+    champion's) greedy verdicts, env_id -> passed (NA/None: unverified), or its EvalResults table; it judges
+    ``no_regression`` on greedy rows (sampled rows: not applicable). An env whose ``evaluation`` is invalid is
+    warned about and judged on ``result/tests_pass`` alone."""
+    logs = _step_logs(steps, scored)
+    baseline = _verdicts(previous)
+    declared: dict[str, list[checks.Assertion]] = {}
     rows = []
     for row in scored.itertuples():
         env = envs[row.env_id]
         passed = bool(row.reward >= 1.0) and not row.infra_error
+        if env.id not in declared:
+            declared[env.id] = _assertions(env)
+        episode = None if logs is None else logs.get((getattr(row, "group_id", None), int(row.sample_idx)))
+        verdicts = checks.evaluate(declared[env.id], passed=None if row.infra_error else passed,
+                                   previous=baseline.get(row.env_id) if row.decoding == "greedy" else None,
+                                   steps=episode)
         rows.append({
             "env_id": row.env_id,
             "domain": env.domain,
@@ -41,9 +74,39 @@ def eval_results(scored: pd.DataFrame, envs: dict[str, EnvSpec]) -> pd.DataFrame
             "passed": passed,
             "reward": float(row.reward),
             "infra_error": row.infra_error,
-            "assertions": json.dumps({"result/tests_pass": passed}),
+            "assertions": json.dumps(verdicts),
         })
     return EvalResults.validate(pd.DataFrame(rows, columns=list(EvalResults.to_schema().columns)))
+
+
+def _assertions(env: EnvSpec) -> list[checks.Assertion]:
+    try:
+        return checks.spec_assertions(env)
+    except checks.EvaluationSpecError as error:
+        log.warning("%s\n(judged on result/tests_pass alone)", error)
+        return list(checks.DEFAULT)
+
+
+def _step_logs(steps: pd.DataFrame | StepLogs | None, scored: pd.DataFrame) -> StepLogs | None:
+    """(group_id, sample_idx) -> the episode's step rows in step order; None when no episodes were given."""
+    if steps is None:
+        return None
+    if not isinstance(steps, pd.DataFrame):
+        return steps
+    if "group_id" not in scored.columns:
+        raise ValueError("eval_results: steps given, but the scored table has no group_id column to match them by")
+    ordered = steps.sort_values("step", kind="stable") if "step" in steps.columns else steps
+    return {(str(group), int(idx)): part.to_dict("records")
+            for (group, idx), part in ordered.groupby(["group_id", "sample_idx"], sort=False)}
+
+
+def _verdicts(previous: pd.DataFrame | Mapping[str, bool | None] | None) -> dict[str, bool]:
+    """env_id -> the previous greedy verdict, unverified ones left out."""
+    if previous is None:
+        return {}
+    if isinstance(previous, pd.DataFrame):
+        previous = greedy_verdicts(previous)
+    return {str(env_id): bool(v) for env_id, v in previous.items() if v is not None and not pd.isna(v)}
 
 
 def summarize(results: pd.DataFrame) -> dict[str, float]:

@@ -1,7 +1,10 @@
 """EvalResults and its summary against hand-computed values: greedy pass@1 and sampled pass@1, overall and per
-difficulty, infra errors excluded from both and counted."""
+difficulty, infra errors excluded from both and counted; each row's assertions from its env's spec, the episode's
+step log and the previous verdicts."""
 
 from __future__ import annotations
+
+import json
 
 import pandas as pd
 import pytest
@@ -53,3 +56,61 @@ def test_greedy_only_decode_logs_no_sampled_metric():
     summary = summarize(eval_results(_scored([("x", "greedy", 1.0), ("z", "greedy", 0.0)]), ENVS))
     assert summary == {"eval/pass_at_1": 0.5, "eval/reward_mean": 0.5, "eval/envs": 2.0, "eval/infra_errors": 0.0,
                        "eval/pass_at_1/difficulty_1": 1.0, "eval/pass_at_1/difficulty_2": 0.0}
+
+
+def _agent_envs() -> dict[str, EnvSpec]:
+    evaluation = {"result": ["no_regression"], "behavior": [{"used_tool": "bash"}, "no_destructive_command"]}
+    return {"a": EnvSpec(id="a", prompt="p", verifier={"kind": "workspace_tests"}, reference="", kind="agent",
+                         evaluation=evaluation),
+            "s": EnvSpec(id="s", prompt="p", verifier={"kind": "python_tests"}, reference="", evaluation=evaluation)}
+
+
+def _steps(rows: list[tuple[str, int, int, str, str]]) -> pd.DataFrame:
+    """(group_id, sample_idx, step, tool, command) -> the Steps columns eval_results reads."""
+    return pd.DataFrame([{"env_id": "a", "group_id": g, "sample_idx": i, "step": k, "turn": k, "tool": tool,
+                          "arguments": json.dumps({"command": command}), "error": ""}
+                         for g, i, k, tool, command in rows])
+
+
+def test_assertions_from_the_spec_the_step_log_and_the_previous_verdicts():
+    scored = _scored([("a", "greedy", 1.0), ("a", "sampled", 0.0), ("a", "sampled", INFRA), ("s", "greedy", 0.0)])
+    scored["group_id"] = ["eval-v2/a", "eval-sampled-v2/a", "eval-sampled-v2/a", "eval-v2/s"]
+    # the greedy episode and sampled episode 0 share sample_idx 0: group_id tells them apart (listed out of order)
+    steps = _steps([("eval-sampled-v2/a", 0, 0, "bash", "rm -rf ~"), ("eval-v2/a", 0, 1, "submit", ""),
+                    ("eval-v2/a", 0, 0, "bash", "make test")])
+    table = eval_results(scored, _agent_envs(), steps=steps, previous={"a": True, "s": True})
+    verdicts = [json.loads(text) for text in table["assertions"]]
+    assert verdicts[0] == {"result/tests_pass": True, "result/no_regression": True, "behavior/used_tool/bash": True,
+                           "behavior/no_destructive_command": True}
+    assert verdicts[1] == {"result/tests_pass": False, "result/no_regression": None,  # sampled: greedy-only
+                           "behavior/used_tool/bash": True, "behavior/no_destructive_command": False}
+    assert verdicts[2] == dict.fromkeys(verdicts[1])  # infra error, no episode recorded: nothing applies
+    assert verdicts[3] == {"result/tests_pass": False, "result/no_regression": False,  # regressed; single-turn
+                           "behavior/used_tool/bash": None, "behavior/no_destructive_command": None}
+    assert '"behavior/used_tool/bash": null' in table["assertions"].iloc[3]  # JSON null
+
+
+def test_previous_verdicts_from_an_eval_results_table():
+    envs = _agent_envs()
+    champion = eval_results(_scored([("a", "greedy", 1.0), ("s", "greedy", INFRA)]), envs)
+    table = eval_results(_scored([("a", "greedy", 0.0), ("s", "greedy", 0.0)]), envs, previous=champion)
+    assert [json.loads(t)["result/no_regression"] for t in table["assertions"]] == [False, None]  # s: unverified
+
+
+def test_default_assertions_and_existing_call_signature():
+    table = eval_results(_scored([("x", "greedy", 1.0), ("y", "greedy", 0.0), ("z", "greedy", INFRA)]), ENVS)
+    assert table["assertions"].tolist() == ['{"result/tests_pass": true}', '{"result/tests_pass": false}',
+                                            '{"result/tests_pass": null}']  # an infra error is not a failure
+
+
+def test_an_invalid_evaluation_is_warned_about_and_judged_on_tests_pass(caplog):
+    bad = {"x": EnvSpec(id="x", prompt="p", verifier={}, reference="", evaluation={"behavior": ["foo"]},
+                        source="suite/x.yaml")}
+    table = eval_results(_scored([("x", "greedy", 1.0)]), bad)
+    assert table["assertions"].tolist() == ['{"result/tests_pass": true}']
+    assert "suite/x.yaml: evaluation.behavior[0]: unknown assertion 'foo'" in caplog.text
+
+
+def test_steps_need_group_ids_to_be_matched():
+    with pytest.raises(ValueError, match="group_id"):
+        eval_results(_scored([("x", "greedy", 1.0)]), ENVS, steps=_steps([]))
