@@ -369,6 +369,17 @@ class AdmissionConfig(Validated):
 
 
 @dataclass
+class PromotionConfig(Validated):
+    """The regression gate that moves the registry's ``champion`` alias (``posttrain.registry.promote``)."""
+
+    regression_envs: list[str] = field(default_factory=list)  # env ids a candidate must not break; []: every env
+    max_regressions: int = 0  # envs of the regression set the champion passes that a candidate may fail
+
+    PATH = "promotion."
+    RULES = {"max_regressions": at_least(0)}
+
+
+@dataclass
 class EvaluateConfig(Validated):
     """``workflows/evaluate.py``: one policy on one suite, outside the RL loop.
 
@@ -401,6 +412,7 @@ class LoopConfig(Validated):
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    promotion: PromotionConfig = field(default_factory=PromotionConfig)
 
     # Each part checked itself when built; these are what only the whole config (or the file system) can tell.
     RULES = {"suite": folder_reference, "iterations": at_least(0), "experiment": check(bool, "non-empty"),

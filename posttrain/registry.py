@@ -126,8 +126,8 @@ def alias_version(alias: str) -> str | None:
         return None
 
 
-def promote(run_id: str, results: pd.DataFrame | None, regression_envs: list[str] | None = None
-            ) -> GateDecision | None:
+def promote(run_id: str, results: pd.DataFrame | None, regression_envs: list[str] | None = None,
+            max_regressions: int = 0) -> GateDecision | None:
     """Tag the version that iteration run ``run_id`` registered, make it ``candidate``, and when it was evaluated
     (``results``: its EvalResults) gate it against the champion; ``champion`` moves to it only if the gate passes.
     Returns the gate's decision (None when the version was not evaluated: nothing to gate)."""
@@ -142,7 +142,7 @@ def promote(run_id: str, results: pd.DataFrame | None, regression_envs: list[str
     c.set_registered_model_alias(tracking.POLICY_MODEL_NAME, CANDIDATE, version)
     if results is None:
         return None
-    decision = gate(results, tags["suite_digest"], regression_envs)
+    decision = gate(results, tags["suite_digest"], regression_envs, max_regressions)
     verdict = "passed" if decision.passed else "failed"
     c.set_model_version_tag(tracking.POLICY_MODEL_NAME, version, "gate", verdict)
     c.set_model_version_tag(tracking.POLICY_MODEL_NAME, version, "gate_reason", decision.reason[:4000])
@@ -152,7 +152,8 @@ def promote(run_id: str, results: pd.DataFrame | None, regression_envs: list[str
     return decision
 
 
-def gate(results: pd.DataFrame, digest: str, regression_envs: list[str] | None = None) -> GateDecision:
+def gate(results: pd.DataFrame, digest: str, regression_envs: list[str] | None = None,
+         max_regressions: int = 0) -> GateDecision:
     """The regression gate of ``results`` against the current champion's results on the suite ``digest``."""
     champion = alias_version(CHAMPION)
     if champion is None:
@@ -161,5 +162,5 @@ def gate(results: pd.DataFrame, digest: str, regression_envs: list[str] | None =
     if baseline is None:
         return GateDecision(False, f"champion v{champion} has no eval results on suite {digest[:12]}: evaluate it "
                                    "there first (workflows/evaluate.py)")
-    return regression_gate(results, baseline, regression_envs)
+    return regression_gate(results, baseline, regression_envs, max_regressions)
 

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 POLICY_MODEL_NAME = "posttrain-policy"
 RUN_KEY_TAG = "posttrain.run_key"  # the run identity a rerun finds its parent run by
+ADMISSION_KEY_TAG = "posttrain.admission_key"  # which admission result a run made or used (``admission_key``)
 RESUMED_AT_TAG = "posttrain.resumed_at"  # epoch seconds of the latest resume: iteration times count from there
 # Per-check columns of the admission statistics logged as ``admission/<check>/<column>``.
 ADMISSION_STAT_METRICS = ("pass", "fail", "infra", "skipped", "pass_rate", "value_mean", "seconds")
@@ -75,13 +76,19 @@ def client():
     return MlflowClient(tracking_uri=uri)
 
 
+# MLflow 3's UI opens an experiment by its kind tag; without one it may infer the GenAI view (traces panels).
+EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
+
+
 def experiment_id(name: str) -> str:
+    """The id of experiment ``name``, created if new as a model-training experiment (the UI opens it on runs and
+    metric charts); one created by someone else keeps its own kind."""
     c = client()
     existing = c.get_experiment_by_name(name)
     if existing is not None:
         return existing.experiment_id
     artifacts = os.environ.get("POSTTRAIN_ARTIFACT_ROOT") or (Path.cwd() / "mlartifacts").as_uri()
-    return c.create_experiment(name, artifact_location=artifacts)
+    return c.create_experiment(name, artifact_location=artifacts, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND})
 
 
 def start_run(experiment: str, run_name: str, params: dict | None = None, tags: dict | None = None,
@@ -316,11 +323,33 @@ def _flatten(data: dict, prefix: str = "") -> dict:
     return flat
 
 
-# MLflow 3's UI opens an experiment by its kind tag; without one it may infer the GenAI view (traces panels).
-EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
+def admission_key(suite_digest: str, admission: dict, sandbox: dict) -> str:
+    """The identity of one admission result: suite contents, admission config and sandbox config (what the cached
+    admission task is keyed on besides the suite's name)."""
+    identity = json.dumps({"suite": suite_digest, "admission": admission, "sandbox": sandbox}, sort_keys=True,
+                          default=str)
+    return hashlib.sha256(identity.encode()).hexdigest()[:32]
 
 
-def mark_training_experiment(run_id: str) -> None:
-    """Tag the experiment of ``run_id`` as a model-training experiment: the UI opens on runs and metric charts."""
+def link_admission(run_id: str, key: str) -> list[str]:
+    """Link ``run_id`` to the runs that share its admission result ``key``, whichever was logged first: an admission
+    run (``workflows/admit.py``) gets ``posttrain.used_by.<training run id>`` tags, a training or evaluation run the
+    ``posttrain.admission_run_id`` of the latest admission run. Returns the ids of the runs linked."""
     c = client()
-    c.set_experiment_tag(c.get_run(run_id).info.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
+    c.set_tag(run_id, ADMISSION_KEY_TAG, key)
+    is_admission = c.get_run(run_id).data.tags.get("posttrain.workflow") == "admit"
+    experiments = [e.experiment_id for e in c.search_experiments()]
+    others = [r for r in c.search_runs(experiments, filter_string=f"tags.`{ADMISSION_KEY_TAG}` = '{key}'",
+                                       order_by=["attributes.start_time DESC"])
+              if r.info.run_id != run_id and (r.data.tags.get("posttrain.workflow") == "admit") != is_admission]
+    if is_admission:
+        for user in others:
+            c.set_tag(run_id, f"posttrain.used_by.{user.info.run_id}", user.data.tags.get("posttrain.workflow", ""))
+            c.set_tag(user.info.run_id, "posttrain.admission_run_id", run_id)
+        return [r.info.run_id for r in others]
+    if not others:
+        return []
+    admission_run = others[0].info.run_id
+    c.set_tag(run_id, "posttrain.admission_run_id", admission_run)
+    c.set_tag(admission_run, f"posttrain.used_by.{run_id}", c.get_run(run_id).data.tags.get("posttrain.workflow", ""))
+    return [admission_run]

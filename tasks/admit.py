@@ -48,8 +48,10 @@ def admit_suite(suite: str, digest: str, sandbox: SandboxConfig, cfg: AdmissionC
 
 @task(**stage("track"))
 def log_admission(suite: str, digest: str, cfg: AdmissionConfig, details: DataFrame[AdmissionDetails],
-                  stats: DataFrame[AdmissionCheckStats], wall_s: float, experiment: str) -> str:
-    """One MLflow run per admission: config as params, the report (parquet + HTML), per-check stats and metrics."""
+                  stats: DataFrame[AdmissionCheckStats], wall_s: float, experiment: str,
+                  sandbox: SandboxConfig = SandboxConfig()) -> str:
+    """One MLflow run per admission: config as params, the report (parquet + HTML), per-check stats and metrics;
+    linked both ways to the training runs that use the same admission result (``tracking.link_admission``)."""
     execution = execution_name()
     run_id = tracking.start_run(experiment, run_name=f"admit-{execution}",
                                 params={"suite": suite, "suite_digest": digest, **asdict(cfg)},
@@ -58,6 +60,7 @@ def log_admission(suite: str, digest: str, cfg: AdmissionConfig, details: DataFr
     tracking.log_table(run_id, details, "admission_report", html=True)
     tracking.log_table(run_id, stats, "admission_check_stats", html=True)
     tracking.log_metrics(run_id, tracking.admission_metrics(details, stats, wall_s), step=0)
+    tracking.link_admission(run_id, tracking.admission_key(digest, asdict(cfg), asdict(sandbox)))
     with tempfile.TemporaryDirectory() as tmp:
         write_report(tmp, details, stats, title=suite, wall_s=wall_s)
         tracking.client().log_artifacts(run_id, tmp, artifact_path="admission")

@@ -74,7 +74,6 @@ def report_evaluation(cfg: EvaluateConfig, results: DataFrame[EvalResults], regi
     if registered:
         tags["posttrain.registered_version"] = registered
     run_id = tracking.start_run(cfg.experiment, run_name=f"evaluate-{execution}", params=asdict(cfg), tags=tags)
-    tracking.mark_training_experiment(run_id)
     tracking.log_suite_input(run_id, cfg.suite, digest, context="evaluation")
     tracking.log_table(run_id, results, "eval_results")
     tracking.log_table(run_id, table, "eval_strata", html=True)

@@ -16,7 +16,8 @@ from flytekit.configuration import LocalConfig
 from pandera.typing import DataFrame
 
 from posttrain import registry, tracking
-from posttrain.config import LoopConfig
+from posttrain.config import LoopConfig, PromotionConfig
+from posttrain.evaluation.regression import flip_metrics, flips
 from posttrain.evaluation.results import summarize
 from posttrain.evaluation.run_report import log_loop_report
 from posttrain.evaluation.run_summary import print_summary
@@ -45,9 +46,10 @@ def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport], suite_di
         resume=not LocalConfig.auto().cache_overwrite)
     if resumed:
         tracking.client().set_tag(run_id, "posttrain.resumed_by", execution)
-    tracking.mark_training_experiment(run_id)  # the MLflow UI opens it on runs and charts, not the GenAI view
     registry.record_lineage(run_id, suite_digest)  # suite digest and git sha, for the registered versions' tags
     tracking.log_suite_input(run_id, cfg.suite, suite_digest, context="training")
+    # the admission run of workflows/admit.py whose (cached) result this run trained on, if one was logged
+    tracking.link_admission(run_id, tracking.admission_key(suite_digest, asdict(cfg.admission), asdict(cfg.sandbox)))
     tracking.log_dict(run_id, asdict(cfg), "config.json")
     tracking.log_table(run_id, report, "admission_report", html=True)
     tracking.log_metrics(run_id, tracking.admission_counts(report), step=0, once=resumed)
@@ -55,9 +57,10 @@ def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport], suite_di
 
 
 @task(**stage("track"))
-def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir) -> str:
+def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir,
+                 promotion: PromotionConfig = PromotionConfig()) -> str:
     """Iteration 0: the starting policy's evaluation, so every curve starts at the baseline."""
-    return _log_once(run_id, 0, summarize(results), {"eval_results": results}, policy, results)
+    return _log_once(run_id, 0, summarize(results), {"eval_results": results}, policy, results, promotion)
 
 
 @task(**stage("track"))
@@ -65,20 +68,25 @@ def log_iteration(run_id: str, iteration: int, rollout_stats: RolloutStats, scor
                   reward_stats: RewardStats, train_stats: TrainStats, policy: PolicyDir,
                   results: Optional[DataFrame[EvalResults]] = None,
                   dynamic: Optional[DynamicSamplingStats] = None, window: Optional[RolloutStats] = None,
-                  eval_s: float = 0.0) -> str:
+                  eval_s: float = 0.0, previous: Optional[DataFrame[EvalResults]] = None,
+                  promotion: PromotionConfig = PromotionConfig()) -> str:
     """Iteration k: its rollout (with dynamic sampling's counts when on), rewards and update, and the evaluation of
-    v_k when it was evaluated (``eval.every``); ``window`` (v_k's sample task) and ``eval_s`` (its eval scoring)
-    complete where the iteration's wall time went (``tracking.time_metrics``)."""
+    v_k when it was evaluated (``eval.every``), with its per-env flips against the previously evaluated version
+    (``previous``: ``eval/flips/<fixed|broken|...>`` and the ``eval_flips`` table); ``window`` (v_k's sample task) and
+    ``eval_s`` (its eval scoring) complete where the iteration's wall time went (``tracking.time_metrics``)."""
     iteration_s = tracking.seconds_since_iteration_logged(run_id, iteration - 1)
     metrics = {**tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats, iteration_s, dynamic,
                                             window, eval_s),
                **staleness_metrics(scored, trained_from=iteration - 1)}
     tables = {"scored": scored} if results is None else {"scored": scored, "eval_results": results}
-    return _log_once(run_id, iteration, metrics, tables, policy, results)
+    if results is not None and previous is not None:
+        tables["eval_flips"] = flips(results, previous)
+        metrics.update(flip_metrics(tables["eval_flips"]))
+    return _log_once(run_id, iteration, metrics, tables, policy, results, promotion)
 
 
 def _log_once(run_id: str, iteration: int, metrics: dict[str, float], tables: dict, policy: PolicyDir,
-              results: Optional[DataFrame[EvalResults]]) -> str:
+              results: Optional[DataFrame[EvalResults]], promotion: PromotionConfig) -> str:
     """Log iteration ``iteration`` with policy v_k, then promote v_k, unless an earlier execution of this run did
     both (the iteration's nested run is finished only then): returns the nested run's id."""
     done = tracking.finished_iteration(run_id, iteration)
@@ -86,7 +94,8 @@ def _log_once(run_id: str, iteration: int, metrics: dict[str, float], tables: di
         return done
     child = tracking.log_iteration(run_id, iteration, metrics, tables=tables, policy_dir=policy.download(),
                                    policy_version=iteration, finish=False)
-    registry.promote(child, results)  # lineage tags, alias candidate; champion if it passes the regression gate
+    # lineage tags, alias candidate; champion if it passes the regression gate
+    registry.promote(child, results, promotion.regression_envs, promotion.max_regressions)
     tracking.finish_run(child)
     return child
 

@@ -45,7 +45,6 @@ def aliases() -> dict[str, str]:
 
 def test_candidate_follows_every_version_and_champion_only_the_gate(store):
     parent = tracking.start_run("posttrain-registry-test", run_name="rl_loop-x", tags={"flyte.execution_id": "f1"})
-    tracking.mark_training_experiment(parent)
     registry.record_lineage(parent, suite_digest(DEMO_SUITE))
     plan = [  # (iteration, eval results or None, gate passed?)
         (0, {"a": True, "b": False, "c": False}, True),   # no champion yet
@@ -106,3 +105,22 @@ def test_the_suite_is_the_runs_dataset_input_once_with_its_digest_and_context(st
     assert (logged.dataset.name, logged.dataset.digest) == (Path(DEMO_SUITE).name, digest[:32])
     assert Path(DEMO_SUITE).resolve().as_uri() in logged.dataset.source
     assert {(tag.key, tag.value) for tag in logged.tags} == {("mlflow.data.context", "training")}
+
+
+def test_admission_runs_and_the_training_runs_that_used_their_result_are_linked_either_way(store):
+    key = tracking.admission_key("digest-1", {"k": 8}, {"backend": "bwrap"})
+    assert key != tracking.admission_key("digest-1", {"k": 4}, {"backend": "bwrap"})  # another admission result
+    admission = tracking.start_run("posttrain-admission", "admit-a", tags={"posttrain.workflow": "admit"})
+    assert tracking.link_admission(admission, key) == []  # nothing used it yet
+    first = tracking.start_run("posttrain", "rl_loop-a", tags={"posttrain.workflow": "rl_loop"})
+    assert tracking.link_admission(first, key) == [admission]
+    other = tracking.start_run("posttrain", "rl_loop-b", tags={"posttrain.workflow": "rl_loop"})
+    tracking.link_admission(other, tracking.admission_key("digest-2", {"k": 8}, {"backend": "bwrap"}))
+    later = tracking.start_run("posttrain-admission", "admit-b", tags={"posttrain.workflow": "admit"})
+    assert tracking.link_admission(later, key) == [first]  # logged after the training run: linked back to it
+
+    c = tracking.client()
+    assert c.get_run(first).data.tags["posttrain.admission_run_id"] == later  # the latest admission of that result
+    assert "posttrain.admission_run_id" not in c.get_run(other).data.tags
+    assert c.get_run(admission).data.tags[f"posttrain.used_by.{first}"] == "rl_loop"
+    assert f"posttrain.used_by.{other}" not in c.get_run(admission).data.tags

@@ -25,5 +25,5 @@ def admit(suite: str = DEMO_SUITE_REF, cfg: AdmissionConfig = AdmissionConfig(),
     digest = fingerprint_suite(suite=suite)
     admission = admit_suite(suite=suite, digest=digest, sandbox=sandbox, cfg=cfg)
     log_admission(suite=suite, digest=digest, cfg=cfg, details=admission.details, stats=admission.stats,
-                  wall_s=admission.wall_s, experiment=experiment)
+                  wall_s=admission.wall_s, experiment=experiment, sandbox=sandbox)
     return admission.report

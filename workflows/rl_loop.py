@@ -82,6 +82,7 @@ def iterate(cfg: LoopConfig, envs: Table[Envs], policy: PolicyDir, run_id: str) 
     reference = policy  # the frozen policy of the KL penalty (train.kl_coef)
     versions = [policy]  # v_0, v_1, ...: a rollout may sample from an older one (cfg.max_staleness)
     logged = None
+    previous = None  # the results of the last evaluated version: per-env flips against it
     trained = None  # the rollout stats, rewards and update that made v_k: logged with v_k's evaluation
     for k in range(cfg.iterations + 1):
         # step 1. one engine lifetime for v_k: its eval decode (greedy and sampled), and the rollout of iteration k+1
@@ -101,15 +102,17 @@ def iterate(cfg: LoopConfig, envs: Table[Envs], policy: PolicyDir, run_id: str) 
         results = evaluation.results if evaluation is not None else None
         # step 3. log iteration k (k = 0: the baseline)
         if trained is None:
-            this_log = log_baseline(run_id=run_id, results=results, policy=policy)
+            this_log = log_baseline(run_id=run_id, results=results, policy=policy, promotion=cfg.promotion)
         else:
             rollout_stats, reward_stats, dynamic, updated = trained
             this_log = log_iteration(run_id=run_id, iteration=k, rollout_stats=rollout_stats, scored=updated.train_rows,
                                      reward_stats=reward_stats, train_stats=updated.stats, policy=policy,
                                      results=results, dynamic=dynamic, window=(sampled or rollout).stats,
-                                     eval_s=evaluation.seconds if evaluation is not None else 0.0)
+                                     eval_s=evaluation.seconds if evaluation is not None else 0.0,
+                                     previous=previous if results is not None else None, promotion=cfg.promotion)
             logged >> this_log  # MLflow iteration runs are written in order
         logged = this_log
+        previous = results if results is not None else previous
         if k < cfg.iterations:
             # step 4. score the rollout of iteration k+1; with dynamic sampling, keep and refill the learnable groups
             scored = reward(trajectories=rollout.trajectories, envs=envs, sandbox=cfg.sandbox)

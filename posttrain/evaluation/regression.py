@@ -2,9 +2,10 @@
 
 Both read greedy EvalResults rows (one per env). A flip compares an env's verdicts: ``fixed`` (failed under the
 baseline, passes now), ``broken`` (passed, fails now), ``still_passing``, ``still_failing``; an env one side did not
-verify (infra error, or not evaluated) is ``unverified``. The gate: no env of the regression set that the champion
-passes may fail (or go unverified) under the candidate, and the candidate's greedy pass@1 over the envs both verified
-is not lower than the champion's. Without a champion the gate passes: the first evaluated version becomes champion.
+verify (infra error, or not evaluated) is ``unverified``. The gate: of the regression set's envs that the champion
+passes, at most ``max_regressions`` (default 0) may fail (or go unverified) under the candidate, and the candidate's
+greedy pass@1 over the envs both verified is not lower than the champion's. Without a champion the gate passes: the
+first evaluated version becomes champion.
 
 Example (hand-computed: a and b pass under the champion; the candidate fixes c but breaks b):
     >>> import pandas as pd
@@ -20,6 +21,8 @@ Example (hand-computed: a and b pass under the champion; the candidate fixes c b
     (False, ['b'], 'regressed on 1 env(s) of the regression set the champion passes: b')
     >>> regression_gate(candidate, champion, regression_envs=["a", "c"]).passed   # b is not in the regression set
     True
+    >>> print(regression_gate(candidate, champion, max_regressions=1).reason)   # one break tolerated
+    greedy pass@1 0.6667 >= champion's 0.6667 (1 regression(s) tolerated: b)
 """
 
 from __future__ import annotations
@@ -64,6 +67,16 @@ def flips(candidate: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
     return Flips.validate(table)
 
 
+def flip_metrics(table: pd.DataFrame, prefix: str = "eval/flips") -> dict[str, float]:
+    """How many envs of a ``Flips`` table flipped each way, as metrics.
+
+    >>> flip_metrics(pd.DataFrame({"flip": ["fixed", "broken", "fixed", "still_failing"]}))["eval/flips/fixed"]
+    2.0
+    """
+    counts = table["flip"].value_counts()
+    return {f"{prefix}/{kind}": float(counts.get(kind, 0)) for kind in FLIPS}
+
+
 def _passed(verdict) -> bool:
     """A verified pass (NA: infra error or not evaluated, is not one)."""
     return not pd.isna(verdict) and bool(verdict)
@@ -88,15 +101,16 @@ class GateDecision:
 
 
 def regression_gate(candidate: pd.DataFrame, champion: pd.DataFrame | None,
-                    regression_envs: Collection[str] | None = None) -> GateDecision:
+                    regression_envs: Collection[str] | None = None, max_regressions: int = 0) -> GateDecision:
     """Whether ``candidate`` (EvalResults) may replace ``champion`` (its EvalResults on the same suite; None when there
-    is no champion yet). ``regression_envs``: the regression set (default: every env the champion was evaluated on)."""
+    is no champion yet). ``regression_envs``: the regression set (None or empty: every env the champion was
+    evaluated on); ``max_regressions``: how many of its envs the champion passes the candidate may fail."""
     new = greedy_verdicts(candidate)
     if champion is None:
         rate = float(new.dropna().mean()) if new.notna().any() else 0.0
         return GateDecision(True, "no champion yet", candidate_pass_at_1=rate)
     old = greedy_verdicts(champion)
-    watched = old.index if regression_envs is None else old.index.intersection(pd.Index(list(regression_envs)))
+    watched = old.index if not regression_envs else old.index.intersection(pd.Index(list(regression_envs)))
     passing = [env for env in watched if _passed(old[env])]
     regressions = [env for env in passing if not _passed(new.get(env, pd.NA))]
     both = old.index.intersection(new.index)
@@ -104,13 +118,15 @@ def regression_gate(candidate: pd.DataFrame, champion: pd.DataFrame | None,
     candidate_rate = float(new[both].astype(float).mean()) if both else 0.0
     champion_rate = float(old[both].astype(float).mean()) if both else 0.0
     decision = GateDecision(False, "", regressions, candidate_rate, champion_rate)
-    if regressions:
+    tolerated = f" ({len(regressions)} regression(s) tolerated: {', '.join(regressions[:10])})" if regressions else ""
+    if len(regressions) > max_regressions:
         decision.reason = (f"regressed on {len(regressions)} env(s) of the regression set the champion passes: "
                            + ", ".join(regressions[:10]))
     elif not both:
         decision.reason = "no env verified under both the candidate and the champion"
     elif candidate_rate < champion_rate:
-        decision.reason = f"greedy pass@1 {candidate_rate:.4f} < champion's {champion_rate:.4f}"
+        decision.reason = f"greedy pass@1 {candidate_rate:.4f} < champion's {champion_rate:.4f}" + tolerated
     else:
-        decision.passed, decision.reason = True, f"greedy pass@1 {candidate_rate:.4f} >= champion's {champion_rate:.4f}"
+        decision.passed = True
+        decision.reason = f"greedy pass@1 {candidate_rate:.4f} >= champion's {champion_rate:.4f}" + tolerated
     return decision

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from posttrain.evaluation.regression import flips, regression_gate
+from posttrain.evaluation.regression import flip_metrics, flips, regression_gate
 
 pytestmark = pytest.mark.unit
 
@@ -56,3 +56,20 @@ def test_gate_passes_an_equal_or_better_candidate_on_the_regression_set():
     champion = table({"a": True, "b": False})
     decision = regression_gate(table({"a": True, "b": True}, sampled=True), champion)
     assert decision.passed and decision.regressions == [] and decision.candidate_pass_at_1 == 1.0
+
+
+def test_a_configured_tolerance_admits_that_many_regressions_and_no_more():
+    champion = table({"a": True, "b": True, "c": False, "d": False})
+    candidate = table({"a": False, "b": True, "c": True, "d": True})  # breaks a, fixes c and d
+    assert not regression_gate(candidate, champion).passed
+    tolerant = regression_gate(candidate, champion, max_regressions=1)
+    assert tolerant.passed and tolerant.regressions == ["a"] and "1 regression(s) tolerated: a" in tolerant.reason
+    two_broken = table({"a": False, "b": False, "c": True, "d": True})
+    assert not regression_gate(two_broken, champion, max_regressions=1).passed
+    assert regression_gate(two_broken, champion, regression_envs=["c", "d"]).passed  # a, b outside the set
+
+
+def test_flip_metrics_count_every_kind():
+    got = flip_metrics(flips(table({"a": True, "b": False, "c": INFRA}), table({"a": False, "b": False, "c": True})))
+    assert got == {"eval/flips/fixed": 1.0, "eval/flips/broken": 0.0, "eval/flips/still_passing": 0.0,
+                   "eval/flips/still_failing": 1.0, "eval/flips/unverified": 1.0}

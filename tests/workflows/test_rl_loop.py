@@ -51,6 +51,8 @@ def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(tmp_path):
     timed = sum(metrics[f"time/{stage}_s"] for stage in ("sample", "reward", "update", "eval_score", "untimed"))
     assert metrics["time/eval_score_s"] > 0 and abs(timed - metrics["time/iteration_s"]) < 0.05  # all of it, once
     assert 0.0 <= metrics["eval/pass_at_1"] <= 1.0 and metrics["rollout/tokens_per_s"] > 0
+    flipped = {kind: metrics[f"eval/flips/{kind}"] for kind in ("fixed", "broken", "still_passing", "still_failing")}
+    assert sum(flipped.values()) + metrics["eval/flips/unverified"] == 12  # v1 vs v0, per eval env (eval.limit 12)
     for curve in ("eval/pass_at_1", "eval/pass_at_1_sampled"):  # greedy and sampled, step = policy version
         assert sorted(m.step for m in client.get_metric_history(parent.info.run_id, curve)) == [0, 1]
     assert "rollout/resample_rounds" not in metrics  # dynamic sampling is off by default
