@@ -319,6 +319,10 @@ class AgentConfig(Validated):
     temperature: float = 0.6
     top_p: float = 1.0
     seed: int = 0
+    # The agent tier of the RL loop (tasks.agent): its own groups, beside the single-turn rollout.
+    envs_per_iteration: int = 8  # agent train envs rolled out per iteration
+    samples_per_env: int = 4  # episodes per env (the group)
+    eval_limit: int = 0  # agent eval envs evaluated greedily, first by id; 0: all
     # Reward shaping terms (posttrain.agent.rollout.shaping_terms), each logged on its own; 0 means off.
     failed_call_penalty: float = 0.0  # subtracted per failed or rejected tool call
 
@@ -330,7 +334,8 @@ class AgentConfig(Validated):
                                                                        "a map of domain -> budget >= 1"),
              "keep_recent_turns": at_least(0), "summary_chars": at_least(1), "state_file": check(bool, "non-empty"),
              "temperature": at_least(0), "top_p": check(lambda p: 0 < p <= 1, "in (0, 1]"),
-             "failed_call_penalty": at_least(0)}
+             "failed_call_penalty": at_least(0), "envs_per_iteration": at_least(1), "samples_per_env": at_least(1),
+             "eval_limit": at_least(0)}
 
 
 ADMISSION_CHECKS = ("consistency", "solvability", "reproducibility", "anti_hacking", "coverage", "discrimination")
@@ -413,6 +418,7 @@ class LoopConfig(Validated):
     eval: EvalConfig = field(default_factory=EvalConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     promotion: PromotionConfig = field(default_factory=PromotionConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)  # the agent tier, for suites with agent envs
 
     # Each part checked itself when built; these are what only the whole config (or the file system) can tell.
     RULES = {"suite": folder_reference, "iterations": at_least(0), "experiment": check(bool, "non-empty"),

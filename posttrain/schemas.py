@@ -69,6 +69,7 @@ class Envs(pa.DataFrameModel):
     split: Series[str] = pa.Field(isin=["train", "eval"])
     domain: Series[str]
     difficulty: Series[int] = pa.Field(ge=0)
+    kind: Series[str]  # single_turn, or agent (the agent tier: tasks.agent)
     spec_json: Series[str]
 
     class Config:
@@ -143,7 +144,7 @@ class EvalResults(pa.DataFrameModel):
     passed: Series[bool]
     reward: Series[float] = pa.Field(ge=0.0, le=1.0)
     infra_error: Series[str]
-    assertions: Series[str]  # JSON object: assertion name -> passed
+    assertions: Series[str]  # JSON object: assertion name -> true / false, or null (not applicable)
 
     class Config:
         coerce = True

@@ -7,7 +7,7 @@ from that version) and ``score_eval`` verifies them on a CPU pod; ``evaluate`` d
 from __future__ import annotations
 
 import time
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from flytekit import task
 from pandera.typing import DataFrame
@@ -22,14 +22,16 @@ from tasks.rollout import engine_lifetime
 from tasks.tables import Table
 
 
-EvalScored = NamedTuple("EvalScored", [("results", DataFrame[EvalResults]), ("seconds", float)])
+EvalScored = NamedTuple("EvalScored", [("results", Table[EvalResults]), ("seconds", float)])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
-def score_eval(trajectories: Table[EvalTrajectories], envs: Table[Envs], sandbox: SandboxConfig) -> EvalScored:
-    """Verify eval completions (greedy and sampled) in sandboxes; ``seconds``: how long that took."""
+def score_eval(trajectories: Table[EvalTrajectories], envs: Table[Envs], sandbox: SandboxConfig,
+               previous: Optional[Table[EvalResults]] = None) -> EvalScored:
+    """Verify eval completions (greedy and sampled) in sandboxes and judge each env's assertions (``previous``: the
+    previously evaluated version's results, for ``no_regression``); ``seconds``: how long that took."""
     started = time.perf_counter()
-    results = greedy.score_eval(trajectories, envs_from_table(envs), sandbox)
+    results = greedy.score_eval(trajectories, envs_from_table(envs), sandbox, previous)
     return EvalScored(results=results, seconds=time.perf_counter() - started)
 
 

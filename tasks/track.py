@@ -16,6 +16,7 @@ from flytekit.configuration import LocalConfig
 from pandera.typing import DataFrame
 
 from posttrain import registry, tracking
+from posttrain.agent.metrics import AgentStats, agent_metrics
 from posttrain.config import LoopConfig, PromotionConfig
 from posttrain.evaluation.regression import flip_metrics, flips
 from posttrain.evaluation.results import summarize
@@ -25,7 +26,7 @@ from posttrain.reward import RewardStats
 from posttrain.rollout.collect import RolloutStats
 from posttrain.rollout.dynamic_sampling import DynamicSamplingStats
 from posttrain.rollout.staleness import staleness_metrics
-from posttrain.schemas import AdmissionReport, EvalResults, Scored
+from posttrain.schemas import AdmissionReport, EvalResults, Scored, Steps
 from posttrain.training.checkpoints import dir_digest
 from posttrain.training.trainer import TrainStats
 from tasks.execution import execution_name
@@ -58,9 +59,13 @@ def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport], suite_di
 
 @task(**stage("track"))
 def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir,
-                 promotion: PromotionConfig = PromotionConfig()) -> str:
-    """Iteration 0: the starting policy's evaluation, so every curve starts at the baseline."""
-    return _log_once(run_id, 0, summarize(results), {"eval_results": results}, policy, results, promotion)
+                 promotion: PromotionConfig = PromotionConfig(), agent_eval: Optional[AgentStats] = None,
+                 agent_eval_steps: Optional[DataFrame[Steps]] = None) -> str:
+    """Iteration 0: the starting policy's evaluation, so every curve starts at the baseline (with agent envs, also
+    its greedy episodes': ``agent_eval/*`` and their steps table)."""
+    metrics, tables = summarize(results), {"eval_results": results}
+    _add_agent(metrics, tables, None, None, agent_eval, agent_eval_steps)
+    return _log_once(run_id, 0, metrics, tables, policy, results, promotion)
 
 
 @task(**stage("track"))
@@ -69,11 +74,15 @@ def log_iteration(run_id: str, iteration: int, rollout_stats: RolloutStats, scor
                   results: Optional[DataFrame[EvalResults]] = None,
                   dynamic: Optional[DynamicSamplingStats] = None, window: Optional[RolloutStats] = None,
                   eval_s: float = 0.0, previous: Optional[DataFrame[EvalResults]] = None,
-                  promotion: PromotionConfig = PromotionConfig()) -> str:
+                  promotion: PromotionConfig = PromotionConfig(), agent: Optional[AgentStats] = None,
+                  agent_steps: Optional[DataFrame[Steps]] = None, agent_eval: Optional[AgentStats] = None,
+                  agent_eval_steps: Optional[DataFrame[Steps]] = None) -> str:
     """Iteration k: its rollout (with dynamic sampling's counts when on), rewards and update, and the evaluation of
     v_k when it was evaluated (``eval.every``), with its per-env flips against the previously evaluated version
     (``previous``: ``eval/flips/<fixed|broken|...>`` and the ``eval_flips`` table); ``window`` (v_k's sample task) and
-    ``eval_s`` (its eval scoring) complete where the iteration's wall time went (``tracking.time_metrics``)."""
+    ``eval_s`` (its eval scoring) complete where the iteration's wall time went (``tracking.time_metrics``). With agent
+    envs: the agent rollout's episodes (``agent``, ``agent_steps``: ``agent/*`` metrics, the ``agent_steps`` table) and
+    v_k's greedy agent eval (``agent_eval/*``, ``agent_eval_steps``)."""
     iteration_s = tracking.seconds_since_iteration_logged(run_id, iteration - 1)
     metrics = {**tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats, iteration_s, dynamic,
                                             window, eval_s),
@@ -82,7 +91,17 @@ def log_iteration(run_id: str, iteration: int, rollout_stats: RolloutStats, scor
     if results is not None and previous is not None:
         tables["eval_flips"] = flips(results, previous)
         metrics.update(flip_metrics(tables["eval_flips"]))
+    _add_agent(metrics, tables, agent, agent_steps, agent_eval, agent_eval_steps)
     return _log_once(run_id, iteration, metrics, tables, policy, results, promotion)
+
+
+def _add_agent(metrics: dict[str, float], tables: dict, rollout: Optional[AgentStats], steps, evaluation:
+               Optional[AgentStats], eval_steps) -> None:
+    """The agent tier's metrics and step tables, when the suite has agent envs (the stats are None otherwise)."""
+    for stats, table, prefix in ((rollout, steps, "agent"), (evaluation, eval_steps, "agent_eval")):
+        if stats is not None:
+            metrics.update(agent_metrics(stats, table, prefix=prefix))
+            tables[f"{prefix}_steps"] = table
 
 
 def _log_once(run_id: str, iteration: int, metrics: dict[str, float], tables: dict, policy: PolicyDir,

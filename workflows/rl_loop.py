@@ -33,6 +33,7 @@ from typing import NamedTuple
 from flytekit import dynamic, workflow
 
 from posttrain.config import LoopConfig
+from posttrain.envs.table import envs_from_table
 from posttrain.evaluation.greedy import evaluates
 from posttrain.reward import RewardStats
 from posttrain.rollout import dynamic_sampling
@@ -41,6 +42,7 @@ from posttrain.rollout.dynamic_sampling import DynamicSamplingStats
 from posttrain.rollout.staleness import rollout_source
 from posttrain.schemas import Envs, Scored
 from tasks.admit import admit_suite, fingerprint_suite
+from tasks.agent import agent_sample, join_results, join_scored
 from tasks.evaluate import score_eval
 from tasks.policy import PolicyDir, prepare_policy
 from tasks.reward import add_round, reward
@@ -78,7 +80,11 @@ def refill(policy: PolicyDir, envs: Table[Envs], cfg: LoopConfig, policy_version
 def iterate(cfg: LoopConfig, envs: Table[Envs], policy: PolicyDir, run_id: str) -> PolicyDir:
     """Unroll ``cfg.iterations`` RL iterations into a DAG: per policy version v_k, one ``sample`` node (evaluate v_k,
     roll out iteration k+1), then ``score_eval`` and ``reward`` (sandboxes), ``refill`` (dynamic sampling, when on)
-    and ``update`` (v_{k+1})."""
+    and ``update`` (v_{k+1}). A suite with agent envs adds the agent tier: per version one ``agent_sample`` node
+    beside ``sample`` (its own pod on a cluster, so long episodes never hold up the single-turn groups), whose
+    rewarded episodes join the update and whose eval rows join the version's results."""
+    kinds = {spec.kind for spec in envs_from_table(envs).values()}
+    single_turn, agents = bool(kinds - {"agent"}), "agent" in kinds
     reference = policy  # the frozen policy of the KL penalty (train.kl_coef)
     versions = [policy]  # v_0, v_1, ...: a rollout may sample from an older one (cfg.max_staleness)
     logged = None
@@ -87,44 +93,65 @@ def iterate(cfg: LoopConfig, envs: Table[Envs], policy: PolicyDir, run_id: str) 
     for k in range(cfg.iterations + 1):
         # step 1. one engine lifetime for v_k: its eval decode (greedy and sampled), and the rollout of iteration k+1
         # (on-policy); with staleness s > 0 that rollout samples from v_{k-s} in its own node, which does not wait
-        # for the update that makes v_k
+        # for the update that makes v_k. The agent tier does the same for agent envs in nodes of its own.
         evaluated = evaluates(cfg.eval, k, last=cfg.iterations)
         source = rollout_source(k, cfg.max_staleness) if k < cfg.iterations else k
+        here = evaluated or source == k
         sampled = sample(policy=policy, envs=envs, cfg=cfg.rollout, eval_cfg=cfg.eval, policy_version=k,
                          rollout=k < cfg.iterations and source == k, evaluate=evaluated) \
-            if evaluated or source == k else None
+            if single_turn and here else None
         rollout = sampled if source == k else \
             sample(policy=versions[source], envs=envs, cfg=cfg.rollout, eval_cfg=cfg.eval, policy_version=source,
-                   rollout=True, evaluate=False, iteration=k + 1)
-        # step 2. verify v_k's eval completions in sandboxes
-        evaluation = score_eval(trajectories=sampled.eval_trajectories, envs=envs, sandbox=cfg.sandbox) \
-            if evaluated else None
+                   rollout=True, evaluate=False, iteration=k + 1) if single_turn else None
+        agent_here = agent_sample(policy=policy, envs=envs, cfg=cfg.agent, sandbox=cfg.sandbox,
+                                  rollout_cfg=cfg.rollout, policy_version=k, rollout=k < cfg.iterations and source == k,
+                                  evaluate=evaluated) if agents and here else None
+        agent_rollout = agent_here if source == k else \
+            agent_sample(policy=versions[source], envs=envs, cfg=cfg.agent, sandbox=cfg.sandbox,
+                         rollout_cfg=cfg.rollout, policy_version=source, rollout=True, evaluate=False,
+                         iteration=k + 1) if agents else None
+        # step 2. verify v_k's eval completions in sandboxes; with agent envs, join their episodes' verdicts
+        evaluation = score_eval(trajectories=sampled.eval_trajectories, envs=envs, sandbox=cfg.sandbox,
+                                previous=previous) if single_turn and evaluated else None
         results = evaluation.results if evaluation is not None else None
+        if agents and evaluated:
+            results = join_results(agent_results=agent_here.eval_results, results=results)
+        agent_eval = (agent_here.eval_stats, agent_here.eval_steps) if agents and evaluated else (None, None)
         # step 3. log iteration k (k = 0: the baseline)
         if trained is None:
-            this_log = log_baseline(run_id=run_id, results=results, policy=policy, promotion=cfg.promotion)
+            this_log = log_baseline(run_id=run_id, results=results, policy=policy, promotion=cfg.promotion,
+                                    agent_eval=agent_eval[0], agent_eval_steps=agent_eval[1])
         else:
-            rollout_stats, reward_stats, dynamic, updated = trained
+            rollout_stats, reward_stats, dynamic, updated, agent_trained = trained
             this_log = log_iteration(run_id=run_id, iteration=k, rollout_stats=rollout_stats, scored=updated.train_rows,
                                      reward_stats=reward_stats, train_stats=updated.stats, policy=policy,
-                                     results=results, dynamic=dynamic, window=(sampled or rollout).stats,
+                                     results=results, dynamic=dynamic,
+                                     window=(sampled or rollout).stats if single_turn else None,
                                      eval_s=evaluation.seconds if evaluation is not None else 0.0,
-                                     previous=previous if results is not None else None, promotion=cfg.promotion)
+                                     previous=previous if results is not None else None, promotion=cfg.promotion,
+                                     agent=agent_trained.stats if agents else None,
+                                     agent_steps=agent_trained.steps if agents else None,
+                                     agent_eval=agent_eval[0], agent_eval_steps=agent_eval[1])
             logged >> this_log  # MLflow iteration runs are written in order
         logged = this_log
         previous = results if results is not None else previous
         if k < cfg.iterations:
-            # step 4. score the rollout of iteration k+1; with dynamic sampling, keep and refill the learnable groups
-            scored = reward(trajectories=rollout.trajectories, envs=envs, sandbox=cfg.sandbox)
-            batch = (scored.scored, rollout.stats, scored.stats, None)
-            if cfg.rollout.dynamic_sampling:
-                batch = refill(policy=policy, envs=envs, cfg=cfg, policy_version=k, scored=scored.scored,
-                               rollout_stats=rollout.stats, reward_stats=scored.stats)
+            # step 4. score the rollout of iteration k+1; with dynamic sampling, keep and refill the learnable groups;
+            # the agent tier's episodes come scored (the verifier ran on each final workspace) and join them
+            batch = (None, RolloutStats(), RewardStats(), None)
+            if single_turn:
+                scored = reward(trajectories=rollout.trajectories, envs=envs, sandbox=cfg.sandbox)
+                batch = (scored.scored, rollout.stats, scored.stats, None)
+                if cfg.rollout.dynamic_sampling:
+                    batch = refill(policy=policy, envs=envs, cfg=cfg, policy_version=k, scored=scored.scored,
+                                   rollout_stats=rollout.stats, reward_stats=scored.stats)
             train_on, rollout_stats, reward_stats, dynamic = batch
+            if agents:
+                train_on = join_scored(agent_scored=agent_rollout.scored, scored=train_on)
             # step 5. train v_{k+1} on it
             updated = update_node(policy=policy, scored=train_on, cfg=cfg.train, policy_version=k + 1,
                                   reference=reference)  # data parallel (torch elastic) when train.nproc_per_node > 1
-            trained, policy = (rollout_stats, reward_stats, dynamic, updated), updated.policy
+            trained, policy = (rollout_stats, reward_stats, dynamic, updated, agent_rollout), updated.policy
             versions.append(policy)
     return policy
 

@@ -17,7 +17,7 @@ from posttrain.schemas import Envs
 
 
 def envs_to_table(envs: list[EnvSpec]) -> pd.DataFrame:
-    rows = [{"env_id": e.id, "split": e.split, "domain": e.domain, "difficulty": int(e.difficulty),
+    rows = [{"env_id": e.id, "split": e.split, "domain": e.domain, "difficulty": int(e.difficulty), "kind": e.kind,
              "spec_json": e.to_json()} for e in envs]
     return Envs.validate(pd.DataFrame(rows, columns=list(Envs.to_schema().columns)))
 

@@ -29,8 +29,9 @@ from posttrain.schemas import EvalTrajectories
 
 
 def eval_envs(envs: dict[str, EnvSpec], cfg: EvalConfig) -> list[EnvSpec]:
-    """The envs of the configured split, in stable id order, capped at ``cfg.limit`` (0 = all)."""
-    chosen = sorted((e for e in envs.values() if e.split == cfg.split), key=lambda e: e.id)
+    """The single-turn envs of the configured split, in stable id order, capped at ``cfg.limit`` (0 = all); agent envs
+    are evaluated in episodes (``posttrain.agent.evaluate``)."""
+    chosen = sorted((e for e in envs.values() if e.split == cfg.split and e.kind != "agent"), key=lambda e: e.id)
     return chosen[: cfg.limit] if cfg.limit > 0 else chosen
 
 
@@ -59,14 +60,16 @@ def decode_eval(engine: RolloutEngine, envs: dict[str, EnvSpec], cfg: EvalConfig
     return EvalTrajectories.validate(pd.concat(decodes, ignore_index=True))
 
 
-def score_eval(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: SandboxConfig) -> pd.DataFrame:
-    """The EvalResults table of an eval decode (EvalTrajectories), verified in sandboxes."""
+def score_eval(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: SandboxConfig,
+               previous: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The EvalResults table of an eval decode (EvalTrajectories), verified in sandboxes; ``previous`` (the
+    previously evaluated version's EvalResults) judges the ``no_regression`` assertions."""
     box = make_sandbox(sandbox)
     try:
         scored = score(trajectories, envs, box, sandbox)
     finally:
         box.close()
-    return eval_results(scored, envs)
+    return eval_results(scored, envs, previous=previous)
 
 
 def evaluate_policy(policy_dir: str, envs: dict[str, EnvSpec], cfg: EvalConfig, rollout: RolloutConfig,

@@ -123,8 +123,10 @@ def collect(
 
 
 def rollout_envs(envs: list[EnvSpec], cfg: RolloutConfig, iteration: int) -> list[EnvSpec]:
-    """The train-split envs iteration ``iteration`` rolls out (``cfg.envs_per_iteration`` of them, seeded)."""
-    return pick_envs([e for e in envs if e.split == "train"], cfg.envs_per_iteration, seed=cfg.seed + iteration)
+    """The single-turn train-split envs iteration ``iteration`` rolls out (``cfg.envs_per_iteration`` of them,
+    seeded); agent envs are the agent tier's (``posttrain.agent.tier``)."""
+    single_turn = [e for e in envs if e.split == "train" and e.kind != "agent"]
+    return pick_envs(single_turn, cfg.envs_per_iteration, seed=cfg.seed + iteration)
 
 
 def rollout_with(engine: RolloutEngine, envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,

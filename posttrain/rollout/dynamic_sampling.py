@@ -78,10 +78,11 @@ def refill_count(learnable: int, target: int, rounds_done: int, max_rounds: int,
 
 def refill_envs(envs: pd.DataFrame, scored: pd.DataFrame, cfg: RolloutConfig, iteration: int,
                 rounds_done: int) -> list[str]:
-    """Ids of the train envs (``envs``: an Envs table) the next refill round of ``iteration`` samples, given its
-    ``scored`` rows so far: a seeded choice among the train envs it has not used; [] when no round is needed or left.
+    """Ids of the single-turn train envs (``envs``: an Envs table) the next refill round of ``iteration`` samples,
+    given its ``scored`` rows so far: a seeded choice among those it has not used; [] when no round is needed or left.
 
-    >>> envs = pd.DataFrame({"env_id": ["a", "b", "c", "d", "x"], "split": ["train"] * 4 + ["eval"]})
+    >>> envs = pd.DataFrame({"env_id": ["a", "b", "c", "d", "x", "y"], "split": ["train"] * 4 + ["eval", "train"],
+    ...                      "kind": ["single_turn"] * 5 + ["agent"]})
     >>> scored = pd.DataFrame({"env_id": ["a", "a"], "group_id": ["it1/a"] * 2, "reward": [1.0, 1.0],
     ...                        "infra_error": ["", ""]})
     >>> cfg = RolloutConfig(envs_per_iteration=2, max_resample_rounds=1)
@@ -92,7 +93,8 @@ def refill_envs(envs: pd.DataFrame, scored: pd.DataFrame, cfg: RolloutConfig, it
     []
     """
     learnable = sum(kind == LEARNABLE for kind in group_signal(scored).values())
-    unused = sorted(set(envs.loc[envs["split"] == "train", "env_id"]) - set(scored["env_id"]))
+    single_turn = (envs["split"] == "train") & (envs["kind"] != "agent")  # agent groups are the agent tier's
+    unused = sorted(set(envs.loc[single_turn, "env_id"]) - set(scored["env_id"]))
     count = refill_count(learnable, cfg.envs_per_iteration, rounds_done, cfg.max_resample_rounds, len(unused))
     return random.Random(iteration_seed(cfg.seed, iteration) + rounds_done).sample(unused, count)
 

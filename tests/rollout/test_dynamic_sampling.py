@@ -23,8 +23,11 @@ def _scored(rewards: dict[str, list[float | str]], iteration: int = 1) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def _envs(train: list[str], eval_: list[str] = ()) -> pd.DataFrame:
-    return pd.DataFrame({"env_id": [*train, *eval_], "split": ["train"] * len(train) + ["eval"] * len(eval_)})
+def _envs(train: list[str], eval_: list[str] = (), agent: list[str] = ()) -> pd.DataFrame:
+    ids = [*train, *eval_, *agent]
+    splits = ["train"] * len(train) + ["eval"] * len(eval_) + ["train"] * len(agent)
+    return pd.DataFrame({"env_id": ids, "split": splits,
+                         "kind": ["single_turn"] * (len(train) + len(eval_)) + ["agent"] * len(agent)})
 
 
 def test_group_signal_is_reward_variance_over_usable_samples():
@@ -52,12 +55,13 @@ def test_refill_count(learnable, target, rounds_done, max_rounds, unused, expect
 
 
 def test_refill_envs_picks_the_missing_number_of_unused_train_envs_deterministically():
-    envs = _envs([f"t{i}" for i in range(10)], eval_=["e0", "e1"])
+    envs = _envs([f"t{i}" for i in range(10)], eval_=["e0", "e1"], agent=[f"a{i}" for i in range(10)])
     scored = _scored({"t0": [1.0, 0.0], "t1": [1.0, 1.0], "t2": [0.0, 0.0]})  # 1 learnable of 3
     cfg = RolloutConfig(envs_per_iteration=3, max_resample_rounds=2, seed=5)
     chosen = refill_envs(envs, scored, cfg, iteration=4, rounds_done=0)
     assert len(chosen) == 2 and len(set(chosen)) == 2
-    assert set(chosen) <= {f"t{i}" for i in range(3, 10)}  # never an env used this iteration, never an eval env
+    # never an env used this iteration, an eval env or an agent env (the agent tier's)
+    assert set(chosen) <= {f"t{i}" for i in range(3, 10)}
     assert refill_envs(envs, scored, cfg, iteration=4, rounds_done=0) == chosen
     assert refill_envs(envs, scored, cfg, iteration=4, rounds_done=2) == []  # rounds used up
     assert refill_envs(envs, scored, RolloutConfig(envs_per_iteration=1), iteration=4, rounds_done=0) == []

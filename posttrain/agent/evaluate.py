@@ -1,0 +1,75 @@
+"""Greedy evaluation of a policy version on the agent eval envs: one episode per env at temperature 0, the final
+workspace scored by the env's verifier, then one ``EvalResults`` row per env (``decoding`` "greedy") whose
+assertions are judged on the verdict and on the episode's step log (``posttrain.evaluation.results.eval_results``).
+
+An eval row's ``reward`` is the verifier's (``verifier_reward``: shaping terms are a training signal, not a
+measurement); ``passed``: the verifier passed the final workspace and no infra error got in the way; ``steps``:
+the episode's model turns. Eval episodes' group ids are ``eval-v<version>/<env_id>`` (their Steps rows too).
+
+Example (pure: the envs evaluated, and the per-episode rows of an AgentScored table with two windows):
+    >>> from posttrain.envs.spec import EnvSpec
+    >>> envs = {i: EnvSpec(id=i, prompt="p", reference="", verifier={"kind": "workspace_tests"}, kind="agent",
+    ...                    split="eval") for i in ("t/b", "t/a", "t/c")}
+    >>> [e.id for e in eval_envs(envs, limit=2)]
+    ['t/a', 't/b']
+    >>> import pandas as pd
+    >>> scored = pd.DataFrame({"env_id": ["t/a"] * 2, "group_id": ["it0/t/a"] * 2, "sample_idx": 0, "window": [0, 1],
+    ...                        "policy_version": 3, "steps": 5, "reward": 0.9, "verifier_reward": 1.0,
+    ...                        "infra_error": ""})
+    >>> episode_rows(scored, version=3).to_dict("records")
+    [{'env_id': 't/a', 'group_id': 'eval-v3/t/a', 'sample_idx': 0, 'policy_version': 3, 'steps': 5, \
+'reward': 1.0, 'infra_error': '', 'decoding': 'greedy'}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+import pandas as pd
+
+from posttrain.agent.metrics import EPISODE, AgentStats
+from posttrain.agent.template import ChatFormat
+from posttrain.agent.tier import AGENT, run_batch
+from posttrain.config import AgentConfig, SandboxConfig
+from posttrain.envs.spec import EnvSpec
+from posttrain.evaluation.results import eval_results
+from posttrain.rollout.engine import TokenRolloutEngine
+from posttrain.schemas import EvalResults, Steps, empty
+
+
+def eval_envs(envs: Mapping[str, EnvSpec], limit: int = 0, split: str = "eval") -> list[EnvSpec]:
+    """The agent envs of ``split`` in stable id order, capped at ``limit`` (0: all), like single-turn eval's."""
+    chosen = sorted((e for e in envs.values() if e.kind == AGENT and e.split == split), key=lambda e: e.id)
+    return chosen[:limit] if limit > 0 else chosen
+
+
+def eval_group(version: int, env_id) -> str:
+    return f"eval-v{version}/{env_id}"
+
+
+def episode_rows(scored: pd.DataFrame, version: int) -> pd.DataFrame:
+    """One row per greedy episode of ``scored`` (AgentScored: one row per window), what ``eval_results`` reads."""
+    rows = scored.drop_duplicates(EPISODE)
+    return pd.DataFrame({"env_id": rows["env_id"], "group_id": [eval_group(version, e) for e in rows["env_id"]],
+                         "sample_idx": rows["sample_idx"], "policy_version": rows["policy_version"],
+                         "steps": rows["steps"], "reward": rows["verifier_reward"].astype(float),
+                         "infra_error": rows["infra_error"], "decoding": "greedy"}).reset_index(drop=True)
+
+
+def evaluate_agent(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Mapping[str, EnvSpec], cfg: AgentConfig,
+                   sandbox, sandbox_cfg: SandboxConfig, max_context: int, limit: int = 0,
+                   previous: pd.DataFrame | Mapping[str, bool | None] | None = None,
+                   ) -> tuple[pd.DataFrame, pd.DataFrame, AgentStats]:
+    """``(EvalResults, Steps, stats)`` of greedy episodes of the policy ``engine`` serves on the agent eval envs
+    (``limit``: the first ``limit`` by id; 0: all). ``previous``: the previous policy's greedy verdicts, for the
+    ``no_regression`` assertion (``eval_results``)."""
+    chosen = eval_envs(envs, limit)
+    if not chosen:
+        return empty(EvalResults), empty(Steps), AgentStats()
+    scored, steps, stats = run_batch(engine, fmt, chosen, 1, replace(cfg, temperature=0.0), sandbox, sandbox_cfg,
+                                     max_context, iteration=0)
+    version = max(0, engine.version)
+    steps = Steps.validate(steps.assign(group_id=[eval_group(version, e) for e in steps["env_id"]]))
+    results = eval_results(episode_rows(scored, version), {e.id: e for e in chosen}, steps=steps, previous=previous)
+    return results, steps, stats

@@ -1,0 +1,129 @@
+"""What a batch of agent episodes did, in numbers: ``AgentStats`` (from its ``AgentScored`` and ``Steps`` tables)
+and the MLflow metrics the loop logs per iteration (``agent_metrics``).
+
+Counting rules: an *episode* is one (group_id, sample_idx); a *model turn* is one (episode, turn) of the Steps table
+(every turn records at least one step, a turn without a call too); a *tool call* is a step that named a tool and
+was accepted (``error`` empty), whatever its exit code; a *failed* step is one with ``ok`` false (a failing
+command, a rejected call, a turn without a call). ``solve_rate``: episodes whose final workspace passed the
+verifier (``verifier_reward`` 1, before shaping), of those without an infra error.
+
+Example (one solved episode of two turns, one episode cut at max_steps after a turn without a call):
+    >>> import pandas as pd
+    >>> scored = pd.DataFrame({"group_id": ["g", "g"], "sample_idx": [0, 1], "finish_reason": ["submit", "max_steps"],
+    ...                        "verifier_reward": [1.0, 0.0], "reward": [1.0, 0.0], "infra_error": ["", ""],
+    ...                        "tokens": [30, 40]})
+    >>> steps = pd.DataFrame({"group_id": "g", "sample_idx": [0, 0, 0, 1], "turn": [0, 0, 1, 0],
+    ...                       "tool": ["bash", "read_file", "submit", ""], "ok": [False, True, True, False],
+    ...                       "error": ["", "", "", "no_tool_call"], "duration_ms": [500.0, 100.0, 0.0, 0.0],
+    ...                       "tokens_in": [100, 100, 180, 100], "tokens_cached": [0, 0, 128, 64],
+    ...                       "observation_bytes": [20, 30, 9, 60], "compressed_at_turn": [-1, -1, -1, -1]})
+    >>> stats = agent_stats(scored, steps, seconds=2.0)
+    >>> stats.episodes, stats.model_turns, stats.tool_calls, stats.failed_calls, stats.finish_submit
+    (2, 3, 3, 2, 1)
+    >>> stats.solve_rate, stats.tool_calls_per_s, round(stats.prefix_cache_hit, 3), stats.tool_s
+    (0.5, 1.5, 0.505, 0.6)
+    >>> m = agent_metrics(stats, steps)
+    >>> m["agent/steps_mean"], m["agent/tool_calls_mean"], m["agent/finish/submit"], m["agent/failed_call_fraction"]
+    (1.5, 1.5, 0.5, 0.5)
+    >>> m["agent/calls/bash"], m["agent/no_call_fraction"]
+    (0.5, 0.25)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from posttrain.agent.episode import FINISH_REASONS
+
+EPISODE = ["group_id", "sample_idx"]
+
+
+@dataclass
+class AgentStats:
+    """One batch of agent episodes (the rollout of an iteration, or a greedy eval), and the stage's timings."""
+
+    episodes: int = 0
+    model_turns: int = 0
+    tool_calls: int = 0  # accepted calls (a tool named, arguments valid), whatever they returned
+    failed_calls: int = 0  # steps with ok false: failing commands, rejected calls, turns without a call
+    steps_mean: float = 0.0  # model turns per episode
+    # how the episodes ended, one count per posttrain.agent.episode.FINISH_REASONS
+    finish_submit: int = 0
+    finish_max_steps: int = 0
+    finish_token_budget: int = 0
+    finish_deadline: int = 0
+    finish_infra: int = 0
+    infra_errors: int = 0  # episodes flagged infra_error (session or verifier): excluded from the update
+    solved: int = 0  # episodes the verifier passed (verifier_reward 1)
+    solve_rate: float = 0.0  # solved / episodes without an infra error
+    reward_mean: float = 0.0  # shaped reward, episodes without an infra error
+    tokens: int = 0  # model tokens (trained)
+    prompt_tokens: int = 0  # prompt tokens the engine received, over every turn
+    cached_tokens: int = 0  # of those, served by the engine's prefix cache
+    prefix_cache_hit: float = 0.0  # cached_tokens / prompt_tokens
+    tool_s: float = 0.0  # summed duration of the tool calls (they overlap across episodes)
+    generate_s: float = 0.0  # seconds inside the engine's generate calls
+    seconds: float = 0.0  # the batch: sessions, episodes, verifier on the final workspaces
+    tool_calls_per_s: float = 0.0  # tool_calls / seconds
+    engine_start_s: float = 0.0  # the stage waited for a vLLM engine start (0 when the live engine was reused)
+    engine_swap_s: float = 0.0  # the stage waited for the live engine's in-place weight swap
+    wall_s: float = 0.0  # the whole stage (set by the task)
+
+
+def agent_stats(scored: pd.DataFrame, steps: pd.DataFrame, seconds: float = 0.0,
+                generate_s: float = 0.0) -> AgentStats:
+    """The stats of the episodes of ``scored`` (``AgentScored``, one row per window) and their ``steps``."""
+    episodes = scored.drop_duplicates(EPISODE)
+    usable = episodes[episodes["infra_error"] == ""]
+    turns = steps.drop_duplicates([*EPISODE, "turn"])
+    finish = episodes["finish_reason"].value_counts()
+    tool_calls = int(((steps["tool"] != "") & (steps["error"] == "")).sum())
+    prompt, cached = int(turns["tokens_in"].sum()), int(turns["tokens_cached"].sum())
+    stats = AgentStats(
+        episodes=len(episodes), model_turns=len(turns), tool_calls=tool_calls,
+        failed_calls=int((~steps["ok"].astype(bool)).sum()),
+        steps_mean=len(turns) / len(episodes) if len(episodes) else 0.0,
+        **{f"finish_{reason}": int(finish.get(reason, 0)) for reason in FINISH_REASONS},
+        infra_errors=int((episodes["infra_error"] != "").sum()),
+        solved=int((usable["verifier_reward"] >= 1.0).sum()),
+        solve_rate=float((usable["verifier_reward"] >= 1.0).mean()) if len(usable) else 0.0,
+        reward_mean=float(usable["reward"].mean()) if len(usable) else 0.0,
+        tokens=int(scored["tokens"].sum()), prompt_tokens=prompt, cached_tokens=cached,
+        prefix_cache_hit=cached / prompt if prompt else 0.0,
+        tool_s=round(float(steps["duration_ms"].sum()) / 1000, 6), generate_s=generate_s, seconds=seconds,
+        tool_calls_per_s=tool_calls / seconds if seconds > 0 else 0.0)
+    return stats
+
+
+def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent") -> dict[str, float]:
+    """MLflow metrics of one batch of episodes (``prefix``: ``agent`` for the rollout, e.g. ``agent_eval`` for the
+    greedy eval). Per episode: ``steps_mean`` (model turns), ``tool_calls_mean``, ``finish/<reason>`` (fraction of
+    the episodes), ``solve_rate``, ``reward_mean``; per step: ``failed_call_fraction``, ``no_call_fraction`` (turns
+    without a call), ``compressed_fraction`` (observations summarized by the context budget), ``calls/<tool>``
+    (accepted calls of each tool, per episode); throughput and time: ``tool_calls_per_s``, ``prefix_cache_hit``,
+    ``tokens``, ``seconds``, ``generate_s``, ``engine_start_s``, ``engine_swap_s``, ``wall_s``. A batch without
+    episodes gives ``episodes`` 0 alone."""
+    p = prefix
+    if stats.episodes == 0:
+        return {f"{p}/episodes": 0.0}
+    n = stats.episodes
+    metrics = {
+        f"{p}/episodes": float(n), f"{p}/steps_mean": stats.steps_mean, f"{p}/tool_calls_mean": stats.tool_calls / n,
+        f"{p}/solve_rate": stats.solve_rate, f"{p}/reward_mean": stats.reward_mean,
+        f"{p}/infra_errors": float(stats.infra_errors), f"{p}/tokens": float(stats.tokens),
+        f"{p}/tool_calls_per_s": stats.tool_calls_per_s, f"{p}/prefix_cache_hit": stats.prefix_cache_hit,
+        **{f"{p}/finish/{reason}": getattr(stats, f"finish_{reason}") / n for reason in FINISH_REASONS},
+        **{f"{p}/{name}": float(getattr(stats, name))
+           for name in ("seconds", "generate_s", "engine_start_s", "engine_swap_s", "wall_s")},
+    }
+    if len(steps):
+        metrics[f"{p}/failed_call_fraction"] = float((~steps["ok"].astype(bool)).mean())
+        metrics[f"{p}/no_call_fraction"] = float((steps["error"] == "no_tool_call").mean())
+        metrics[f"{p}/compressed_fraction"] = float((steps["compressed_at_turn"] >= 0).mean())
+        metrics[f"{p}/observation_bytes_mean"] = float(steps["observation_bytes"].mean())
+        accepted = steps[(steps["tool"] != "") & (steps["error"] == "")]
+        for tool, count in accepted["tool"].value_counts().sort_index().items():
+            metrics[f"{p}/calls/{tool}"] = count / n
+    return metrics

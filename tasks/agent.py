@@ -1,0 +1,96 @@
+"""Flyte task: the agent tier of policy v_k, apart from the single-turn ``tasks.rollout.sample``.
+
+``agent_sample`` runs, on the process's live vLLM engine swapped to v_k (``posttrain.rollout.live``) and in one
+sandbox (``SandboxConfig``), the greedy agent eval of v_k (when this version is evaluated) and the agent rollout of
+iteration k+1 from it (``posttrain.agent.tier``, ``posttrain.agent.evaluate``). Its scored rows are rewarded already
+(the verifier on each final workspace), so they go straight to the update; its eval rows join the version's
+EvalResults. A version without agent envs to run returns empty tables and starts no engine.
+
+The engine is the one ``sample`` uses (same ``RolloutConfig``: one engine per process, no restart between the
+tiers), so ``rollout.max_model_len`` and the policy's positions must hold an agent episode (prompt ~500 tokens with
+the demo tokenizer, plus the turns). The task runs sandboxes: it carries their pod template.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple, Optional
+
+import pandas as pd
+
+from flytekit import task
+
+from posttrain.agent.evaluate import eval_envs, evaluate_agent
+from posttrain.agent.metrics import AgentStats
+from posttrain.agent.tier import chat_format, rollout_agent, rollout_envs
+from posttrain.config import AgentConfig, RolloutConfig, SandboxConfig
+from posttrain.envs.table import envs_from_table
+from posttrain.rollout import live
+from posttrain.sandbox import make_sandbox
+from posttrain.schemas import AgentScored, Envs, EvalResults, Scored, Steps, empty
+from tasks.pods import sandbox_pod_template
+from tasks.policy import PolicyDir
+from tasks.resources import CACHE_VERSION, stage
+from tasks.rollout import engine_lifetime
+from tasks.tables import Table
+
+AgentSampled = NamedTuple("AgentSampled", [("scored", Table[AgentScored]), ("steps", Table[Steps]),
+                                           ("eval_results", Table[EvalResults]), ("eval_steps", Table[Steps]),
+                                           ("stats", AgentStats), ("eval_stats", AgentStats)])
+
+
+@task(cache=True, cache_version=CACHE_VERSION, **{**stage("rollout"), "pod_template": sandbox_pod_template()})
+def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox: SandboxConfig,
+                 rollout_cfg: RolloutConfig, policy_version: int, rollout: bool, evaluate: bool,
+                 iteration: Optional[int] = None) -> AgentSampled:
+    """Policy v_k (``policy_version``): greedy episodes on the agent eval envs if ``evaluate`` (the first
+    ``cfg.eval_limit`` by id; 0: all), ``cfg.samples_per_env`` episodes on each of ``cfg.envs_per_iteration`` agent
+    train envs for iteration k+1 if ``rollout`` (``iteration``: another one, under bounded staleness); empty tables
+    otherwise.
+
+    ``scored`` / ``steps``: the rollout (AgentScored rows, group ids ``it<iteration>/<env_id>``, and their tool
+    calls); ``eval_results`` / ``eval_steps``: one greedy row per eval env and its episode's calls (group ids
+    ``eval-v<k>/<env_id>``); ``stats``: the rollout's episodes and the task's timings (engine start or swap, wall);
+    ``eval_stats``: the eval episodes'.
+    """
+    started = time.perf_counter()
+    specs = envs_from_table(envs)
+    for_iteration = policy_version + 1 if iteration is None else iteration
+    rolls_out = rollout and bool(rollout_envs(specs, cfg.envs_per_iteration, cfg.seed, for_iteration))
+    evaluates = evaluate and bool(eval_envs(specs, cfg.eval_limit))
+    scored, steps, stats = empty(AgentScored), empty(Steps), AgentStats()
+    results, eval_steps, eval_stats = empty(EvalResults), empty(Steps), AgentStats()
+    start_s = swap_s = 0.0
+    if rolls_out or evaluates:
+        with engine_lifetime():
+            policy_dir = policy.download()
+            engine, start_s, swap_s = live.acquire_timed(policy_dir, rollout_cfg, version=policy_version)
+            fmt, box = chat_format(policy_dir, cfg), make_sandbox(sandbox)
+            try:
+                if evaluates:
+                    results, eval_steps, eval_stats = evaluate_agent(engine, fmt, specs, cfg, box, sandbox,
+                                                                     rollout_cfg.max_model_len, cfg.eval_limit)
+                if rolls_out:
+                    scored, steps, stats = rollout_agent(engine, fmt, specs, cfg, box, sandbox,
+                                                         rollout_cfg.max_model_len, for_iteration,
+                                                         cfg.envs_per_iteration, cfg.samples_per_env)
+            finally:
+                box.close()
+    stats.engine_start_s, stats.engine_swap_s = start_s, swap_s
+    stats.wall_s = time.perf_counter() - started
+    return AgentSampled(scored=scored, steps=steps, eval_results=results, eval_steps=eval_steps, stats=stats,
+                        eval_stats=eval_stats)
+
+
+@task(**stage("track"))
+def join_scored(agent_scored: Table[AgentScored], scored: Optional[Table[Scored]] = None) -> Table[Scored]:
+    """The rows one update trains on from both tiers: agent windows keep their ``loss_mask``; single-turn rows
+    (``scored``, None for a suite without them) have none: every completion token is trained."""
+    return Scored.validate(pd.concat([t for t in (scored, agent_scored) if t is not None], ignore_index=True))
+
+
+@task(**stage("track"))
+def join_results(agent_results: Table[EvalResults], results: Optional[Table[EvalResults]] = None
+                 ) -> Table[EvalResults]:
+    """One policy version's eval results from both tiers (``results``: the single-turn ones, None without)."""
+    return EvalResults.validate(pd.concat([t for t in (results, agent_results) if t is not None], ignore_index=True))

@@ -1,0 +1,80 @@
+"""The agent tier's library half with scripted policies in real warm-bwrap sessions: the iteration's agent train envs
+rolled out in groups (the oracle solves them all), the greedy eval of the agent eval envs (the oracle passes, the
+no-op fails), single-turn envs left to the other tier, and the stats of each batch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from posttrain.agent.evaluate import evaluate_agent
+from posttrain.agent.metrics import agent_metrics
+from posttrain.agent.scripted import ScriptedPolicy, noop_policy
+from posttrain.agent.tier import chat_format, rollout_agent, rollout_envs
+from posttrain.config import DEMO_SUITE, AgentConfig, SandboxConfig
+from posttrain.envs.generators.agent_repo import oracle, specs
+from posttrain.envs.suite import load_suite
+from posttrain.sandbox import make_sandbox
+
+pytestmark = pytest.mark.integration
+
+AGENT_ENVS = [e for e in specs() if e.split == "train"][:3] + [e for e in specs() if e.split == "eval"][:2]
+SINGLE_TURN = load_suite(DEMO_SUITE).envs[:2]  # the other tier's: never run here
+ENVS = {e.id: e for e in [*SINGLE_TURN, *AGENT_ENVS]}
+CFG = AgentConfig()
+
+
+@pytest.fixture(scope="module")
+def fmt(tiny_policy):
+    return chat_format(tiny_policy, CFG)
+
+
+@pytest.fixture(scope="module")
+def box():
+    sandbox = make_sandbox(SandboxConfig())
+    yield sandbox
+    sandbox.close()
+
+
+def test_the_oracle_rollout_of_an_iteration_solves_its_picked_train_envs(fmt, box):
+    policy = ScriptedPolicy(fmt, {e.prompt: oracle(e) for e in AGENT_ENVS}, version=3)
+    scored, steps, stats = rollout_agent(policy, fmt, ENVS, CFG, box, SandboxConfig(), max_context=4096, iteration=4,
+                                         envs_per_iteration=2, samples_per_env=2)
+    picked = {e.id for e in rollout_envs(ENVS, 2, CFG.seed, 4)}
+    assert len(picked) == 2 and all(ENVS[i].kind == "agent" and ENVS[i].split == "train" for i in picked)
+    assert set(scored.env_id) == picked and set(scored.group_id) == {f"it4/{i}" for i in picked}
+    assert len(scored.drop_duplicates(["group_id", "sample_idx"])) == 4 and (scored.policy_version == 3).all()
+    assert (scored.reward == 1.0).all() and (scored.finish_reason == "submit").all()
+    assert (stats.episodes, stats.finish_submit, stats.solved, stats.solve_rate) == (4, 4, 4, 1.0)
+    assert stats.tool_calls == len(steps) == 4 * len(oracle(AGENT_ENVS[0])) and stats.model_turns == len(steps)
+    assert stats.tokens == int(scored.tokens.sum()) > 0 and stats.seconds > 0 and stats.tool_calls_per_s > 0
+    metrics = agent_metrics(stats, steps)
+    assert metrics["agent/solve_rate"] == 1.0 and metrics["agent/finish/submit"] == 1.0
+    assert metrics["agent/steps_mean"] == len(oracle(AGENT_ENVS[0]))
+
+
+@pytest.mark.parametrize("policy", ["oracle", "noop"])
+def test_the_greedy_eval_has_one_row_per_agent_eval_env(fmt, box, policy):
+    scripts = {e.prompt: oracle(e) for e in AGENT_ENVS} if policy == "oracle" else {}
+    engine = ScriptedPolicy(fmt, scripts, version=5) if scripts else noop_policy(fmt, version=5)
+    results, steps, stats = evaluate_agent(engine, fmt, ENVS, CFG, box, SandboxConfig(), max_context=4096)
+    evals = sorted(e.id for e in AGENT_ENVS if e.split == "eval")
+    assert results.env_id.tolist() == evals and (results.decoding == "greedy").all()
+    assert (results.sample_idx == 0).all() and (results.policy_version == 5).all() and (results.infra_error == "").all()
+    solved = policy == "oracle"
+    assert results.passed.tolist() == [solved] * 2 and results.reward.tolist() == [float(solved)] * 2
+    assert all(json.loads(a)["result/tests_pass"] == (policy == "oracle") for a in results.assertions)
+    assert set(steps.group_id) == {f"eval-v5/{i}" for i in evals}
+    calls = len(oracle(AGENT_ENVS[0])) if policy == "oracle" else 1  # the no-op submits at once
+    assert (results.steps == calls).all() and len(steps) == 2 * calls
+    assert stats.episodes == 2 and stats.solve_rate == float(policy == "oracle")
+
+
+def test_a_suite_without_agent_envs_runs_nothing(fmt):
+    single = {e.id: e for e in SINGLE_TURN}
+    engine = noop_policy(fmt)
+    scored, steps, stats = rollout_agent(engine, fmt, single, CFG, None, SandboxConfig(), 4096, 1, 8, 4)
+    results, eval_steps, eval_stats = evaluate_agent(engine, fmt, single, CFG, None, SandboxConfig(), 4096)
+    assert len(scored) == len(steps) == len(results) == len(eval_steps) == 0
+    assert stats.episodes == eval_stats.episodes == 0
