@@ -365,9 +365,15 @@ class AdmissionConfig(Validated):
     temperature: float = 1.0  # sampling settings of checkpoint (vLLM) policies
     max_new_tokens: int = 64
     seed: int = 0
+    # Agent envs (kind "agent"): the oracle episode (solvability) and the agent probes (anti-hacking) run as scripted
+    # episodes in sandbox sessions (posttrain.admission.agent_episodes).
+    agent_batch: int = 0  # episodes run at once; 0: all of a check, on docker at most docker.max_size (one container
+    #                       each while it runs)
+    agent_deadline_s: float = 600.0  # wall seconds of one batch of episodes (then finish_reason "deadline")
 
     PATH = "admission."
-    RULES = {"checks": each_one_of(ADMISSION_CHECKS), "repeats": at_least(1),
+    RULES = {"checks": each_one_of(ADMISSION_CHECKS), "repeats": at_least(1), "agent_batch": at_least(0),
+             "agent_deadline_s": above(0),
              "mutation_threshold": check(lambda t: 0 <= t <= 1, "in [0, 1]"), "max_mutants": at_least(0),
              "k": at_least(1), "batch_concurrency": at_least(0), "min_timeout_s": at_least(0),
              "min_memory_mb": at_least(0), "temperature": at_least(0), "max_new_tokens": at_least(1)}

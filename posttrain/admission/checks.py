@@ -5,9 +5,11 @@ The checks (``AdmissionConfig.checks`` selects them), in the order they run:
 1. ``consistency`` (host): schema (every loader rejection, with file and field), entry point named in the prompt
    and defined by the reference / used by the tests, files the reference and tests read present or named in the
    prompt, limits sane, verifier config valid. See ``admission.consistency``.
-2. ``solvability``: the reference passes in the sandbox (``admission.solvability``).
+2. ``solvability``: the reference passes in the sandbox (``admission.solvability``); an agent env's ``oracle`` episode
+   solves it too (``admission.agent_episodes``).
 3. ``reproducibility``: ``repeats`` runs of the reference give identical verdicts and rewards.
-4. ``anti_hacking``: every ``verifier.probes(spec)`` cheat fails (``admission.anti_hacking``).
+4. ``anti_hacking``: every ``verifier.probes(spec)`` cheat fails (``admission.anti_hacking``), and for agent envs the
+   no-op and test-editing agents' episodes too.
 5. ``coverage``: mutation score of ``verifier.mutants(spec)`` >= ``mutation_threshold`` (``admission.coverage``).
 6. ``discrimination``: strong - weak pass rate >= ``spec.min_gap`` over ``k`` samples
    (``admission.discrimination``); plus ``learnability`` when ``learnability_policy`` is set.
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from posttrain.admission.agent_episodes import oracle_verdicts, probe_verdicts
 from posttrain.admission.anti_hacking import anti_hacking_row
 from posttrain.admission.batch import SandboxBatches
 from posttrain.admission.consistency import consistency_rows
@@ -112,7 +115,9 @@ def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: Admission
             for spec, verdict in zip(envs, batches.run("solvability", [(s, s.reference) for s in envs], fresh=True)):
                 runs[spec.id].append(verdict)
             if "solvability" in checks:
-                rows += [solvability_row(spec.id, runs[spec.id][0]) for spec in envs]
+                oracle = oracle_verdicts(batches, sandbox, run_cfg, cfg, envs)  # agent envs: the oracle episodes
+                rows += [solvability_row(spec.id, runs[spec.id][0], spec.kind == "agent", oracle.get(spec.id))
+                         for spec in envs]
         if "reproducibility" in checks and want_reference:
             repeats = cfg.repeats - 1
             verdicts = batches.run("reproducibility", [(s, s.reference) for s in envs for _ in range(repeats)],
@@ -121,7 +126,7 @@ def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: Admission
                 runs[spec.id] += verdicts[i * repeats:(i + 1) * repeats]
             rows += [reproducibility_row(spec.id, runs[spec.id]) for spec in envs]
         if "anti_hacking" in checks:
-            rows += _anti_hacking(batches, envs)
+            rows += _anti_hacking(batches, envs, probe_verdicts(batches, sandbox, run_cfg, cfg, envs))
         why = {spec.id: ("the reference run hit an infra error" if any(v.excluded for v in runs[spec.id])
                          else "the reference did not pass reproducibly")
                for spec in envs if not reference_is_sound(runs[spec.id])}
@@ -140,7 +145,8 @@ def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: Admission
     return rows, batches
 
 
-def _anti_hacking(batches: SandboxBatches, envs: list[EnvSpec]) -> list[CheckRow]:
+def _anti_hacking(batches: SandboxBatches, envs: list[EnvSpec], agent: dict[str, dict]) -> list[CheckRow]:
+    """The verifier's probes of every env plus, for agent envs, the agent probes' verdicts (``agent``)."""
     probes: dict[str, dict[str, str]] = {}
     broken: dict[str, str] = {}
     for spec in envs:
@@ -155,7 +161,8 @@ def _anti_hacking(batches: SandboxBatches, envs: list[EnvSpec]) -> list[CheckRow
         if spec.id in broken:
             rows.append(CheckRow(spec.id, "anti_hacking", False, INFRA, broken[spec.id]))
         else:
-            rows.append(anti_hacking_row(spec.id, {name: next(verdicts) for name in probes[spec.id]}))
+            rows.append(anti_hacking_row(spec.id, {**{name: next(verdicts) for name in probes[spec.id]},
+                                                   **agent.get(spec.id, {})}))
     return rows
 
 

@@ -56,6 +56,10 @@ REASON_CODES: dict[str, dict[str, str]] = {
                                           "a declared formula)",
         "consistency.invalid_verifier": "any other problem with the verifier config",
         "consistency.duplicate_id": "another spec file has the same id",
+        "consistency.invalid_oracle": "the `oracle` is not a list of `{name, arguments}` calls of registered tools "
+                                      "with exactly their (string) arguments, or a non-agent env has one",
+        "consistency.invalid_evaluation": "the `evaluation` assertions name an unknown track, assertion or tool, or "
+                                          "a value that does not fit (e.g. `max_steps: 0`)",
         "consistency.entry_point_not_in_prompt": "the entry point is not named in the prompt",
         "consistency.entry_point_mismatch": "the (Python) reference does not define the entry point",
         "consistency.entry_point_not_in_reference": "the entry point is not named in the reference (non-Python "
@@ -68,6 +72,8 @@ REASON_CODES: dict[str, dict[str, str]] = {
     },
     "solvability": {
         "solvability.reference_failed": "the reference does not pass its own tests; the detail says why",
+        "solvability.oracle_failed": "the env's `oracle`, run as a scripted agent episode in a sandbox session, did "
+                                     "not solve it (reward below 1); the detail gives the verifier's verdict",
     },
     "reproducibility": {
         "reproducibility.flaky": "`repeats` runs of the reference gave different verdicts (pass/fail, reward, "
@@ -75,8 +81,9 @@ REASON_CODES: dict[str, dict[str, str]] = {
         "reproducibility.not_applicable": "fewer than 2 repeats: nothing to compare (passes)",
     },
     "anti_hacking": {
-        "anti_hacking.probe_passed:<probe>": "a degenerate or cheating solution (`verifier.probes`) passed or earned "
-                                             "full reward; the code names the first, the detail lists all",
+        "anti_hacking.probe_passed:<probe>": "a degenerate or cheating solution (`verifier.probes`; for agent envs "
+                                             "also the `no-op agent` and `test-editing agent` episodes) passed or "
+                                             "earned full reward; the code names the first, the detail lists all",
         "anti_hacking.not_applicable": "the verifier has no probes for this env (passes)",
     },
     "coverage": {

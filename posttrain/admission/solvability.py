@@ -1,4 +1,5 @@
-"""The solvability and reproducibility checks: the reference passes, and passes the same way every time.
+"""The solvability and reproducibility checks: the reference passes (and, for an agent env, so does its oracle
+episode: ``admission.agent_episodes``), and the reference passes the same way every time.
 
 Runs of the reference are compared by ``fingerprint`` (a reference that returns time- or randomness-dependent
 values is flaky). Reason codes: ``admission.reasons``.
@@ -9,6 +10,10 @@ Example:
     >>> bad = Verdict(reward=0.875, passed=False, compiled=True, tests_passed=7, tests_total=8, detail="7/8 ...")
     >>> reproducibility_row("e/1", [ok, ok, bad]).code, reproducibility_row("e/1", [ok, ok, ok]).passed
     ('reproducibility.flaky', True)
+    >>> [solvability_row("e/1", ok, agent=True, oracle=o).code for o in (ok, bad)]
+    ['solvability.ok', 'solvability.oracle_failed']
+    >>> solvability_row("e/1", bad, agent=True, oracle=ok).code
+    'solvability.reference_failed'
 """
 
 from __future__ import annotations
@@ -25,15 +30,25 @@ def fingerprint(verdict: Verdict) -> tuple:
             verdict.exit_code, verdict.timed_out, verdict.detail)
 
 
-def solvability_row(env_id: str, reference: Verdict) -> CheckRow:
-    """The reference must pass; an infra failure is reported as such."""
+def solvability_row(env_id: str, reference: Verdict, agent: bool = False, oracle: Verdict | None = None) -> CheckRow:
+    """The reference must pass and, for an ``agent`` env, its oracle episode too (``oracle``: the verdict on the
+    episode's final workspace); an infra failure is reported as such."""
     if reference.excluded:
         return CheckRow(env_id, "solvability", False, INFRA, reference.infra_error)
-    if reference.passed:
+    if not reference.passed:
+        return CheckRow(env_id, "solvability", False, "solvability.reference_failed",
+                        f"reference: {reference.detail}", reference.reward)
+    if not agent:
         return CheckRow(env_id, "solvability", True, "solvability.ok", f"reference: {reference.detail}",
                         reference.reward)
-    return CheckRow(env_id, "solvability", False, "solvability.reference_failed", f"reference: {reference.detail}",
-                    reference.reward)
+    if oracle is None:
+        raise ValueError(f"{env_id}: an agent env's solvability needs its oracle episode's verdict")
+    if oracle.excluded:
+        return CheckRow(env_id, "solvability", False, INFRA, f"oracle episode: {oracle.infra_error}")
+    text = f"reference: {reference.detail}; oracle episode: {oracle.detail}"
+    if oracle.passed and oracle.reward >= 1.0:
+        return CheckRow(env_id, "solvability", True, "solvability.ok", text, oracle.reward)
+    return CheckRow(env_id, "solvability", False, "solvability.oracle_failed", text, oracle.reward)
 
 
 def reproducibility_row(env_id: str, runs: list[Verdict]) -> CheckRow:

@@ -24,10 +24,12 @@ import re
 import sys
 from pathlib import Path
 
+from posttrain.agent.tools import TOOLS
 from posttrain.envs.spec import KINDS, RUNTIMES, SPLITS
 from posttrain.envs.suite import MAX_DIFFICULTY, MAX_MEMORY_MB, MAX_TIMEOUT_S, REQUIRED
 from posttrain.envs.verifiers import VERIFIERS, get_verifier
 from posttrain.envs.verifiers.typed_config import markdown_table
+from posttrain.evaluation.assertions import evaluation_schema
 
 SCHEMA_FILE = Path(__file__).with_name("spec_schema.json")
 DOCS_FILE = Path(__file__).parents[2] / "docs" / "env-spec.md"
@@ -47,9 +49,19 @@ DESCRIPTIONS = {
     "workspace": "files (relative path -> content) written into the sandbox before the solution runs",
     "limits": "per-execution sandbox limits",
     "min_gap": "required strong-minus-weak pass-rate gap for admission's discriminative-power check",
-    "evaluation": "evaluation assertions: {result: [...], behavior: [...]}",
+    "evaluation": "evaluation assertions: {result: [tests_pass, no_regression], behavior: [{used_tool: <tool>}, "
+                  "{max_steps: N}, no_destructive_command]} (see docs/env-spec.md)",
     "tags": "free-form labels",
+    "oracle": "agent envs: tool calls that solve the env, run by admission's solvability check as an agent episode",
 }
+
+
+def _tool_call_schema(tool) -> dict:
+    """One oracle item calling ``tool``: its name and exactly its (string) arguments."""
+    arguments = {"type": "object", "additionalProperties": False, "required": list(tool.arguments),
+                 "properties": {name: {"type": "string"} for name in tool.arguments}}
+    return {"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+            "properties": {"name": {"const": tool.name}, "arguments": arguments}}
 
 
 def spec_schema() -> dict:
@@ -70,8 +82,9 @@ def spec_schema() -> dict:
             "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S},
             "memory_mb": {"type": "integer", "exclusiveMinimum": 0, "maximum": MAX_MEMORY_MB}}},
         "min_gap": {"type": "number", "minimum": 0, "maximum": 1},
-        "evaluation": {"type": "object", "properties": {"result": {"type": "array"}, "behavior": {"type": "array"}}},
+        "evaluation": evaluation_schema(),
         "tags": {"type": "array", "items": {"type": "string"}},
+        "oracle": {"type": "array", "items": {"oneOf": [_tool_call_schema(tool) for tool in TOOLS.values()]}},
     }
     for name, text in DESCRIPTIONS.items():
         properties[name] = {"description": text, **properties[name]}

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from posttrain.agent.tools import TOOLS
 from posttrain.envs.spec import KINDS, RUNTIMES, SPLITS, EnvSpec, Limits
 from posttrain.envs.verifiers import VERIFIERS, get_verifier
 
@@ -36,7 +37,8 @@ _HINTS = {name: hint for name, hint in typing.get_type_hints(EnvSpec).items() if
 REQUIRED = tuple(f.name for f in fields(EnvSpec) if f.default is MISSING and f.default_factory is MISSING)
 _CHOICES = {"runtime": RUNTIMES, "kind": KINDS, "split": SPLITS}
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", dict: "mapping", Limits: "mapping",
-               dict[str, str]: "mapping of strings to strings", list[str]: "list of strings"}
+               dict[str, str]: "mapping of strings to strings", list[str]: "list of strings",
+               list[dict]: "list of mappings"}
 
 
 @dataclass
@@ -47,7 +49,7 @@ class Rejection:
     field: str
     reason: str
     code: str  # unreadable | malformed_yaml | missing_field | unknown_field | wrong_type | unknown_value
-    #          | out_of_range | invalid_verifier | duplicate_id
+    #          | out_of_range | invalid_verifier | invalid_oracle | invalid_evaluation | duplicate_id
     env_id: str = ""  # the spec's id when the file got far enough to have one
 
     def __str__(self) -> str:
@@ -123,8 +125,11 @@ def _check_fields(data: dict) -> list[tuple[str, str, str]]:
             problems.append((name, "required field is missing", "missing_field"))
     for name, hint in _HINTS.items():
         if name in data and not _has_type(data[name], hint):
-            problems.append((name, f"must be a {_TYPE_NAMES.get(hint, hint)}, got {type(data[name]).__name__}",
-                             "wrong_type"))
+            got = type(data[name]).__name__
+            if isinstance(data[name], list):  # name the first item of the wrong type
+                item = next(i for i, v in enumerate(data[name]) if not _has_type(v, typing.get_args(hint)[0]))
+                got += f" whose item {item} is a {type(data[name][item]).__name__}"
+            problems.append((name, f"must be a {_TYPE_NAMES.get(hint, hint)}, got {got}", "wrong_type"))
     if problems:
         return problems
     if not data["id"].strip() or any(c.isspace() for c in data["id"]):
@@ -142,7 +147,54 @@ def _check_fields(data: dict) -> list[tuple[str, str, str]]:
         problems.append(("difficulty", f"must be in [0, {MAX_DIFFICULTY}], got {data['difficulty']}", "out_of_range"))
     if not 0.0 <= data.get("min_gap", 0.0) <= 1.0:
         problems.append(("min_gap", f"must be in [0, 1], got {data['min_gap']}", "out_of_range"))
-    return problems + _check_limits(data.get("limits", {}))
+    return problems + _check_limits(data.get("limits", {})) + _check_oracle(data) + _check_evaluation(data)
+
+
+def _check_evaluation(data: dict) -> list[tuple[str, str, str]]:
+    """The ``evaluation`` assertions (``posttrain.evaluation.assertions``): known tracks, names and values."""
+    from posttrain.evaluation.assertions import evaluation_problems
+
+    if "evaluation" not in data:
+        return []
+    return [(field, reason, "invalid_evaluation") for field, reason in evaluation_problems(data["evaluation"])]
+
+
+def _check_oracle(data: dict) -> list[tuple[str, str, str]]:
+    """(field, reason, code) problems of an ``oracle``: agent envs only; each item ``{name, arguments}`` with a
+    registered tool's name and exactly its (string) arguments."""
+    oracle = data.get("oracle", [])
+    if oracle and data.get("kind", "single_turn") != "agent":
+        return [("oracle", f"only agent envs have an oracle (kind is {data.get('kind', 'single_turn')!r})",
+                 "invalid_oracle")]
+    problems = []
+    for i, call in enumerate(oracle):
+        where = f"oracle[{i}]"
+        extra = sorted(set(call) - {"name", "arguments"}, key=str)
+        missing = [key for key in ("name", "arguments") if key not in call]
+        if extra or missing:
+            parts = [f"missing {missing}" if missing else "", f"unexpected {extra}" if extra else ""]
+            problems.append((where, "a tool call is {name: <tool>, arguments: {...}}: " +
+                             "; ".join(p for p in parts if p), "invalid_oracle"))
+            continue
+        name, arguments = call["name"], call["arguments"]
+        if name not in TOOLS:
+            problems.append((f"{where}.name", f"unknown tool {name!r} (known: {', '.join(TOOLS)})", "invalid_oracle"))
+            continue
+        expected = TOOLS[name].arguments
+        if not isinstance(arguments, dict):
+            got = type(arguments).__name__
+            problems.append((f"{where}.arguments", f"must be a mapping of {list(expected)}, got {got}",
+                             "invalid_oracle"))
+            continue
+        wrong = [key for key in expected if key in arguments and not isinstance(arguments[key], str)]
+        missing = [key for key in expected if key not in arguments]
+        extra = sorted(str(key) for key in arguments if key not in expected)
+        if wrong or missing or extra:
+            parts = [f"missing {missing}" if missing else "", f"unexpected {extra}" if extra else "",
+                     f"not strings {wrong}" if wrong else ""]
+            problems.append((f"{where}.arguments", f"{name}: " + "; ".join(p for p in parts if p) +
+                             f" (expected {list(expected)})", "invalid_oracle"))
+    return problems
 
 
 def _load_file(path: Path) -> tuple[EnvSpec | None, list[Rejection]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import yaml
@@ -91,6 +92,12 @@ BAD = [
     ("wrong runtime for verifier", spec_with(runtime="node"), "runtime", "invalid_verifier", "python"),
     ("reserved workspace file", spec_with(workspace={"harness.py": "x"}), "workspace.harness.py",
      "invalid_verifier", "reserved"),
+    ("oracle on a single-turn env", spec_with(oracle=[{"name": "submit", "arguments": {}}]), "oracle",
+     "invalid_oracle", "only agent envs"),
+    ("unknown assertion", spec_with(evaluation={"behavior": [{"used_tool": "bash"}, "teleport"]}),
+     "evaluation.behavior[1]", "invalid_evaluation", "unknown assertion 'teleport'"),
+    ("assertion value out of range", spec_with(evaluation={"behavior": [{"max_steps": 0}]}),
+     "evaluation.behavior[0]", "invalid_evaluation", "max_steps"),
 ]
 
 
@@ -143,3 +150,59 @@ def test_duplicate_id_rejects_the_later_file(tmp_path):
 def test_missing_folder_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="suite folder not found"):
         load_suite(tmp_path / "nope")
+
+
+AGENT = {
+    "id": "t/fix_x", "kind": "agent", "runtime": "python", "workspace": {"a.py": "x = 1\n"},
+    "prompt": "Set x to 2 in a.py, then submit.\n", "reference": "sed -i 's/x = 1/x = 2/' a.py\n",
+    "oracle": [{"name": "read_file", "arguments": {"path": "a.py"}},
+               {"name": "edit_file", "arguments": {"path": "a.py", "search": "x = 1", "replace": "x = 2"}},
+               {"name": "submit", "arguments": {}}],
+    "verifier": {"kind": "workspace_tests",
+                 "files": {"x.py": "import sys\nsys.path.append('/work')\nimport a\nprint(a.x)\n"},
+                 "tests": [{"name": "x", "cmd": "python3 -I {tests}/x.py", "stdout": "2"}]},
+}
+
+
+def test_an_agent_spec_carries_its_oracle_through_yaml_json_and_the_generators_writer(tmp_path):
+    from posttrain.envs.generators import render
+
+    spec = load_spec(write(tmp_path, "a.yaml", AGENT))
+    assert spec.oracle == AGENT["oracle"]
+    assert EnvSpec.from_json(spec.to_json()) == spec
+    text = render(spec, "# generated\n")
+    assert "- {name: submit, arguments: {}}" in text and "&id" not in text  # one call a line, no YAML aliases
+    again = load_spec(write(tmp_path / "again", "a.yaml", text))
+    assert (again.oracle, again.prompt, again.verifier) == (spec.oracle, spec.prompt, spec.verifier)
+    assert load_spec(write(tmp_path, "b.yaml", {**AGENT, "oracle": []})).oracle == []
+    assert "oracle:" not in render(EnvSpec(**{**AGENT, "oracle": []}), "")  # default left out
+
+
+BAD_ORACLES = [
+    # (what, oracle, field, code, words in the reason)
+    ("not a list", "edit a.py", "oracle", "wrong_type", "must be a list of mappings, got str"),
+    ("item not a mapping", [{"name": "submit", "arguments": {}}, "bash ls"], "oracle", "wrong_type",
+     "whose item 1 is a str"),
+    ("unknown tool", [{"name": "rm", "arguments": {"path": "a.py"}}], "oracle[0].name", "invalid_oracle",
+     "unknown tool 'rm' (known: bash, python"),
+    ("no arguments", [{"name": "bash"}], "oracle[0]", "invalid_oracle", "missing ['arguments']"),
+    ("unexpected key", [{"name": "submit", "arguments": {}, "why": "done"}], "oracle[0]", "invalid_oracle",
+     "unexpected ['why']"),
+    ("wrong argument name", [{"name": "submit", "arguments": {}}, {"name": "bash", "arguments": {"cmd": "ls"}}],
+     "oracle[1].arguments", "invalid_oracle", "bash: missing ['command']; unexpected ['cmd']"),
+    ("argument not a string", [{"name": "bash", "arguments": {"command": ["ls"]}}], "oracle[0].arguments",
+     "invalid_oracle", "not strings ['command']"),
+    ("arguments not a mapping", [{"name": "read_file", "arguments": "a.py"}], "oracle[0].arguments",
+     "invalid_oracle", "must be a mapping of ['path'], got str"),
+]
+
+
+@pytest.mark.parametrize("what,oracle,field,code,words", BAD_ORACLES, ids=[b[0] for b in BAD_ORACLES])
+def test_a_malformed_oracle_is_rejected_naming_file_and_field(tmp_path, what, oracle, field, code, words):
+    path = write(tmp_path, "bad.yaml", {**AGENT, "oracle": oracle})
+    suite = load_suite(tmp_path)
+    assert suite.envs == []
+    assert [(r.file, r.field, r.code) for r in suite.rejections] == [(path, field, code)], suite.rejections
+    assert words in suite.rejections[0].reason
+    with pytest.raises(SpecError, match=f"bad.yaml: {re.escape(field)}: "):
+        load_spec(path)

@@ -7,6 +7,7 @@ Each generator module has ``specs() -> list[EnvSpec]`` and a ``main`` that write
     $ python -m posttrain.envs.generators.terminal posttrain/envs/suites/terminal
     $ python -m posttrain.envs.generators.node posttrain/envs/suites/node
     $ python -m posttrain.envs.generators.demo_python posttrain/envs/suites/demo_python
+    $ python -m posttrain.envs.generators.agent_repo posttrain/envs/suites/agent_repo
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -27,7 +28,7 @@ import yaml
 from posttrain.envs.spec import EnvSpec
 
 FIELD_ORDER = ("id", "domain", "difficulty", "kind", "runtime", "split", "tags", "entry_point", "prompt",
-               "workspace", "reference", "verifier", "limits", "min_gap", "evaluation")
+               "workspace", "reference", "oracle", "verifier", "limits", "min_gap", "evaluation")
 
 
 class OneLine(dict):
@@ -61,6 +62,9 @@ def render(spec: EnvSpec, header: str) -> str:
         value = getattr(spec, name)
         if name == "limits":
             value = {"timeout_s": value.timeout_s, "memory_mb": value.memory_mb}
+        elif name == "oracle" and value:  # one call per line unless an argument spans lines; fresh objects: no
+            value = [(dict if any("\n" in str(v) for v in call["arguments"].values()) else OneLine)(  # YAML aliases
+                name=call["name"], arguments=dict(call["arguments"])) for call in value]
         elif value == getattr(defaults, name) and name not in ("domain", "difficulty", "kind", "runtime", "split"):
             continue
         data[name] = value

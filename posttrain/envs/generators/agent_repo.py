@@ -4,8 +4,8 @@ Every env is a small Python project whose visible test fails: one function in ``
 agent has to run the test, read the source, fix the line, run the test again and submit (several steps). The
 verifier (``workspace_tests``) imports the fixed module from the final workspace in trusted checks, on the visible
 cases and on held-back ones, with expectations computed here from the fixed source; editing the visible test
-passes nothing. ``oracle(spec)`` gives the tool calls that solve an env (run by admission and tests through
-``posttrain.agent.scripted.ScriptedPolicy``); the reference is the same fix as a bash script.
+passes nothing. Each spec carries its ``oracle``: the tool calls that solve it (admission's solvability check and the
+tests run them through ``posttrain.agent.scripted.ScriptedPolicy``); the reference is the same fix as a bash script.
 
 96 envs (8 bugs x 12 module names): 64 train, 32 eval (every third). Write the suite with:
     $ python -m posttrain.envs.generators.agent_repo posttrain/envs/suites/agent_repo
@@ -14,14 +14,16 @@ Example:
     >>> envs = specs()
     >>> len(envs), sum(e.split == "eval" for e in envs), {e.kind for e in envs}
     (96, 32, {'agent'})
-    >>> [call["name"] for call in oracle(envs[0])]
+    >>> [call["name"] for call in envs[0].oracle] == [call["name"] for call in oracle(envs[0])]
+    True
+    >>> [call["name"] for call in envs[0].oracle]
     ['bash', 'read_file', 'edit_file', 'bash', 'submit']
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from posttrain.envs.generators import main as generator_main
 from posttrain.envs.generators.common import python_check, python_expectations, python_tests, workspace_spec
@@ -78,13 +80,14 @@ def _env(index: int, module: str, bug: Bug) -> EnvSpec:
     reference = (f"python3 - <<'EOF'\nimport pathlib\np = pathlib.Path('src/{module}.py')\n"
                  f"p.write_text(p.read_text().replace({('return ' + bug.buggy)!r}, {('return ' + bug.fixed)!r}, 1))"
                  f"\nEOF\n")
-    return workspace_spec(suite=SUITE, name=f"{bug.function}_{module}", prompt=prompt, reference=reference,
+    spec = workspace_spec(suite=SUITE, name=f"{bug.function}_{module}", prompt=prompt, reference=reference,
                           workspace={f"src/{module}.py": source(bug, bug.buggy),
                                      test_path: visible_test(module, bug, fixed)},
                           files={"check.py": python_check(module, cases)},
                           tests=python_tests(module, cases, python_expectations(module, fixed, cases)),
                           runtime="python", difficulty=2, split="eval" if index % 3 == 2 else "train",
                           tags=["bugfix", "multi_step"])
+    return replace(spec, oracle=_oracle(f"src/{module}.py", test_path, bug))
 
 
 def specs() -> list[EnvSpec]:
@@ -93,16 +96,19 @@ def specs() -> list[EnvSpec]:
 
 
 def oracle(spec: EnvSpec) -> list[dict]:
-    """The tool calls that solve ``spec`` (an env of this suite): run the test, read, fix, rerun, submit."""
-    [module_path] = [p for p in spec.workspace if p.startswith("src/")]
-    [test_path] = [p for p in spec.workspace if p.startswith("tests/")]
-    function = spec.id.split("/")[1].rsplit("_", 1)[0]
-    bug = next(b for b in BUGS if b.function == function)
-    run_test = {"name": "bash", "arguments": {"command": f"python3 {test_path}"}}
-    return [run_test, {"name": "read_file", "arguments": {"path": module_path}},
+    """The tool calls that solve ``spec`` (an env of this suite), as its ``oracle`` field holds them."""
+    return [dict(call) for call in spec.oracle]
+
+
+def _oracle(module_path: str, test_path: str, bug: Bug) -> list[dict]:
+    """Run the test, read the source, fix the line, rerun the test, submit."""
+    def run_test() -> dict:
+        return {"name": "bash", "arguments": {"command": f"python3 {test_path}"}}
+
+    return [run_test(), {"name": "read_file", "arguments": {"path": module_path}},
             {"name": "edit_file", "arguments": {"path": module_path, "search": f"return {bug.buggy}",
                                                 "replace": f"return {bug.fixed}"}},
-            run_test, {"name": "submit", "arguments": {}}]
+            run_test(), {"name": "submit", "arguments": {}}]
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import pytest
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.generators import file_name, render
-from posttrain.envs.generators import finance, node, scene, terminal
+from posttrain.envs.generators import agent_repo, finance, node, scene, terminal
 from posttrain.envs.suite import load_suite
 from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.sandbox import make_sandbox
@@ -20,8 +20,8 @@ from posttrain.sandbox import make_sandbox
 pytestmark = pytest.mark.integration
 
 SUITES = Path("posttrain/envs/suites")
-MINIMUM = {"demo_python": 400, "terminal": 10, "finance": 10, "scene": 10, "node": 5}
-GENERATORS = {"finance": finance, "scene": scene, "terminal": terminal, "node": node}
+MINIMUM = {"demo_python": 400, "terminal": 10, "finance": 10, "scene": 10, "node": 5, "agent_repo": 96}
+GENERATORS = {"finance": finance, "scene": scene, "terminal": terminal, "node": node, "agent_repo": agent_repo}
 CFG = SandboxConfig(backend="bwrap", batch_concurrency=2)
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap (bwrap) is not installed: these tests run real sandboxes")
@@ -40,6 +40,9 @@ def test_every_bundled_suite_loads_without_rejections():
     assert max(ids.values()) == 1
     kinds = {s.kind for s in load_suite(SUITES / "terminal").envs}
     assert kinds == {"agent"}
+    agent = load_suite(SUITES / "agent_repo").envs
+    assert all(s.kind == "agent" and s.oracle and s.oracle[-1]["name"] == "submit" for s in agent)
+    assert sum(s.split == "train" for s in agent) == 64 and sum(s.split == "eval" for s in agent) == 32
 
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
