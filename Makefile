@@ -6,10 +6,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRA ?= cpu
 POLICY ?= .posttrain/demo-policy
+AGENT_POLICY ?= .posttrain/agent-policy
 export DS_ACCELERATOR ?= cpu
 export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
 
-.PHONY: install setup policy sandbox-image demo smoke test test-fast mlflow-ui bench doctor clean
+.PHONY: install setup policy agent-policy sandbox-image demo demo-agent smoke test test-fast mlflow-ui bench doctor clean
 .PHONY: package images
 
 # Cluster images and the registration archive (make package; make images). Tags default to the commit.
@@ -52,6 +53,14 @@ sandbox-image:
 demo: setup $(STAMP) policy sandbox-image
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_loop
 	@echo; echo "Done. Review the runs: make mlflow-ui, then open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning (experiment posttrain)."
+
+# The demo agent policy: the demo recipe warm-started on oracle episodes of the agent_repo suite (~15 min, cached).
+agent-policy: $(STAMP)
+	$(BIN)/posttrain agent-policy $(AGENT_POLICY)
+
+demo-agent: setup $(STAMP) agent-policy
+	time $(BIN)/pyflyte run workflows/rl_loop.py rl_agent_demo
+	@echo; echo "Done. Review the runs: make mlflow-ui (experiment posttrain; agent/* and agent_eval/* curves)."
 
 smoke: setup $(STAMP) policy
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_smoke

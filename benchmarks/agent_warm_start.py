@@ -18,47 +18,41 @@ import argparse
 import json
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from posttrain.agent.rollout import collect_episodes
 from posttrain.agent.template import ChatFormat
 from posttrain.agent.tools import tool_specs
-from posttrain.agent.warm_start import build_agent_policy, oracle_pairs
-from posttrain.config import DEMO_SUITE, PROJECT_ROOT, AgentConfig, DemoPolicyConfig, RolloutConfig, SandboxConfig
-from posttrain.envs.generators.agent_repo import oracle, specs
-from posttrain.envs.suite import load_suite
+from posttrain.agent.warm_start import AGENT_POLICY_CFG, main_agent_policy
+from posttrain.config import AgentConfig, RolloutConfig, SandboxConfig, default_agent_policy_dir
+from posttrain.envs.generators.agent_repo import specs
 from posttrain.sandbox import make_sandbox
-from posttrain.training.demo_policy import train_tokenizer
+from posttrain.training.checkpoints import POLICY_META
 
 CONTEXT = 1024
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(PROJECT_ROOT / ".posttrain" / "agent-policy"))
+    parser.add_argument("--out", default=default_agent_policy_dir())
     parser.add_argument("--steps", type=int, default=1200)
     args = parser.parse_args()
     from posttrain.rollout.engine import VLLMEngine
 
     envs = specs()
-    train = [e for e in envs if e.split == "train"]
-    single = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
     agent_cfg = AgentConfig(temperature=0.0, max_new_tokens=128, token_budget=768)
     sandbox_cfg = SandboxConfig(backend="bwrap-warm")
     box = make_sandbox(sandbox_cfg)
     result = {}
     try:
-        # step 1. oracle episodes on the train split, as text pairs (any tokenizer renders the same text)
-        t0 = time.perf_counter()
-        scratch = ChatFormat(train_tokenizer([t for p in single for t in p], 384), tool_specs(agent_cfg.tools))
-        pairs = oracle_pairs(train, [oracle(e) for e in train], scratch, box, agent_cfg)
-        # step 2. the agent policy: the demo recipe on both kinds of pairs
-        cfg = DemoPolicyConfig(vocab_size=512, max_position_embeddings=CONTEXT, sft_steps=args.steps, sft_batch_size=8)
+        # steps 1-2. the agent policy: oracle episodes of the train split as turn pairs, plus the single-turn pairs,
+        # through the demo recipe (what `posttrain agent-policy` builds)
         t1 = time.perf_counter()
-        policy = build_agent_policy(Path(args.out), cfg, single, pairs)
-        t2 = time.perf_counter()
-        result.update(agent_turn_pairs=len(pairs), single_turn_pairs=len(single), oracle_s=round(t1 - t0, 1),
-                      build_s=round(t2 - t1, 1), sft_steps=args.steps)
+        policy = main_agent_policy(Path(args.out), cfg=replace(AGENT_POLICY_CFG, sft_steps=args.steps),
+                                   sandbox_cfg=sandbox_cfg)
+        result.update(build_s=round(time.perf_counter() - t1, 1), sft_steps=args.steps,
+                      agent_turns=json.loads((policy / POLICY_META).read_text())["agent_turns"])
         # step 3. greedy episodes of the warm-started policy on both splits, scored by the verifier
         with VLLMEngine(str(policy), RolloutConfig(max_model_len=CONTEXT), version=0) as engine:
             from transformers import AutoTokenizer

@@ -17,7 +17,7 @@ import argparse
 import shutil
 import sys
 
-from posttrain.config import SandboxConfig, default_policy_dir
+from posttrain.config import SandboxConfig, default_agent_policy_dir, default_policy_dir
 from posttrain.envs.importers.jsonl import add_arguments as add_jsonl_arguments
 from posttrain.envs.importers.jsonl import import_jsonl_command
 from posttrain.sandbox import BACKENDS
@@ -27,6 +27,13 @@ def _demo_policy(args) -> int:
     from posttrain.training.demo_policy import main_demo_policy
 
     print(main_demo_policy(args.out))
+    return 0
+
+
+def _agent_policy(args) -> int:
+    from posttrain.agent.warm_start import main_agent_policy
+
+    print(main_agent_policy(args.out))
     return 0
 
 
@@ -117,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("demo-policy", help="build the demo policy")
     p.add_argument("out", nargs="?", default=default_policy_dir())
     p.set_defaults(func=_demo_policy)
+    p = sub.add_parser("agent-policy", help="build the demo agent policy (warm-started on oracle episodes, ~15 min)")
+    p.add_argument("out", nargs="?", default=default_agent_policy_dir())
+    p.set_defaults(func=_agent_policy)
     p = sub.add_parser("admit", help="admit a suite: per-env verdicts with reason codes, per-check statistics")
     p.add_argument("suite")
     p.add_argument("--out", default="admission", help="where report.parquet, report.html, check_stats.* go")

@@ -34,11 +34,18 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEMO_SUITE = str(Path(__file__).resolve().parent / "envs" / "suites" / "demo_python")  # on this machine
 DEMO_SUITE_REF = "posttrain:envs/suites/demo_python"  # in configs: resolved where it runs (posttrain.locations)
 DEMO_POLICY = "demo"  # in configs: the demo policy, built on first use at default_policy_dir()
+AGENT_SUITE_REF = "posttrain:envs/suites/agent_repo"  # 96 generated repository bug-fix envs, each with an oracle
+DEMO_AGENT_POLICY = "demo-agent"  # the demo agent policy (posttrain.agent.warm_start), at default_agent_policy_dir()
 
 
 def default_policy_dir() -> str:
     """Where the demo policy is built and cached (``POSTTRAIN_POLICY`` overrides it)."""
     return os.environ.get("POSTTRAIN_POLICY", str(PROJECT_ROOT / ".posttrain" / "demo-policy"))
+
+
+def default_agent_policy_dir() -> str:
+    """Where the demo agent policy is built and cached (``POSTTRAIN_AGENT_POLICY`` overrides it)."""
+    return os.environ.get("POSTTRAIN_AGENT_POLICY", str(PROJECT_ROOT / ".posttrain" / "agent-policy"))
 
 
 class ConfigError(ValueError):
@@ -115,7 +122,8 @@ def folder_reference(ref: str, cfg) -> str | None:
 
 def policy_reference(ref: str, cfg) -> str | None:
     """A folder reference, the demo policy (``demo``) or a registered version or alias (``models:/name@alias``)."""
-    return None if ref == DEMO_POLICY or ref.startswith("models:/") else folder_reference(ref, cfg)
+    return None if ref in (DEMO_POLICY, DEMO_AGENT_POLICY) or ref.startswith("models:/") \
+        else folder_reference(ref, cfg)
 
 
 def _get(cfg, path: str):
@@ -442,5 +450,19 @@ class LoopConfig(Validated):
             rollout=RolloutConfig(samples_per_env=4, envs_per_iteration=6, max_new_tokens=40),
             train=TrainConfig(micro_batch_size=24),
             eval=EvalConfig(limit=12, max_new_tokens=40),
+            admission=AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]),
+        )
+
+    @classmethod
+    def agent_demo(cls) -> "LoopConfig":
+        """RL on agent episodes (``make demo-agent``): the demo agent policy (warm-started on oracle episodes) on the
+        ``agent_repo`` suite, 64 episodes per iteration, greedy agent eval of all 32 eval envs every 4 versions."""
+        return cls(
+            suite=AGENT_SUITE_REF, policy=DEMO_AGENT_POLICY, iterations=8,
+            rollout=RolloutConfig(max_model_len=1024),
+            agent=AgentConfig(envs_per_iteration=8, samples_per_env=8, temperature=0.8, max_new_tokens=128,
+                              token_budget=768),
+            train=TrainConfig(micro_batch_size=8, learning_rate=1e-4),
+            eval=EvalConfig(every=4),
             admission=AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]),
         )

@@ -8,10 +8,16 @@ from typing import Annotated
 from flytekit import HashMethod, task
 from flytekit.types.directory import FlyteDirectory
 
-from posttrain.config import DEMO_POLICY, default_policy_dir
+from posttrain.config import (
+    DEMO_AGENT_POLICY,
+    DEMO_POLICY,
+    default_agent_policy_dir,
+    default_policy_dir,
+)
 from posttrain.locations import is_remote, local_copy
 from posttrain.training.checkpoints import check_policy_dir, dir_digest
 from tasks.resources import stage
+
 
 # Policies are content-addressed, so cached downstream tasks re-run exactly when the weights change (hashed after
 # download: a remote directory's local path is empty until then).
@@ -30,7 +36,8 @@ def prepare_policy(policy: str) -> PolicyDir:
 
 
 def policy_folder(ref: str) -> FlyteDirectory:
-    """The policy a reference names: ``demo``, the demo policy (built, seeded and cached on disk, if absent); a
+    """The policy a reference names: ``demo`` / ``demo-agent``, the demo (agent) policy (built, seeded and cached on
+    disk, if absent); a
     registered version or alias (``models:/posttrain-policy@champion``), downloaded from the MLflow registry; a URI
     (``s3://...``), referenced as it is (not copied; ``PolicyDir`` fetches it to hash it); a local or packaged
     folder, checked (config.json, weights, tokenizer)."""
@@ -39,6 +46,10 @@ def policy_folder(ref: str) -> FlyteDirectory:
 
     if ref == DEMO_POLICY:
         return FlyteDirectory(str(check_policy_dir(main_demo_policy(default_policy_dir()))))
+    if ref == DEMO_AGENT_POLICY:
+        from posttrain.agent.warm_start import main_agent_policy
+
+        return FlyteDirectory(str(check_policy_dir(main_agent_policy(default_agent_policy_dir()))))
     if registry.parse_model_uri(ref):
         return FlyteDirectory(str(check_policy_dir(registry.download_policy(
             ref, tempfile.mkdtemp(prefix="posttrain-policy-")))))

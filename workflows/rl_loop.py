@@ -174,3 +174,9 @@ def rl_loop(cfg: LoopConfig = LoopConfig()) -> PolicyDir:
 def rl_smoke(cfg: LoopConfig = LoopConfig.smoke()) -> PolicyDir:
     """The quick end-to-end check: one iteration, tiny sizes (``make smoke``)."""
     return rl_loop(cfg=cfg)
+
+
+@workflow(on_failure=release_engines)
+def rl_agent_demo(cfg: LoopConfig = LoopConfig.agent_demo()) -> PolicyDir:
+    """RL on agent episodes: the demo agent policy on the agent_repo suite (``make demo-agent``)."""
+    return rl_loop(cfg=cfg)

@@ -26,14 +26,17 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from posttrain.agent.envs import task_of
 from posttrain.agent.episode import Episode, concat
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import ScriptedPolicy
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
-from posttrain.agent.envs import task_of
-from posttrain.config import AgentConfig, DemoPolicyConfig
+from posttrain.agent.tools import tool_specs
+from posttrain.config import DEMO_SUITE, AgentConfig, DemoPolicyConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.training.checkpoints import POLICY_META
+
+AGENT_SUITE = str(Path(DEMO_SUITE).parent / "agent_repo")
 from posttrain.training.demo_policy import build_demo_policy
 
 
@@ -79,3 +82,29 @@ def build_agent_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, single
     meta = out / POLICY_META
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "agent_turns": len(agent_turns)}, indent=2))
     return out
+
+
+AGENT_POLICY_CFG = DemoPolicyConfig(vocab_size=512, max_position_embeddings=1024, sft_steps=1200, sft_batch_size=8)
+
+
+def main_agent_policy(out_dir: str | os.PathLike, suite: str = AGENT_SUITE, cfg: DemoPolicyConfig = AGENT_POLICY_CFG,
+                      sandbox_cfg: SandboxConfig | None = None) -> Path:
+    """Build the demo agent policy into ``out_dir`` unless an identical one is there: the oracle episodes of
+    ``suite``'s train split (each env's ``oracle``) as turn pairs, plus the demo suite's single-turn train pairs.
+    ~15 min on a 2-core CPU for the default 1200 steps."""
+    from posttrain.envs.suite import load_suite
+    from posttrain.sandbox import make_sandbox
+    from posttrain.training.demo_policy import is_complete, train_tokenizer
+
+    train = [e for e in load_suite(suite).envs if e.split == "train" and e.kind == "agent" and e.oracle]
+    single = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
+    agent_cfg = AgentConfig(temperature=0.0)
+    scratch = ChatFormat(train_tokenizer([t for pair in single for t in pair], 384), tool_specs(agent_cfg.tools))
+    box = make_sandbox(sandbox_cfg or SandboxConfig())
+    try:
+        pairs = oracle_pairs(train, [e.oracle for e in train], scratch, box, agent_cfg)
+    finally:
+        box.close()
+    if is_complete(out_dir, cfg, [*single, *pairs]):
+        return Path(out_dir)
+    return build_agent_policy(out_dir, cfg, single, pairs)
