@@ -15,3 +15,21 @@ def launch_env(**extra: str) -> dict[str, str]:
     import os
 
     return {**{k: v for k, v in os.environ.items() if k not in RENDEZVOUS_VARS}, **extra}
+
+
+def run_rl_loop(tmp_path: Path, *args: str):
+    """``pyflyte run workflows/rl_loop.py ARGS`` against a temporary MLflow store (fresh cache: ``--overwrite-cache``);
+    asserts it succeeded and exited (no engine left alive), and returns an MLflow client of the store."""
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri(),
+                     DS_ACCELERATOR="cpu")
+    proc = subprocess.run([str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache",
+                           "workflows/rl_loop.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+    return MlflowClient(tracking_uri=uri)

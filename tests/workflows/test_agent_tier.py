@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from posttrain.config import DEMO_SUITE
-from tests import ROOT, launch_env
+from tests import run_rl_loop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -45,23 +43,13 @@ def long_policy(tiny_policy, tmp_path) -> Path:
 
 
 def test_the_loop_runs_the_agent_tier_beside_the_single_turn_one(tmp_path, mixed_suite, long_policy):
-    from mlflow.tracking import MlflowClient
-
     cfg = {"iterations": 1, "suite": str(mixed_suite), "policy": str(long_policy),
            "rollout": {"samples_per_env": 2, "envs_per_iteration": 2, "max_new_tokens": 24, "max_model_len": 1024},
            "train": {"micro_batch_size": 8}, "eval": {"limit": 2, "max_new_tokens": 24, "samples": 0},
            "admission": {"checks": ["consistency"]},
            "agent": {"envs_per_iteration": 2, "samples_per_env": 2, "eval_limit": 2, "max_steps": 2,
                      "max_new_tokens": 24, "temperature": 1.0}}
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri(),
-                     DS_ACCELERATOR="cpu")
-    proc = subprocess.run([str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache",
-                           "workflows/rl_loop.py", "rl_loop", "--cfg", json.dumps(cfg)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
-
-    client = MlflowClient(tracking_uri=uri)
+    client = run_rl_loop(tmp_path, "rl_loop", "--cfg", json.dumps(cfg))
     runs = client.search_runs([client.get_experiment_by_name("posttrain").experiment_id])
     baseline = next(r for r in runs if r.data.tags.get("posttrain.iteration") == "0")
     iteration_1 = next(r for r in runs if r.data.tags.get("posttrain.iteration") == "1")

@@ -5,34 +5,17 @@ lineage. And the loop with DAPO dynamic sampling on: refill rounds run and their
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests import ROOT, launch_env
+from tests import run_rl_loop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def _pyflyte_run(tmp_path: Path, *args: str):
-    """``pyflyte run workflows/rl_loop.py ARGS`` against a temporary MLflow store; its MLflow client."""
-    from mlflow.tracking import MlflowClient
-
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri(),
-                     DS_ACCELERATOR="cpu")
-    pyflyte = Path(sys.executable).parent / "pyflyte"
-    proc = subprocess.run([str(pyflyte), "run", "--overwrite-cache", "workflows/rl_loop.py", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]  # and it exited: no engine left alive
-    return MlflowClient(tracking_uri=uri)
-
-
 def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(tmp_path):
-    client = _pyflyte_run(tmp_path, "rl_smoke")
+    client = run_rl_loop(tmp_path, "rl_smoke")
     experiment = client.get_experiment_by_name("posttrain")
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -73,7 +56,7 @@ DYNAMIC = {"iterations": 1, "rollout": {"samples_per_env": 2, "envs_per_iteratio
 def test_dynamic_sampling_refills_zero_variance_groups_and_logs_what_it_did(tmp_path):
     """Groups of 2 samples from the demo policy: some have equal rewards, so refill rounds sample fresh train envs;
     the update trains only on groups whose rewards differ, and every group sampled is counted."""
-    client = _pyflyte_run(tmp_path, "rl_loop", "--cfg", json.dumps(DYNAMIC))
+    client = run_rl_loop(tmp_path, "rl_loop", "--cfg", json.dumps(DYNAMIC))
 
     runs = client.search_runs([client.get_experiment_by_name("posttrain").experiment_id])
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)

@@ -4,15 +4,13 @@ every sample an update trains on comes from at most one version back; with 0 the
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from posttrain.config import EvalConfig, LoopConfig
-from tests import ROOT, launch_env
+from tests import run_rl_loop
 
 
 def compiled_iterations(cfg: LoopConfig, policy_dir: Path) -> list:
@@ -68,21 +66,12 @@ def test_a_rollout_never_waits_for_the_updates_it_may_lag_behind(tmp_path, stale
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_with_staleness_one_each_update_trains_on_samples_one_version_back(tmp_path):
-    from mlflow.tracking import MlflowClient
 
     cfg = {"iterations": 3, "max_staleness": 1, "rollout": {"samples_per_env": 2, "envs_per_iteration": 4,
                                                                "max_new_tokens": 32},
            "train": {"micro_batch_size": 8, "tis_cap": 2.0}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
            "admission": {"checks": ["consistency"]}}
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri(),
-                     DS_ACCELERATOR="cpu")
-    proc = subprocess.run([str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache",
-                           "workflows/rl_loop.py", "rl_loop", "--cfg", json.dumps(cfg)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
-
-    client = MlflowClient(tracking_uri=uri)
+    client = run_rl_loop(tmp_path, "rl_loop", "--cfg", json.dumps(cfg))
     runs = client.search_runs([client.get_experiment_by_name("posttrain").experiment_id])
     by_iteration = {int(r.data.tags["posttrain.iteration"]): r for r in runs if "posttrain.iteration" in r.data.tags}
     for k, expected in ((1, 0.0), (2, 1.0), (3, 1.0)):  # iteration k made v_k from v_{k-1}, sampled by v_{k-2}
