@@ -78,6 +78,7 @@ mlflow-ui: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sandbox.py
 	$(BIN)/python benchmarks/admission.py
+	$(BIN)/python benchmarks/rollout.py
 
 doctor: $(STAMP)
 	$(BIN)/posttrain doctor

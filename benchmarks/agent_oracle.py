@@ -9,7 +9,8 @@ episode loop and the sandbox sessions.
     python benchmarks/agent_oracle.py                   # warm bwrap
     python benchmarks/agent_oracle.py --backend docker
 
-The last line printed is one JSON object.
+The last line printed is one JSON object. ``run_suite`` is the same measurement as a function (``rollout.py`` reports
+its oracle figure).
 """
 
 from __future__ import annotations
@@ -48,21 +49,29 @@ def measure(policy, fmt, envs, box, cfg: AgentConfig) -> dict:
             "agent_steps_per_s": round(steps / (t1 - t0), 1), "scoring_wall_s": round(t2 - t1, 2)}
 
 
+def run_suite(backend: str = "bwrap-warm", tokenizer_dir: str | None = None, noop: bool = True) -> dict:
+    """Oracle (and, with ``noop``, no-op) episodes on every ``agent_repo`` env in sandboxes of ``backend``; the chat
+    format uses the tokenizer in ``tokenizer_dir`` (default: the demo policy's)."""
+    envs = specs()
+    fmt = ChatFormat(AutoTokenizer.from_pretrained(tokenizer_dir or default_policy_dir()),
+                     tool_specs(AgentConfig().tools))
+    box = make_sandbox(SandboxConfig(backend=backend, docker=DockerPoolConfig(size=4, max_size=len(envs) + 4)))
+    cfg = AgentConfig(tool_concurrency=4)
+    try:
+        result = {"backend": backend,
+                  "oracle": measure(ScriptedPolicy(fmt, {e.prompt: oracle(e) for e in envs}), fmt, envs, box, cfg)}
+        if noop:
+            result["noop"] = measure(noop_policy(fmt), fmt, envs, box, cfg)
+    finally:
+        box.close()
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="bwrap-warm", choices=["bwrap-warm", "bwrap", "docker"])
     args = parser.parse_args()
-    envs = specs()
-    fmt = ChatFormat(AutoTokenizer.from_pretrained(default_policy_dir()), tool_specs(AgentConfig().tools))
-    box = make_sandbox(SandboxConfig(backend=args.backend, docker=DockerPoolConfig(size=4, max_size=len(envs) + 4)))
-    cfg = AgentConfig(tool_concurrency=4)
-    try:
-        result = {"backend": args.backend,
-                  "oracle": measure(ScriptedPolicy(fmt, {e.prompt: oracle(e) for e in envs}), fmt, envs, box, cfg),
-                  "noop": measure(noop_policy(fmt), fmt, envs, box, cfg)}
-    finally:
-        box.close()
-    print(json.dumps(result))
+    print(json.dumps(run_suite(args.backend)))
 
 
 if __name__ == "__main__":
