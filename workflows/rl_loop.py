@@ -84,7 +84,7 @@ def iterate(cfg: LoopConfig, envs: Table[Envs], policy: PolicyDir, run_id: str) 
     beside ``sample`` (its own pod on a cluster, so long episodes never hold up the single-turn groups), whose
     rewarded episodes join the update and whose eval rows join the version's results."""
     kinds = {spec.kind for spec in envs_from_table(envs).values()}
-    single_turn, agents = bool(kinds - {"agent"}), "agent" in kinds
+    single_turn, agents = kinds != {"agent"}, "agent" in kinds  # the single-turn tier runs unless all are agent envs
     reference = policy  # the frozen policy of the KL penalty (train.kl_coef)
     versions = [policy]  # v_0, v_1, ...: a rollout may sample from an older one (cfg.max_staleness)
     logged = None
