@@ -30,18 +30,18 @@ import pandas as pd
 
 from posttrain.agent.metrics import EPISODE, AgentStats
 from posttrain.agent.template import ChatFormat
-from posttrain.agent.tier import AGENT, run_batch
+from posttrain.agent.tier import run_batch
 from posttrain.config import AgentConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
+from posttrain.evaluation.greedy import split_envs
 from posttrain.evaluation.results import eval_results
 from posttrain.rollout.engine import TokenRolloutEngine
 from posttrain.schemas import EvalResults, Steps, empty
 
 
 def eval_envs(envs: Mapping[str, EnvSpec], limit: int = 0, split: str = "eval") -> list[EnvSpec]:
-    """The agent envs of ``split`` in stable id order, capped at ``limit`` (0: all), like single-turn eval's."""
-    chosen = sorted((e for e in envs.values() if e.kind == AGENT and e.split == split), key=lambda e: e.id)
-    return chosen[:limit] if limit > 0 else chosen
+    """The agent envs of ``split`` in stable id order, capped at ``limit`` (0: all): ``greedy.split_envs``."""
+    return split_envs(dict(envs), split, limit, agent=True)
 
 
 def eval_group(version: int, env_id) -> str:

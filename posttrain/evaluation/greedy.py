@@ -28,11 +28,18 @@ from posttrain.sandbox import make_sandbox
 from posttrain.schemas import EvalTrajectories
 
 
+def split_envs(envs: dict[str, EnvSpec], split: str, limit: int, agent: bool) -> list[EnvSpec]:
+    """The agent (``agent``) or single-turn envs of ``split``, in stable id order, capped at ``limit`` (0 = all): the
+    set a version is evaluated on, by each tier."""
+    chosen = sorted((e for e in envs.values() if e.split == split and (e.kind == "agent") == agent),
+                    key=lambda e: e.id)
+    return chosen[:limit] if limit > 0 else chosen
+
+
 def eval_envs(envs: dict[str, EnvSpec], cfg: EvalConfig) -> list[EnvSpec]:
-    """The single-turn envs of the configured split, in stable id order, capped at ``cfg.limit`` (0 = all); agent envs
-    are evaluated in episodes (``posttrain.agent.evaluate``)."""
-    chosen = sorted((e for e in envs.values() if e.split == cfg.split and e.kind != "agent"), key=lambda e: e.id)
-    return chosen[: cfg.limit] if cfg.limit > 0 else chosen
+    """The single-turn envs of the configured split (``split_envs``); agent envs are evaluated in episodes
+    (``posttrain.agent.evaluate``)."""
+    return split_envs(envs, cfg.split, cfg.limit, agent=False)
 
 
 def evaluates(cfg: EvalConfig, version: int, last: int) -> bool:
