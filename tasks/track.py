@@ -95,8 +95,8 @@ def log_iteration(run_id: str, iteration: int, rollout_stats: RolloutStats, scor
     return _log_once(run_id, iteration, metrics, tables, policy, results, promotion)
 
 
-def _add_agent(metrics: dict[str, float], tables: dict, rollout: Optional[AgentStats], steps, evaluation:
-               Optional[AgentStats], eval_steps) -> None:
+def _add_agent(metrics: dict[str, float], tables: dict, rollout: Optional[AgentStats], steps,
+               evaluation: Optional[AgentStats], eval_steps) -> None:
     """The agent tier's metrics and step tables, when the suite has agent envs (the stats are None otherwise)."""
     for stats, table, prefix in ((rollout, steps, "agent"), (evaluation, eval_steps, "agent_eval")):
         if stats is not None:
