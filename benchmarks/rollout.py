@@ -35,15 +35,18 @@ cache, as after each reload in the loop.
   batch's (``workload.hf_prompts``).
 - agent: oracle episodes on the whole ``agent_repo`` suite in warm bwrap sessions (``agent_oracle.run_suite``):
   tool calls per second of episode wall time.
+- tier isolation: ``tiers.measure`` (``benchmarks/tiers.py``, its own child processes and engines, after the rest):
+  the short tier's tokens/s with a concurrent agent-episode load over its tokens/s alone, each tier confined to its
+  own core as its pod would be (median over interleaved rounds; ``null`` with ``--skip-tiers``).
 
-Targets: engine >= 10x transformers fp32 and >= 3x bf16, prefix caching >= 1.5x, a reload <= 1% of a restart.
-``tier_isolation`` is always null here: another part of the issue's work fills that figure.
+Targets: engine >= 10x transformers fp32 and >= 3x bf16, prefix caching >= 1.5x, a reload <= 1% of a restart, tier
+isolation >= 0.9.
 
-Three engine starts in all; about 5-7 minutes on an idle 2-core machine once the model is cached (its first build
-takes ~1 minute, the first engine start compiles for ~1 minute more).
+Three engine starts in all, plus the two of the tiers; about 8-11 minutes on an idle 2-core machine once the models
+are cached (the first build of each takes ~1 minute, each first engine start compiles for ~1 minute more).
 
     python benchmarks/rollout.py
-    python benchmarks/rollout.py --repeats 1 --bindings "" --skip-agent      # quicker: two engine starts
+    python benchmarks/rollout.py --repeats 1 --bindings "" --skip-agent --skip-tiers   # quicker: two engine starts
 
 The last line printed is one JSON object.
 """
@@ -76,7 +79,7 @@ KV_CACHE_GIB = "2"
 BINDINGS = {"all_cores": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},  # auto binding, nothing reserved: cores 0 and 1
             "nobind": {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}}  # no binding: torch's threads, the OS places them
 TARGETS = {"engine_vs_hf_fp32": 10.0, "engine_vs_hf_bf16": 3.0, "prefix_caching_speedup": 1.5,
-           "reload_over_restart": 0.01}
+           "reload_over_restart": 0.01, "tier_isolation": 0.9}
 PREFIX_LINES = (
     "# You are a careful Python programmer working on small, well-specified tasks.\n",
     "# Read the task below, then write exactly one function that solves it.\n",
@@ -91,20 +94,21 @@ PREFIX_LINES = (
 )
 
 
-def model_config():
-    """The benchmark model: the demo-policy recipe at width 512, depth 6 (18M parameters), 512 positions (prompt +
-    128 new tokens fit), a short SFT."""
+def model_config(positions: int = MAX_MODEL_LEN):
+    """The benchmark model: the demo-policy recipe at width 512, depth 6 (18M parameters), ``positions`` positions
+    (512: prompt + 128 new tokens fit), a short SFT."""
     from posttrain.config import DemoPolicyConfig
 
     return DemoPolicyConfig(hidden_size=512, intermediate_size=1280, num_layers=6, num_heads=8,
-                            max_position_embeddings=MAX_MODEL_LEN, sft_steps=20)
+                            max_position_embeddings=positions, sft_steps=20)
 
 
-def policy_dir() -> str:
-    """The benchmark model, built once by ``main_demo_policy`` and cached under a name keyed by its config."""
+def policy_dir(cfg=None) -> str:
+    """The benchmark model (or the recipe ``cfg``), built once by ``main_demo_policy`` and cached under a name keyed
+    by its config."""
     from posttrain.training.demo_policy import main_demo_policy
 
-    cfg = model_config()
+    cfg = cfg or model_config()
     key = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode()).hexdigest()[:12]
     return str(main_demo_policy(Path.home() / ".cache" / "posttrain" / f"bench-policy-rollout-{key}", cfg))
 
@@ -296,12 +300,22 @@ def side(args: argparse.Namespace, name: str) -> dict:
     if done.returncode != 0 or not results:
         return {"error": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
     result = json.loads(results[-1])
-    binding = [line.split("]", 1)[-1].strip() for line in lines if "core ids=" in line or "reserved_cpus=" in line]
+    binding = binding_log(lines)
     if binding:
-        result["vllm_binding_log"] = sorted(set(binding))  # what vLLM says it bound, from its log
+        result["vllm_binding_log"] = binding
     result["load_avg_1m_before"] = round(load, 2)
     print(f"  {json.dumps(result)[:400]}", file=sys.stderr, flush=True)
     return result
+
+
+def binding_log(lines: list[str]) -> list[str]:
+    """What vLLM says it bound (its ``core ids=`` / ``reserved_cpus=`` log lines, without their prefix).
+
+    >>> binding_log(["(EngineCore pid=7) INFO 12-01 09:21:10 [ompmultiprocessing.py:185] \tlocal_rank=0, core ids=[0]",
+    ...              "other line"])
+    ['local_rank=0, core ids=[0]']
+    """
+    return sorted({line.split("]", 1)[-1].strip() for line in lines if "core ids=" in line or "reserved_cpus=" in line})
 
 
 def agent_steps(policy: str) -> dict:
@@ -327,9 +341,20 @@ def paired_ratio(turns: dict, a: str, b: str, digits: int = 3) -> float | None:
     return round(statistics.median(x["tokens_per_s"] / y["tokens_per_s"] for x, y in rounds), digits)
 
 
-def summary(engines: dict, hf: dict) -> tuple[dict, dict]:
+def tier_isolation(policy: str) -> dict | None:
+    """``tiers.measure`` with this script's policy as the short tier's, at ``tiers.py``'s defaults (16 prompts)."""
+    from tiers import measure  # benchmarks/ is this script's sys.path[0]
+
+    print("tiers ...", file=sys.stderr, flush=True)
+    try:
+        return measure(policy)
+    except Exception as exc:  # noqa: BLE001 - the other figures stand without it
+        return {"error": f"{type(exc).__name__}: {str(exc)[-1500:]}"}
+
+
+def summary(engines: dict, hf: dict, tiers: dict | None = None) -> tuple[dict, dict]:
     """The ratios the issue asks for (the engine: prefix caching on, vLLM's default binding; engine against engine:
-    ``paired_ratio``), and each target's verdict (None: not measured)."""
+    ``paired_ratio``; tier isolation: ``tiers.isolation``), and each target's verdict (None: not measured)."""
     caching = engines.get("prefix_caching", {})
     on = caching.get("on", {}).get("tokens_per_s")
     restart_s = engines.get("restart", {}).get("restart_s")
@@ -337,7 +362,8 @@ def summary(engines: dict, hf: dict) -> tuple[dict, dict]:
               "engine_vs_hf_bf16": ratio(on, hf.get("bf16", {}).get("tokens_per_s")),
               "prefix_caching_speedup": paired_ratio(caching, "on", "off"),
               "reload_over_restart": ratio(engines.get("reload", {}).get("reload_ms_median"),
-                                           restart_s * 1000 if restart_s else None, 5)}
+                                           restart_s * 1000 if restart_s else None, 5),
+              "tier_isolation": (tiers or {}).get("ratio")}
     for name, turns in engines.get("binding", {}).items():
         ratios[f"binding_{name}_vs_default"] = paired_ratio(turns, name, "default")
     met = {}
@@ -361,6 +387,7 @@ def main() -> None:
     parser.add_argument("--bindings", default="all_cores",
                         help=f"comma-separated vLLM CPU bindings compared with the default, of {sorted(BINDINGS)}")
     parser.add_argument("--skip-agent", action="store_true")
+    parser.add_argument("--skip-tiers", action="store_true", help="no tier-isolation figure (benchmarks/tiers.py)")
     parser.add_argument("--policy", help="an HF causal-LM dir with a tokenizer, instead of the benchmark model")
     parser.add_argument("--side", choices=["engines", "hf-float32", "hf-bfloat16"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -383,7 +410,8 @@ def main() -> None:
     engines = side(args, "engines")
     hf = {"fp32": side(args, "hf-float32"), "bf16": side(args, "hf-bfloat16")}
     agent = None if args.skip_agent else agent_steps(args.policy)
-    ratios, met = summary(engines, hf)
+    tiers = None if args.skip_tiers else tier_isolation(args.policy)
+    ratios, met = summary(engines, hf, tiers)
     print(json.dumps({
         "benchmark": "rollout", "parameters": rl_step.parameter_count(args.policy), "model": model,
         "workload": {**shape, "max_new_tokens": args.max_new_tokens, "temperature": TEMPERATURE,
@@ -392,7 +420,7 @@ def main() -> None:
         "cpus": os.cpu_count(), "load_avg_1m_start": round(load_start, 2),
         "load_avg_1m_end": round(os.getloadavg()[0], 2),
         "engine": engines, "hf": hf, "agent_oracle": agent,
-        "tier_isolation": None,  # filled by another benchmark (see module doc)
+        "tier_isolation": tiers,
         "ratios": ratios, "targets_met": met}))
 
 if __name__ == "__main__":
