@@ -21,9 +21,11 @@ Example (pure: the pairs of one episode):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from posttrain.agent.envs import task_of
@@ -71,8 +73,9 @@ def oracle_pairs(envs: Sequence[EnvSpec], oracles: Sequence[list], fmt: ChatForm
 
 
 def build_agent_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, single_turn: Sequence[tuple[str, str]],
-                       agent_turns: Sequence[tuple[str, str]]) -> Path:
-    """The demo recipe on both kinds of pairs; the tokenizer of the result carries ``AGENT_TEMPLATE``."""
+                       agent_turns: Sequence[tuple[str, str]], sources: dict | None = None) -> Path:
+    """The demo recipe on both kinds of pairs; the tokenizer of the result carries ``AGENT_TEMPLATE``. ``sources``
+    (what the pairs were made from) is recorded in the policy's meta, for ``main_agent_policy``'s cache check."""
     from transformers import AutoTokenizer
 
     out = build_demo_policy(out_dir, cfg, [*single_turn, *agent_turns])
@@ -80,31 +83,49 @@ def build_agent_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, single
     tokenizer.chat_template = AGENT_TEMPLATE
     tokenizer.save_pretrained(out)
     meta = out / POLICY_META
-    meta.write_text(json.dumps({**json.loads(meta.read_text()), "agent_turns": len(agent_turns)}, indent=2))
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "agent_turns": len(agent_turns),
+                                "sources": sources or {}}, indent=2))
     return out
+
+
+def built_from(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, sources: dict) -> bool:
+    """True when ``out_dir`` holds a finished agent policy built with ``cfg`` from exactly ``sources``."""
+    from posttrain.training.demo_policy import is_complete
+
+    if not is_complete(out_dir, cfg):
+        return False
+    return json.loads((Path(out_dir) / POLICY_META).read_text()).get("sources") == sources
 
 
 AGENT_POLICY_CFG = DemoPolicyConfig(vocab_size=512, max_position_embeddings=1024, sft_steps=1200, sft_batch_size=8)
 
 
 def main_agent_policy(out_dir: str | os.PathLike, suite: str = AGENT_SUITE, cfg: DemoPolicyConfig = AGENT_POLICY_CFG,
-                      sandbox_cfg: SandboxConfig | None = None) -> Path:
-    """Build the demo agent policy into ``out_dir`` unless an identical one is there: the oracle episodes of
-    ``suite``'s train split (each env's ``oracle``) as turn pairs, plus the demo suite's single-turn train pairs.
-    ~15 min on a 2-core CPU for the default 1200 steps."""
-    from posttrain.envs.suite import load_suite
+                      sandbox_cfg: SandboxConfig | None = None, warm_up: Sequence[EnvSpec] | None = None) -> Path:
+    """Build the demo agent policy into ``out_dir`` unless one built with ``cfg`` from the same sources (suite
+    digests, warm-up envs, agent config, template) is there: the oracle episodes of ``suite``'s train split and of
+    the ``warm_up`` envs (default: ``agent_repo.warm_up_specs()``, module names no suite env uses) as turn pairs,
+    plus the demo suite's single-turn train pairs. ~15 min on a 2-core CPU for the default 1200 steps; a cached
+    policy is found without running the oracle episodes."""
+    from posttrain.envs.generators.agent_repo import warm_up_specs
+    from posttrain.envs.suite import load_suite, suite_digest
     from posttrain.sandbox import make_sandbox
-    from posttrain.training.demo_policy import is_complete, train_tokenizer
+    from posttrain.training.demo_policy import train_tokenizer
 
-    train = [e for e in load_suite(suite).envs if e.split == "train" and e.kind == "agent" and e.oracle]
-    single = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
+    warm_up = warm_up_specs() if warm_up is None else list(warm_up)
     agent_cfg = AgentConfig(temperature=0.0)
+    sources = {"agent_suite": suite_digest(suite), "single_turn_suite": suite_digest(DEMO_SUITE),
+               "warm_up": hashlib.sha256(json.dumps([[e.prompt, e.workspace, e.oracle] for e in warm_up],
+                                                    sort_keys=True).encode()).hexdigest(),
+               "agent_config": asdict(agent_cfg), "template": hashlib.sha256(AGENT_TEMPLATE.encode()).hexdigest()}
+    if built_from(out_dir, cfg, sources):
+        return Path(out_dir)
+    train = [e for e in load_suite(suite).envs if e.split == "train" and e.kind == "agent" and e.oracle] + warm_up
+    single = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
     scratch = ChatFormat(train_tokenizer([t for pair in single for t in pair], 384), tool_specs(agent_cfg.tools))
     box = make_sandbox(sandbox_cfg or SandboxConfig())
     try:
         pairs = oracle_pairs(train, [e.oracle for e in train], scratch, box, agent_cfg)
     finally:
         box.close()
-    if is_complete(out_dir, cfg, [*single, *pairs]):
-        return Path(out_dir)
-    return build_agent_policy(out_dir, cfg, single, pairs)
+    return build_agent_policy(out_dir, cfg, single, pairs, sources)

@@ -7,7 +7,7 @@ import pytest
 
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
 from posttrain.agent.tools import tool_specs
-from posttrain.agent.warm_start import build_agent_policy, oracle_pairs
+from posttrain.agent.warm_start import build_agent_policy, built_from, oracle_pairs
 from posttrain.config import AgentConfig, DemoPolicyConfig
 from posttrain.envs.generators.agent_repo import oracle, specs
 from posttrain.sandbox import make_sandbox
@@ -27,8 +27,14 @@ def test_oracle_turns_become_pairs_and_the_policy_ships_the_template(fmt, tmp_pa
     assert not first.startswith(fmt.tokenizer.bos_token) and second.startswith(first + pairs[0][1])
     assert "AssertionError" in second  # the failing test run's observation is in the next turn's context
 
-    policy = build_agent_policy(tmp_path / "agent", DemoPolicyConfig(sft_steps=2, sft_batch_size=4,
-                                                                     max_position_embeddings=1024), pairs[:2], pairs)
+    cfg = DemoPolicyConfig(sft_steps=2, sft_batch_size=4, max_position_embeddings=1024)
+    sources = {"agent_suite": "digest-a", "single_turn_suite": "digest-b"}
+    policy = build_agent_policy(tmp_path / "agent", cfg, pairs[:2], pairs, sources)
+    # the cache check needs no oracle episode: the same config and sources find it, any other does not
+    assert built_from(policy, cfg, sources)
+    assert not built_from(policy, cfg, {**sources, "agent_suite": "digest-c"})
+    assert not built_from(policy, DemoPolicyConfig(sft_steps=3, sft_batch_size=4, max_position_embeddings=1024),
+                          sources)
     from transformers import AutoTokenizer
 
     built = ChatFormat(AutoTokenizer.from_pretrained(policy), tool_specs(["bash", "submit"]))
