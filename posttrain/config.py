@@ -456,9 +456,9 @@ class LoopConfig(Validated):
     @classmethod
     def agent_demo(cls) -> "LoopConfig":
         """RL on agent episodes (``make demo-agent``): the demo agent policy (warm-started on oracle episodes) on the
-        ``agent_repo`` suite, 64 episodes per iteration, greedy agent eval of all 32 eval envs every 4 versions."""
+        ``agent_repo`` suite, 12 iterations of 64 episodes, greedy agent eval of all 32 eval envs every 4 versions."""
         return cls(
-            suite=AGENT_SUITE_REF, policy=DEMO_AGENT_POLICY, iterations=8,
+            suite=AGENT_SUITE_REF, policy=DEMO_AGENT_POLICY, iterations=12,
             rollout=RolloutConfig(max_model_len=1024),
             agent=AgentConfig(envs_per_iteration=8, samples_per_env=8, temperature=0.8, max_new_tokens=128,
                               token_budget=768),

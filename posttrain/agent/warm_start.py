@@ -7,6 +7,12 @@ falls on the call only, as in the demo recipe (prompt tokens are labelled -100),
 The existing demo policy is not touched: this writes a separate policy directory, with its own tokenizer (trained on
 both kinds of text) and ``max_position_embeddings`` large enough for episodes.
 
+Besides the suite's train split, ``main_agent_policy`` runs the oracle on warm-up envs whose module names no suite env
+uses (``agent_repo.warm_up_specs``). Trained on the suite's 64 oracle episodes alone, the policy recalled the few
+module names it had seen with each bug and wrote ``src/palc.py`` for ``src/calc.py``: 5 of 32 eval envs solved
+greedily. With the 192 warm-up episodes it copies the name from the task: 12 of 32, and RL then has calls to
+improve rather than to unlearn.
+
 Example (pure: the pairs of one episode):
     >>> from posttrain.agent.episode import Episode, Segment
     >>> from posttrain.training.demo_policy import train_tokenizer
