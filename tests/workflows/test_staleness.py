@@ -1,5 +1,6 @@
 """Bounded staleness as a Flyte DAG: with ``max_staleness = 1`` no rollout waits for the update just before it, and
-every sample an update trains on comes from at most one version back; with 0 the loop is on-policy as before."""
+every sample an update trains on comes from at most one version back; with 0 the loop is on-policy as before. The
+same compiled DAG shows the tiers apart: no single-turn node waits for the agent node of its version, nor the reverse."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from posttrain.config import EvalConfig, LoopConfig
 from tests import run_rl_loop
 
 
-def compiled_iterations(cfg: LoopConfig, policy_dir: Path) -> list:
-    """The nodes ``iterate`` compiles to on a cluster (its dynamic job spec), without running any of them."""
+def compiled_iterations(cfg: LoopConfig, policy_dir: Path, envs: pd.DataFrame | None = None) -> list:
+    """The nodes ``iterate`` compiles to on a cluster (its dynamic job spec) for ``envs`` (an Envs table; default
+    empty), without running any of them."""
     from flytekit.configuration import Image, ImageConfig, SerializationSettings
     from flytekit.core.context_manager import ExecutionState, FlyteContextManager
     from flytekit.core.type_engine import TypeEngine
@@ -31,7 +33,7 @@ def compiled_iterations(cfg: LoopConfig, policy_dir: Path) -> list:
     with FlyteContextManager.with_context(ctx) as ctx:
         state = ctx.execution_state.with_params(mode=ExecutionState.Mode.TASK_EXECUTION)
         with FlyteContextManager.with_context(ctx.with_execution_state(state)) as ctx:
-            inputs = {"cfg": (cfg, LoopConfig), "envs": (empty(Envs), Table[Envs]),
+            inputs = {"cfg": (cfg, LoopConfig), "envs": (empty(Envs) if envs is None else envs, Table[Envs]),
                       "policy": (FlyteDirectory(str(policy_dir)), PolicyDir), "run_id": ("run", str)}
             literals = {name: TypeEngine.to_literal(ctx, value, kind, TypeEngine.to_literal_type(kind))
                         for name, (value, kind) in inputs.items()}
@@ -79,3 +81,48 @@ def test_with_staleness_one_each_update_trains_on_samples_one_version_back(tmp_p
         assert run.data.metrics["train/staleness_max"] == expected, (k, run.data.metrics)
         table = pd.read_parquet(client.download_artifacts(run.info.run_id, "tables/scored.parquet", str(tmp_path)))
         assert set(table["policy_version"]) == {max(0, k - 2)}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_the_single_turn_tier_never_waits_for_the_agent_tier(tmp_path, staleness):
+    """Tier isolation in the DAG: with agent envs in the suite, each policy version gets ``sample`` and
+    ``agent_sample`` nodes, and neither waits, directly or through other nodes, for the other tier's node of the same
+    or a later version (only the update joins them): on a cluster each is its own pod, so long episodes never hold up
+    the short groups of their version. Their throughput side is ``benchmarks/tiers.py``."""
+    from posttrain.config import DEMO_SUITE
+    from posttrain.envs.generators.agent_repo import specs
+    from posttrain.envs.suite import load_suite
+    from posttrain.envs.table import envs_to_table
+
+    (tmp_path / "policy").mkdir()
+    envs = envs_to_table([*load_suite(DEMO_SUITE).envs[:6], *specs()[:6]])
+    cfg = LoopConfig(iterations=3, max_staleness=staleness, eval=EvalConfig(every=1))
+    nodes = compiled_iterations(cfg, tmp_path / "policy", envs)
+    by_id = {n.id: n for n in nodes}
+
+    def task(node) -> str:
+        return node.task_node.reference_id.name if node.task_node else ""
+
+    def version(node) -> int:
+        return next(b.binding.scalar.primitive.integer for b in node.inputs if b.var == "policy_version")
+
+    def ancestors(node) -> set[str]:
+        seen, todo = set(), list(node.upstream_node_ids)
+        while todo:
+            upstream = todo.pop()
+            if upstream not in seen and upstream in by_id:
+                seen.add(upstream)
+                todo.extend(by_id[upstream].upstream_node_ids)
+        return seen
+
+    tiers = {"short": [n for n in nodes if task(n) == "tasks.rollout.sample"],
+             "agent": [n for n in nodes if task(n) == "tasks.agent.agent_sample"]}
+    assert len(tiers["short"]) == len(tiers["agent"]) >= cfg.iterations + 1
+    joined = 0  # nodes that wait for an earlier version of the other tier: through the update both train
+    for mine, other in (("short", "agent"), ("agent", "short")):
+        for node in tiers[mine]:
+            waits_for = {version(n) for n in tiers[other] if n.id in ancestors(node)}
+            assert all(v < version(node) for v in waits_for), (mine, version(node), waits_for)
+            joined += bool(waits_for)
+    assert joined > 0  # the walk does see across tiers
