@@ -213,7 +213,8 @@ def main() -> None:
     ours, theirs = results["posttrain"].get("step_s_warm_median"), results["trl"].get("step_s_warm_median")
     ratio = round(ours / theirs, 3) if ours and theirs else None
     print(json.dumps({"benchmark": "rl_step", "model": args.policy or args.model,
-                      "parameters": parameter_count(policy), "envs": args.envs, "group": GROUP, "max_new_tokens": MAX_TOKENS,
+                      "parameters": parameter_count(policy), "envs": args.envs, "group": GROUP,
+                      "max_new_tokens": MAX_TOKENS,
                       "steps": args.steps, "cpus": os.cpu_count(), "sides": results,
                       "posttrain_vs_trl": ratio, "target_met": ratio is not None and ratio <= 0.5}))
 

@@ -74,7 +74,8 @@ def update_parallel(policy: PolicyDir, scored: Table[Scored], cfg: TrainConfig, 
     task's."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size != cfg.nnodes * cfg.nproc_per_node:
-        raise ValueError(f"train.nnodes={cfg.nnodes} x train.nproc_per_node={cfg.nproc_per_node} but the update runs on "
+        raise ValueError(f"train.nnodes={cfg.nnodes} x train.nproc_per_node={cfg.nproc_per_node} "
+                         "but the update runs on "
                          f"{world_size} processes: register the tasks with POSTTRAIN_UPDATE_NNODES={cfg.nnodes} "
                          f"POSTTRAIN_UPDATE_NPROC={cfg.nproc_per_node}")
     return train_version(policy, scored, cfg, policy_version, reference)

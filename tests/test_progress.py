@@ -82,7 +82,8 @@ def bars_after_importing_tasks(**env: str) -> dict:
     from tests import ROOT
 
     probe = ("import json, os, tasks; from huggingface_hub.utils import are_progress_bars_disabled; "
-             "from transformers.utils import logging; print(json.dumps({'transformers': logging.is_progress_bar_enabled(), "
+             "from transformers.utils import logging; "
+             "print(json.dumps({'transformers': logging.is_progress_bar_enabled(), "
              "'hub_disabled': are_progress_bars_disabled(), 'env': {k: os.environ.get(k) for k in %r}}))"
              % list(LIBRARY_BAR_SWITCHES))
     clean = {k: v for k, v in os.environ.items() if k not in LIBRARY_BAR_SWITCHES}

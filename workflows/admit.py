@@ -19,7 +19,8 @@ from tasks.admit import admit_suite, fingerprint_suite, log_admission
 
 
 @workflow
-def admit(suite: str = DEMO_SUITE_REF, cfg: AdmissionConfig = AdmissionConfig(), sandbox: SandboxConfig = SandboxConfig(),
+def admit(suite: str = DEMO_SUITE_REF, cfg: AdmissionConfig = AdmissionConfig(),
+          sandbox: SandboxConfig = SandboxConfig(),
           experiment: str = "posttrain-admission") -> DataFrame[AdmissionReport]:
     """Fingerprint and admit ``suite``, log the report; returns the report (one row per env and check)."""
     digest = fingerprint_suite(suite=suite)

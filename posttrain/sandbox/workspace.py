@@ -107,7 +107,8 @@ def check_execution(execution: Execution) -> None:
     >>> check_execution(Execution({}, ["python3", "-c", "pass"], timeout_s=0, memory_mb=0, stdin="\\ud800"))
     Traceback (most recent call last):
     ...
-    ValueError: timeout_s: must be a finite number > 0, got 0; memory_mb: must be an integer >= 16, got 0; stdin: not encodable as UTF-8 (surrogates not allowed) at index 0
+    ValueError: timeout_s: must be a finite number > 0, got 0; memory_mb: must be an integer >= 16, got 0; \
+stdin: not encodable as UTF-8 (surrogates not allowed) at index 0
     """
     problems = []
     if not (isinstance(execution.command, list) and execution.command

@@ -58,6 +58,7 @@ def test_vllm_generates_with_logprobs_from_saved_checkpoint(trained_checkpoint):
         assert all(math.isfinite(x) and x <= 0 for x in vllm_lp.tolist())
         full = torch.tensor([request.prompt_token_ids + ids])
         with torch.no_grad():
-            hf_lp = token_logprobs(hf(input_ids=full).logits[:, :-1], full[:, 1:])[0, len(request.prompt_token_ids) - 1 :]
+            hf_lp = token_logprobs(hf(input_ids=full).logits[:, :-1],
+                                   full[:, 1:])[0, len(request.prompt_token_ids) - 1 :]
         # same weights and tokens, different bf16 kernels: the importance ratio starts near 1
         assert (vllm_lp - hf_lp).abs().mean() < 0.1, (vllm_lp, hf_lp)

@@ -74,7 +74,8 @@ def test_sandbox_tasks_carry_the_bwrap_pod_template_and_no_privileged_mode(archi
             security = container["securityContext"]
             assert spec["hostUsers"] is False and security["privileged"] is False
             assert security["procMount"] == "Unmasked" and security["seccompProfile"] == {"type": "Unconfined"}
-            assert security["capabilities"] == {"drop": ["ALL"], "add": ["SETUID", "SETGID"]} and security["allowPrivilegeEscalation"] is False
+            assert (security["capabilities"] == {"drop": ["ALL"], "add": ["SETUID", "SETGID"]}
+                    and security["allowPrivilegeEscalation"] is False)
             assert container["image"] == "registry.example/posttrain-cpu:t1"
 
 

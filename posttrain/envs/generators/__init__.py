@@ -11,7 +11,8 @@ Each generator module has ``specs() -> list[EnvSpec]`` and a ``main`` that write
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
-    >>> spec = EnvSpec(id="x/one", prompt="Say hi.\\n", reference="{}", verifier={"kind": "numeric", "fields": {"a": 1}})
+    >>> spec = EnvSpec(id="x/one", prompt="Say hi.\\n", reference="{}",
+    ...                verifier={"kind": "numeric", "fields": {"a": 1}})
     >>> print(render(spec, "# header\\n").splitlines()[1])
     id: x/one
 """

@@ -121,7 +121,8 @@ PAGER_FIXED = PAGER_BUGGY.replace("start = page * per_page", "start = (page - 1)
 
 
 def pager_env():
-    cases = {"first_page": "pager.paginate(list(range(10)), 1, 3)", "last_page": "pager.paginate(list(range(10)), 4, 3)",
+    cases = {"first_page": "pager.paginate(list(range(10)), 1, 3)",
+             "last_page": "pager.paginate(list(range(10)), 4, 3)",
              "past_end": "pager.paginate(list(range(10)), 5, 3)", "page_zero": "pager.paginate([1, 2], 0, 1)",
              "count_partial": "pager.page_count(10, 3)", "count_exact": "pager.page_count(9, 3)",
              "count_empty": "pager.page_count(0, 3)", "count_one": "pager.page_count(1, 50)"}
@@ -274,7 +275,8 @@ def import_env():
 
 # --- a CSV report that drops the first row and sorts wrongly ------------------------------------------------------
 
-REPORT_BUGGY = '''"""Total sales per region from a CSV file (columns: date,region,amount), one line per region, by name."""
+REPORT_BUGGY = '''"""Total sales per region from a CSV file (columns: date,region,amount), one line per region, \
+by name."""
 import csv
 import sys
 

@@ -22,7 +22,8 @@ Reward = checks passed / checks (one per field, one per formula); ``detail`` giv
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
-    >>> spec = EnvSpec(id="t/m", prompt="Revenue 200, profit 50.", reference='{"revenue": 200, "profit": 50, "margin": 0.25}',
+    >>> spec = EnvSpec(id="t/m", prompt="Revenue 200, profit 50.",
+    ...                reference='{"revenue": 200, "profit": 50, "margin": 0.25}',
     ...                verifier={"kind": "numeric", "fields": {"revenue": 200, "profit": 50, "margin": 0.25},
     ...                          "formulas": ["margin = profit / revenue"]})
     >>> validate(spec)
@@ -179,7 +180,8 @@ class NumericConfig:
     abs_tol: Annotated[Tolerance, Rule(doc="default absolute tolerance")] = 0.0
     formulas: Annotated[list[Annotated[str, Rule(pattern=r"^[^=]+=[^=]+$", noun="'name = expression' string")]],
                         Rule(noun="'name = expression' strings",
-                             doc="recomputed from the extracted values; names are fields")] = field(default_factory=list)
+                             doc="recomputed from the extracted values; names "
+                                 "are fields")] = field(default_factory=list)
     formula_rel_tol: Annotated[Tolerance, Rule(doc="formulas' relative tolerance (default: rel_tol)")] = None
     formula_abs_tol: Annotated[Tolerance, Rule(doc="formulas' absolute tolerance (default: abs_tol)")] = None
 

@@ -27,7 +27,8 @@ Example:
     >>> ex = build_execution(spec, "def inc(x):\\n    return x + 1\\n", SandboxConfig(), "N")
     >>> sorted(ex.files), ex.command
     (['asserts_harness.py', 'solution.py'], ['python3', '-I', 'asserts_harness.py'])
-    >>> score(spec, ExecutionResult(exit_code=0, stdout='N {"compiled": true}\\nN {"test": 0, "ok": true}\\n'), "N").passed
+    >>> score(spec, ExecutionResult(exit_code=0, stdout='N {"compiled": true}\\nN {"test": 0, "ok": true}\\n'),
+    ...       "N").passed
     True
 """
 

@@ -85,7 +85,8 @@ def program_for(spec: EnvSpec, solution: str) -> str:
     return solution
 
 
-_EXAMPLE = re.compile(r"^\s*(?:>>>\s*)?(?P<call>{name}\(.*\))\s*(?:==|➞|->|=>|returns|should return)\s*(?P<out>.+?)\s*$")
+_EXAMPLE = re.compile(r"^\s*(?:>>>\s*)?(?P<call>{name}\(.*\))\s*(?:==|➞|->|=>|returns|should return)"
+                      r"\s*(?P<out>.+?)\s*$")
 
 
 def prompt_examples(prompt: str, entry: str) -> list[tuple[tuple, object]]:

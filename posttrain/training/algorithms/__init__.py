@@ -3,7 +3,8 @@
 ``TrainConfig.advantage_estimator``, ``TrainConfig.policy_loss`` and ``TrainConfig.loss_aggregation`` name the
 pieces of an update. A variant is one function registered with ``@register_advantage(name)`` or
 ``@register_policy_loss(name)`` in a module of its own in this package (``grpo.py``, ``ppo_clip.py``, ...), never a
-new branch in the trainer: every module here is imported before a name is looked up, so a new file is all it takes. Shapes: N scored samples; B sequences of a micro batch; L-1 target positions.
+new branch in the trainer: every module here is imported before a name is looked up, so a new file is all it takes.
+Shapes: N scored samples; B sequences of a micro batch; L-1 target positions.
 
 - An **advantage estimator** maps ``(rewards [N], group_ids [N], cfg)`` to ``[N]`` float advantages, input order.
 - A **policy loss** maps ``(logprobs [B, L-1], behavior_logprobs [B, L-1], advantages [B], mask [B, L-1], cfg)``

@@ -105,7 +105,8 @@ def test_imported_references_pass_and_cheats_fail_in_bwrap(imported):
     envs = load_suite(imported / "he").envs + load_suite(imported / "mbpp").envs
     jobs = [(spec, spec.reference) for spec in envs]
     toy0 = next(s for s in envs if s.id == "he/toy_0")
-    body = "    best = []\n    for n in numbers:\n        best.append(max(n, best[-1]) if best else n)\n    return best\n"
+    body = ("    best = []\n    for n in numbers:\n        best.append(max(n, best[-1]) if best else n)\n"
+            "    return best\n")
     jobs.append((toy0, body))  # a completion that only continues the prompt
     for spec in envs[:3]:
         probes = get_verifier(spec.verifier_kind).probes(spec)

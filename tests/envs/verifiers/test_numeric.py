@@ -23,7 +23,8 @@ ANSWER = {"revenue": 2000.0, "profit": 500.0, "margin": 0.25}
 
 
 def spec(**config) -> EnvSpec:
-    return EnvSpec(id="t/acme", prompt=REPORT + "Give revenue, profit and margin as JSON.", reference=json.dumps(ANSWER),
+    return EnvSpec(id="t/acme", prompt=REPORT + "Give revenue, profit and margin as JSON.",
+                   reference=json.dumps(ANSWER),
                    verifier={**CONFIG, **config}, domain="finance")
 
 

@@ -22,7 +22,8 @@ SPEC = EnvSpec(id="t/vowels", prompt="# count_vowels(s): vowels in s\n", entry_p
                reference="def count_vowels(s):\n    return sum(c in 'aeiou' for c in s.lower())\n",
                verifier={"kind": "python_asserts", "setup": "import math\n",
                          "asserts": ["assert count_vowels('Hello') == 2", "assert count_vowels('') == 0",
-                                     "total = 0\nfor w in ['a', 'ee']:\n    total += count_vowels(w)\nassert total == 3",
+                                     "total = 0\nfor w in ['a', 'ee']:\n    total += count_vowels(w)\n"
+                                     "assert total == 3",
                                      "assert math.isclose(count_vowels('AEIOU'), 5)"]})
 CFG = SandboxConfig(batch_concurrency=2)
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")

@@ -29,7 +29,8 @@ SPEC = EnvSpec(
     reference=f"cat > src/calc.py <<'EOF'\n{FIXED}EOF\n",
     verifier={"kind": "workspace_tests", "files": {"check.py": CHECK},
               "tests": [{"name": "add", "cmd": "python3 -I {tests}/check.py", "stdout": "5"},
-                        {"name": "saw_no_tests", "cmd": ["bash", "-c", "cat seen.txt 2>/dev/null || true"], "stdout": ""},
+                        {"name": "saw_no_tests", "cmd": ["bash", "-c", "cat seen.txt 2>/dev/null || true"],
+                         "stdout": ""},
                         {"name": "compiles", "cmd": "python3 -I -m py_compile src/calc.py", "exit_code": 0}]})
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 

@@ -1,4 +1,5 @@
-"""Fixtures of the attack suite: one sandbox per backend (bwrap, its warm slots, the docker warm pool), and a ``host`` guard that sets
+"""Fixtures of the attack suite: one sandbox per backend (bwrap, its warm slots, the docker warm pool), and a ``host``
+guard that sets
 up what attacks aim at (a canary file and a secret environment variable on the host, a listening TCP port, an
 innocent host process) and checks afterwards that none of it was touched, that nothing of the attack still runs on
 the host, and that the next execution in the same backend (every container of the pool) starts clean."""
