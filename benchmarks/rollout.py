@@ -30,9 +30,11 @@ cache, as after each reload in the loop.
   ``VLLM_CPU_OMP_THREADS_BIND=nobind`` (``nobind``: torch's threads, placed by the OS). What vLLM says it bound is
   copied from its log (``engine.vllm_binding_log``).
 - transformers: ``AutoModelForCausalLM.generate`` (sampling, ``num_return_sequences`` = n, one batch, left padding,
-  torch threads = cores) in fp32 and bf16, each in its own child process after a warm-up. All 256 sequences take
-  minutes in fp32 here, so ``--hf-prompts`` (default 8: 64 sequences of 128 tokens) are timed; its tokens/s is that
-  batch's (``workload.hf_prompts``).
+  torch threads = cores) in fp32 and bf16, each in its own child process after a warm-up, on the engine's workload:
+  all 256 sequences in one batch (~70 s in fp32 on an idle machine; ``--hf-prompts`` times fewer, whose tokens/s
+  differs: 64 sequences ran bf16 1.6x faster per token than 256 here, fp32 alike). transformers' threads span both
+  cores, so another job on either core slows it several-fold (fp32 142 tokens/s under load against 473 idle): compare
+  figures taken on a quiet machine (``load_avg_1m_before`` of each side).
 - agent: oracle episodes on the whole ``agent_repo`` suite in warm bwrap sessions (``agent_oracle.run_suite``):
   tool calls per second of episode wall time.
 - tier isolation: ``tiers.measure`` (``benchmarks/tiers.py``, its own child processes and engines, after the rest):
@@ -42,7 +44,7 @@ cache, as after each reload in the loop.
 Targets: engine >= 10x transformers fp32 and >= 3x bf16, prefix caching >= 1.5x, a reload <= 1% of a restart, tier
 isolation >= 0.9.
 
-Three engine starts in all, plus the two of the tiers; about 8-11 minutes on an idle 2-core machine once the models
+Three engine starts in all, plus the two of the tiers; about 10-12 minutes on an idle 2-core machine once the models
 are cached (the first build of each takes ~1 minute, each first engine start compiles for ~1 minute more).
 
     python benchmarks/rollout.py
@@ -382,8 +384,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timed rounds of each engine comparison")
     parser.add_argument("--reloads", type=int, default=6)
-    parser.add_argument("--hf-prompts", type=int, default=8,
-                        help="prompts in transformers' timed batch (x n sequences); all 32 take minutes")
+    parser.add_argument("--hf-prompts", type=int, default=0,
+                        help="prompts in transformers' timed batch (x n sequences); 0: all, the engine's workload")
     parser.add_argument("--bindings", default="all_cores",
                         help=f"comma-separated vLLM CPU bindings compared with the default, of {sorted(BINDINGS)}")
     parser.add_argument("--skip-agent", action="store_true")
@@ -391,6 +393,7 @@ def main() -> None:
     parser.add_argument("--policy", help="an HF causal-LM dir with a tokenizer, instead of the benchmark model")
     parser.add_argument("--side", choices=["engines", "hf-float32", "hf-bfloat16"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.hf_prompts = args.hf_prompts or args.prompts
     bindings = [b for b in args.bindings.split(",") if b]
     if any(b not in BINDINGS for b in bindings):
         parser.error(f"--bindings: names of {sorted(BINDINGS)}")
