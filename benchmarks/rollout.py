@@ -33,8 +33,8 @@ cache, as after each reload in the loop.
   torch threads = cores) in fp32 and bf16, each in its own child process after a warm-up, on the engine's workload:
   all 256 sequences in one batch (~70 s in fp32 on an idle machine; ``--hf-prompts`` times fewer, whose tokens/s
   differs: 64 sequences ran bf16 1.6x faster per token than 256 here, fp32 alike). transformers' threads span both
-  cores, so another job on either core slows it several-fold (fp32 142 tokens/s under load against 473 idle): compare
-  figures taken on a quiet machine (``load_avg_1m_before`` of each side).
+  cores, so another job on either core slows it several-fold (fp32 142 tokens/s under load against 473-481 idle):
+  compare figures taken on a quiet machine (``load_avg_1m_before`` of each side).
 - agent: oracle episodes on the whole ``agent_repo`` suite in warm bwrap sessions (``agent_oracle.run_suite``):
   tool calls per second of episode wall time.
 - tier isolation: ``tiers.measure`` (``benchmarks/tiers.py``, its own child processes and engines, after the rest):

@@ -192,8 +192,8 @@ class SandboxConfig(Validated):
     max_processes: int = 64  # processes (and threads) one execution may have
     cpus: float = 1.0  # CPU cores one execution may use (bwrap: its cgroup's quota; docker: its container's)
     session_output_bytes: int = 16384  # output kept per session step (stdout and stderr each); the rest is cut, marked
-    verify_duplicates_once: bool = True  # reward stage: one sandbox run per distinct (env, completion), shared by
-    #                                      copies
+    # reward stage: one sandbox run per distinct (env, completion), shared by copies
+    verify_duplicates_once: bool = True
     docker: DockerPoolConfig = field(default_factory=DockerPoolConfig)  # backend "docker" only
 
     PATH = "sandbox."

@@ -175,8 +175,8 @@ def register_policy(run_id: str, policy_dir: str, version: int) -> str:
 def log_suite_input(run_id: str, suite: str, digest: str, context: str) -> None:
     """Record the env suite a run used as its MLflow dataset input (name: the suite folder; digest: the first 32
     hex digits of its content digest, ``envs.suite.suite_digest``; source: where it lives; ``context``: training,
-    admission or evaluation). The
-    UI lists it under the run's Datasets; every run on the same suite contents carries the same digest."""
+    admission or evaluation). The UI lists it under the run's Datasets; every run on the same suite contents carries
+    the same digest."""
     from mlflow.data.dataset_source_registry import resolve_dataset_source
     from mlflow.data.meta_dataset import MetaDataset
     from mlflow.entities import DatasetInput, InputTag

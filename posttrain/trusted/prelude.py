@@ -8,9 +8,8 @@ sandbox's ``python3``, which may be older than ours.
 - ``start(non_dumpable)``: read the host's one JSON request (all of stdin), make this process non-dumpable if
   asked, give SIGINT back its default action (on bwrap the harness is the sandbox's pid 1, which then ignores
   every signal its programs send it), open the ``Results``: the original stdout (``fd``) is kept for results and fd 1
-  (so ``print``) points at
-  stderr; ``emit`` writes one JSON record on a line of its own, prefixed with the nonce the host chose for this
-  run, so no line printed by the program under test can pass for a result.
+  (so ``print``) points at stderr; ``emit`` writes one JSON record on a line of its own, prefixed with the nonce the
+  host chose for this run, so no line printed by the program under test can pass for a result.
 - ``make_non_dumpable()`` (best effort) and ``set_dumpable(libc, flag)``: ``prctl(PR_SET_DUMPABLE)``; a
   non-dumpable process cannot be ptraced by, nor have its ``/proc`` entries (fds, memory, environ) opened by,
   the same-uid programs it runs.

@@ -1,7 +1,7 @@
 """Bounded staleness as a Flyte DAG: with ``max_staleness = 1`` no rollout waits for the update just before it, and
 every sample an update trains on comes from at most one version back; with 0 the loop is on-policy as before. The
-same compiled DAG shows the tiers apart: no single-turn node waits for the agent node of its version,
-nor the reverse."""
+same compiled DAG shows the tiers apart: no single-turn node waits for the agent node of its version, nor the
+reverse."""
 
 from __future__ import annotations
 

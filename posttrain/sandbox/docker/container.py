@@ -4,8 +4,7 @@ Container config (``host_config``): no network, read-only root filesystem, tmpfs
 user), ``/tmp`` and ``/trusted`` (root's) with size caps, a small ``/dev/shm``, every capability dropped but the few
 the container's first process needs (``LAUNCHER_CAPS`` or ``AGENT_CAPS``), ``no-new-privileges``, the seccomp
 policy bwrap loads too (``seccomp.docker_security_opt()``), memory without swap, one CPU, a pid limit, ulimits, no logs
-on disk, and labels naming the
-owner process (``lifecycle.owner_labels``).
+on disk, and labels naming the owner process (``lifecycle.owner_labels``).
 
 Two users: a container's first process (the cold launcher, or the pool's agent) runs as root with only those
 capabilities; every program runs as the sandbox user (``workspace.SANDBOX_UID``) with no capability and an empty

@@ -1,8 +1,7 @@
 """Fixtures of the attack suite: one sandbox per backend (bwrap, its warm slots, the docker warm pool), and a ``host``
-guard that sets
-up what attacks aim at (a canary file and a secret environment variable on the host, a listening TCP port, an
-innocent host process) and checks afterwards that none of it was touched, that nothing of the attack still runs on
-the host, and that the next execution in the same backend (every container of the pool) starts clean."""
+guard that sets up what attacks aim at (a canary file and a secret environment variable on the host, a listening TCP
+port, an innocent host process) and checks afterwards that none of it was touched, that nothing of the attack still
+runs on the host, and that the next execution in the same backend (every container of the pool) starts clean."""
 
 from __future__ import annotations
 
