@@ -119,6 +119,7 @@ class BwrapSandbox(SandboxBackend):
         self._live: dict[subprocess.Popen, CappedBuffer] = {}  # running bwrap -> its status stream
         self._sessions: set[BwrapSession] = set()
         self._lock = threading.Lock()
+        self._closes = 0  # close() calls so far: a run that started before one and registered after it is killed
 
     def _prepare(self, execution: Execution) -> Prepared:
         prepared = super()._prepare(execution)
@@ -152,6 +153,7 @@ class BwrapSandbox(SandboxBackend):
     def close(self) -> None:
         """Kill every sandbox still running (from other threads) and close open sessions; later runs still work."""
         with self._lock:
+            self._closes += 1
             live, sessions = list(self._live.items()), list(self._sessions)
         for session in sessions:
             session.close()
@@ -217,6 +219,8 @@ class BwrapSandbox(SandboxBackend):
             return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
                           infra_error=f"cannot make the execution's cgroup: {exc}", extra={"backend": self.name})
         (in_r, in_w), (out_r, out_w), (err_r, err_w), (status_r, status_w) = os.pipe(), os.pipe(), os.pipe(), os.pipe()
+        with self._lock:
+            closes = self._closes
         try:
             cmd = self._command(execution, layout, status_w, own_fds)
             owner = self.owner()
@@ -243,6 +247,9 @@ class BwrapSandbox(SandboxBackend):
             self._live[proc] = status
             if track is not None:
                 track.add(proc)
+            closed_meanwhile = self._closes != closes
+        if closed_meanwhile:  # close() ran while bwrap started, before it was in _live: it missed this one
+            _kill_sandbox(proc, status, wait=False)
         data = execution.stdin.encode("utf-8") if stdin is None else stdin
         timed_out = False
         try:  # one thread does it all: feed stdin, read the three pipes to EOF (they close when the sandbox is gone)

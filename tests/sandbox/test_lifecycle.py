@@ -17,7 +17,7 @@ import pytest
 
 from posttrain.config import DockerPoolConfig, SandboxConfig
 from posttrain.sandbox import Execution, lifecycle, make_sandbox, run_many
-from tests.sandbox.cases import BACKENDS, containers_of, processes_with, wait_until, workspaces_of
+from tests.sandbox.cases import BACKENDS, BWRAP, containers_of, processes_with, wait_until, workspaces_of
 
 pytestmark = pytest.mark.integration
 
@@ -89,6 +89,28 @@ def start_child(backend: str, token: str, mode: str) -> subprocess.Popen:
                              cwd=Path(__file__).resolve().parents[2])
     assert child.stdout.readline().strip() == "ready"
     return child
+
+
+def test_a_close_while_a_run_is_starting_kills_that_run_too(monkeypatch):
+    """bwrap: a run whose process started before ``close()`` but was registered after it (the race a loaded machine
+    widens) is killed all the same, not left running to its deadline."""
+    from posttrain.sandbox import bwrap
+
+    if not BWRAP:
+        pytest.skip("bwrap missing")
+    token = f"pt-life-{uuid.uuid4().hex}"
+    box = make_sandbox(SandboxConfig(backend="bwrap"))
+    started = subprocess.Popen
+
+    def popen_then_close(*args, **kwargs):  # close() lands between the process start and its registration
+        proc = started(*args, **kwargs)
+        box.close()
+        return proc
+
+    monkeypatch.setattr(bwrap.subprocess, "Popen", popen_then_close)
+    result = box.run(sleeper(token, seconds=300, timeout_s=120))
+    assert not result.ok and not result.timed_out and result.run_ms < 30_000, result
+    assert wait_until(lambda: processes_with(token) == [])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
