@@ -214,12 +214,15 @@ class RolloutConfig(Validated):
     top_p: float = 1.0
     max_new_tokens: int = 48
     max_model_len: int = 256
-    dtype: str = "bfloat16"
+    # vLLM's compute dtype: "auto" picks bfloat16 where the hardware computes it natively (a GPU with bf16, a CPU with
+    # AVX512-BF16 or AMX), else float32 (posttrain.precision: emulated bf16 costs ~5x on an AVX2-only CPU)
+    dtype: str = "auto"
     enable_prefix_caching: bool = True
     # Engine processes serving the policy side by side, each on its own share of the cores, the batch split between
     # them by prompt (posttrain.rollout.engine). 0: one per core the process may use on CPU (each holds the weights and
     # its own KV cache: set 1 for a large model), 1 on GPU (more there: vLLM's own data_parallel_size).
     replicas: int = 0
+    engine_start_timeout_s: float = 600.0  # an engine process not serving this long after its start: an error
     seed: int = 0
     # DAPO dynamic sampling (posttrain.rollout.dynamic_sampling): groups whose rewards are all equal carry no GRPO
     # signal; they are dropped and refilled with fresh train envs sampled from the same policy version.
@@ -229,7 +232,8 @@ class RolloutConfig(Validated):
     PATH = "rollout."
     RULES = {"samples_per_env": at_least(1), "envs_per_iteration": at_least(1), "temperature": at_least(0),
              "top_p": check(lambda p: 0 < p <= 1, "in (0, 1]"), "max_model_len": at_least(1),
-             "replicas": at_least(0),
+             "replicas": at_least(0), "engine_start_timeout_s": above(0),
+             "dtype": one_of("posttrain.precision:ENGINE_DTYPES"),
              "max_new_tokens": (at_least(1), below("max_model_len")), "max_resample_rounds": at_least(0)}
 
 
@@ -245,7 +249,9 @@ class TrainConfig(Validated):
     nproc_per_node: int = 1  # data-parallel processes per node of the update; > 1: torch elastic (tasks.update)
     nnodes: int = 1  # nodes of the update; > 1: a Kubeflow PyTorchJob on a cluster (each node its own pod and disk)
     zero_stage: int = 2  # DeepSpeed ZeRO stage 0-3 (3 partitions the weights too)
-    bf16: bool = True
+    # "auto": bf16 (DeepSpeed bf16, fp32 master weights) where the hardware computes it natively, else fp32
+    # (posttrain.precision); "bf16" or "fp32" force one. The choice is logged with each update.
+    precision: str = "auto"
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~1/3 more compute
     lr_warmup_steps: int = 0  # linear LR warmup over the first N optimizer steps of the run; 0: constant LR
     carry_train_state: bool = True  # save optimizer, LR schedule and RNG beside each version; the next update resumes
@@ -268,7 +274,7 @@ class TrainConfig(Validated):
              "grad_accum_steps": at_least(1), "lr_warmup_steps": at_least(0), "nproc_per_node": at_least(1),
              "nnodes": at_least(1),
              "clip_eps_low": check(lambda eps: 0 <= eps < 1, "in [0, 1)"), "clip_eps_high": at_least(0),
-             "zero_stage": one_of((0, 1, 2, 3)), "max_grad_norm": at_least(0), "advantage_eps": at_least(0),
+             "zero_stage": one_of((0, 1, 2, 3)), "precision": one_of("posttrain.precision:PRECISIONS"), "max_grad_norm": at_least(0), "advantage_eps": at_least(0),
              "advantage_estimator": registered("get_advantage_estimator"), "policy_loss": registered("get_policy_loss"),
              "loss_aggregation": registered("check_aggregation"), "loss_norm_len": at_least(0),
              "kl_coef": at_least(0), "kl_estimator": one_of("posttrain.training.algorithms.kl:KL_ESTIMATORS"),

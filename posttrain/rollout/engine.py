@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol, Sequence
 
+from posttrain import precision
 from posttrain.config import RolloutConfig
 from posttrain.rollout.engine_host import BIND_ENV, EngineHost, cores
 
@@ -87,7 +88,8 @@ class VLLMEngine:
         self.policy_dir = str(policy_dir)
         self.version = version
         seed = cfg.seed if seed is None else seed
-        kwargs = {"dtype": cfg.dtype, "enable_prefix_caching": cfg.enable_prefix_caching,
+        self.dtype = precision.engine_dtype(cfg.dtype, cuda=precision.cuda_bf16())  # "auto": native bf16, else fp32
+        kwargs = {"dtype": self.dtype, "enable_prefix_caching": cfg.enable_prefix_caching,
                   "max_model_len": cfg.max_model_len,
                   "worker_extension_cls": f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}",
                   "use_tqdm_on_load": sys.stderr.isatty()}  # a bar's redraws would each be a line in a log
@@ -101,7 +103,8 @@ class VLLMEngine:
         if failed:
             self.close()
             raise failed[0]
-        log.info("vLLM engine for %s: %s", self.policy_dir, self.info)
+        log.info("vLLM engine for %s (%s, RolloutConfig.dtype=%r): %s", self.policy_dir, self.dtype, cfg.dtype,
+                 self.info)
 
     @property
     def info(self) -> list[dict]:

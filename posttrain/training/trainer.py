@@ -2,7 +2,7 @@
 
 ``PolicyTrainer`` loads an HF causal-LM dir, wraps it in ``deepspeed.initialize`` with a config built from
 ``TrainConfig``, trains on one iteration's scored rollouts and writes the next policy as an HF safetensors dir
-(fp32 master weights) that vLLM loads with ``dtype="bfloat16"``. On a CPU machine set ``DS_ACCELERATOR=cpu``;
+(fp32 master weights) that vLLM loads in its own dtype. On a CPU machine set ``DS_ACCELERATOR=cpu``;
 the process group is gloo, single rank unless the launcher set ``RANK``/``WORLD_SIZE``. Every ZeRO stage (0-3)
 trains and checkpoints on CPU.
 
@@ -38,6 +38,7 @@ Example (``samples`` come from scored rollouts with advantages; infra failures a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from posttrain import precision
 from posttrain.config import TrainConfig
 from posttrain.training.algorithms import aggregate, check_aggregation, get_policy_loss
 from posttrain.training.algorithms.objective import per_token_objective
@@ -59,6 +61,7 @@ from posttrain.training.logprobs import completion_values, place_completion_valu
 if TYPE_CHECKING:  # the trainer reads TrainSample's fields; samples.py (pandas, the reward stage) is not imported
     from posttrain.training.samples import TrainSample
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class TrainStats:
@@ -75,6 +78,7 @@ class TrainStats:
     kl: float = float("nan")  # mean over steps of the KL estimator to the reference (nan when kl_coef is 0)
     behavior_kl: float = 0.0  # k3 KL(vLLM || trainer) per token over the trained samples, before the first step
     wall_s: float = 0.0  # the whole update stage (trainer start, training, save), set by the update task
+    bf16: bool = False  # whether the update computed in bf16 (TrainConfig.precision, resolved on this hardware)
 
 
 @dataclass
@@ -86,13 +90,13 @@ class PreUpdate:
     behavior_kl: float  # token mean of k3 KL(vLLM || trainer) over those samples; 0.0 without tokens
 
 
-def deepspeed_config(cfg: TrainConfig) -> dict[str, Any]:
-    """The DeepSpeed JSON config for one data-parallel rank group, from ``TrainConfig``."""
+def deepspeed_config(cfg: TrainConfig, bf16: bool) -> dict[str, Any]:
+    """The DeepSpeed JSON config for one data-parallel rank group, from ``TrainConfig`` and the resolved precision."""
     return {
         "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
         "gradient_accumulation_steps": cfg.grad_accum_steps,
         "gradient_clipping": cfg.max_grad_norm,
-        "bf16": {"enabled": cfg.bf16},
+        "bf16": {"enabled": bf16},
         "zero_optimization": {"stage": cfg.zero_stage},
         "optimizer": {
             "type": "AdamW",
@@ -139,6 +143,9 @@ class PolicyTrainer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.cfg = cfg
+        self.precision = precision.here(cfg.precision)
+        self.bf16 = self.precision.precision == "bf16"
+        log.info("update precision %s (%s)", self.precision.precision, self.precision.reason)
         self.policy_loss = get_policy_loss(cfg.policy_loss)
         check_aggregation(cfg.loss_aggregation)  # a bad name fails here, before any model is loaded
         if cfg.kl_coef and reference_dir is None:
@@ -153,10 +160,10 @@ class PolicyTrainer:
         model = AutoModelForCausalLM.from_pretrained(self.policy_dir, dtype=torch.float32)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        fp32 = {name: p.detach().clone() for name, p in model.named_parameters()} if cfg.bf16 else {}
+        fp32 = {name: p.detach().clone() for name, p in model.named_parameters()} if self.bf16 else {}
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=deepspeed_config(cfg), lr_scheduler=self._lr_schedule)
+            config=deepspeed_config(cfg, self.bf16), lr_scheduler=self._lr_schedule)
         self._epoch_seed = cfg.seed
         restored = load_train_state(self.engine, self.policy_dir, self._state_settings()) \
             if cfg.carry_train_state else None
@@ -173,7 +180,7 @@ class PolicyTrainer:
 
     def _state_settings(self) -> dict[str, Any]:
         """The settings a carried training state must have been saved under to be restored."""
-        return {"zero_stage": self.cfg.zero_stage, "bf16": self.cfg.bf16, "world_size": self.engine.world_size,
+        return {"zero_stage": self.cfg.zero_stage, "bf16": self.bf16, "world_size": self.engine.world_size,
                 "learning_rate": self.cfg.learning_rate, "lr_warmup_steps": self.cfg.lr_warmup_steps}
 
     def _client_state(self) -> dict[str, Any]:
@@ -193,7 +200,7 @@ class PolicyTrainer:
         """The frozen reference policy: eval mode, no gradients, the engine's dtype (bf16 or fp32) and device."""
         from transformers import AutoModelForCausalLM
 
-        dtype = torch.bfloat16 if self.cfg.bf16 else torch.float32
+        dtype = torch.bfloat16 if self.bf16 else torch.float32
         model = AutoModelForCausalLM.from_pretrained(reference_dir, dtype=dtype).to(self.engine.device).eval()
         return model.requires_grad_(False)
 
@@ -282,7 +289,7 @@ class PolicyTrainer:
                           seconds=time.perf_counter() - start,
                           skipped_samples=(len(samples) - len(keep)) * self.cfg.epochs,
                           entropy=means.get("entropy", unreported), kl=means.get("kl", unreported),
-                          behavior_kl=before.behavior_kl)
+                          behavior_kl=before.behavior_kl, bf16=self.bf16)
 
     def _sum_over_ranks(self, sums: dict[str, torch.Tensor], num_tokens: int) -> tuple[dict[str, torch.Tensor], int]:
         """Each rank's weighted stat sums and token count, summed over the data-parallel ranks (as is for one)."""
@@ -382,7 +389,7 @@ class PolicyTrainer:
         """Write the fp32 master weights as an HF safetensors dir (+ tokenizer, + ``POLICY_META`` if given).
 
         fp32 keeps small updates that bf16 rounding would erase when the next iteration resumes from this dir;
-        vLLM casts on load (``dtype="bfloat16"``). With ``carry_train_state`` the training state goes to
+        vLLM casts on load (``RolloutConfig.dtype``). With ``carry_train_state`` the training state goes to
         ``out_dir/train_state``. Every rank must call this (the gathers and the state are collective); rank 0
         writes the HF files.
         """

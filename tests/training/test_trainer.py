@@ -69,7 +69,7 @@ def _master_weights(trainer: PolicyTrainer) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def trainer(tiny_policy):
-    t = PolicyTrainer(tiny_policy, TrainConfig(micro_batch_size=8, learning_rate=1e-3, zero_stage=2, bf16=True))
+    t = PolicyTrainer(tiny_policy, TrainConfig(micro_batch_size=8, learning_rate=1e-3, zero_stage=2, precision="bf16"))
     yield t
     t.close()
 
@@ -187,7 +187,7 @@ def test_a_kl_penalty_without_a_reference_fails_before_loading():
 def _one_update(policy_dir, samples, **cfg) -> tuple:
     """One ``train_on`` from ``policy_dir`` (fp32 unless ``cfg`` says otherwise): its stats, whether activations
     were checkpointed, and the gradient of each optimizer step as AdamW receives it (accumulated, flat under ZeRO)."""
-    trainer = PolicyTrainer(policy_dir, TrainConfig(**{"learning_rate": 1e-3, "bf16": False, **cfg}))
+    trainer = PolicyTrainer(policy_dir, TrainConfig(**{"learning_rate": 1e-3, "precision": "fp32", **cfg}))
     grads = []
     trainer.engine.basic_optimizer.register_step_pre_hook(
         lambda opt, args, kwargs: grads.append(torch.cat([p.grad.flatten() for g in opt.param_groups
