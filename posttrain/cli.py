@@ -5,6 +5,7 @@
                                        prints per-check statistics and every rejection (see --help for the checks)
     posttrain import-jsonl FILE OUT    import HumanEval/MBPP-style JSONL into a suite folder of env specs
     posttrain reason-codes [--write F] print every admission reason code as a Markdown table, or rewrite F's block
+    posttrain config-docs [--write F]  print every config field as Markdown tables, or rewrite F's block
     posttrain doctor                   check that bwrap, dockerd + sandbox image, vLLM and DeepSpeed are usable
 
 Example:
@@ -94,6 +95,16 @@ def _reason_codes(args) -> int:
     return 0
 
 
+def _config_docs(args) -> int:
+    from posttrain.config_docs import markdown_tables, write_tables
+
+    if not args.write:
+        print(markdown_tables())
+    for path in args.write:
+        print(f"{path}: {'updated' if write_tables(path) else 'up to date'}")
+    return 0
+
+
 def _doctor(args) -> int:
     checks = {"bwrap": shutil.which("bwrap") is not None}
     try:
@@ -152,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="append", default=[], metavar="FILE",
                    help="rewrite the reason-codes block of FILE (e.g. docs/admission.md) instead of printing")
     p.set_defaults(func=_reason_codes)
+    p = sub.add_parser("config-docs", help="every config field (type, default, meaning) as Markdown tables")
+    p.add_argument("--write", action="append", default=[], metavar="FILE",
+                   help="rewrite the config-docs block of FILE (e.g. docs/configuration.md) instead of printing")
+    p.set_defaults(func=_config_docs)
     p = sub.add_parser("doctor", help="check the real components are usable")
     p.set_defaults(func=_doctor)
     args = parser.parse_args(argv)

@@ -1,0 +1,116 @@
+"""The configuration reference is written once, in config.py: docs/configuration.md's tables are rendered from its
+dataclasses and comments, and every field has a comment to render."""
+
+from __future__ import annotations
+
+import io
+import textwrap
+import tokenize
+from dataclasses import fields, is_dataclass
+
+import pytest
+
+from posttrain import config_docs
+from posttrain.cli import main
+from posttrain.config import AdmissionConfig, EvaluateConfig, LoopConfig, SandboxConfig
+from posttrain.config_docs import BEGIN, END, REWRITE, field_docs, markdown_tables, tables, undocumented, with_tables
+from tests import ROOT
+
+pytestmark = pytest.mark.unit
+
+DOC = ROOT / "docs" / "configuration.md"
+
+
+def leaf_paths(cls: type, prefix: str = "") -> set[str]:
+    """Every field path of a config, walked from the instances (independently of config_docs' own walk)."""
+    paths = set()
+    for f in fields(cls):
+        value = getattr(cls(), f.name)
+        if is_dataclass(value):
+            paths |= leaf_paths(type(value), f"{prefix}{f.name}.")
+        else:
+            paths.add(prefix + f.name)
+    return paths
+
+
+def test_docs_file_is_the_rendered_one():
+    doc = DOC.read_text(encoding="utf-8")
+    assert with_tables(doc) == doc, f"stale configuration tables in docs/configuration.md: {REWRITE}"
+
+
+def test_every_field_of_the_loop_is_a_row_once():
+    rows = [row.path for table in tables() if table.cls is not EvaluateConfig for row in table.rows]
+    assert len(rows) == len(set(rows))
+    assert set(rows) == leaf_paths(LoopConfig)
+    evaluate = next(t for t in tables() if t.cls is EvaluateConfig)
+    assert [r.path for r in evaluate.rows] == ["policy", "suite", "baseline", "experiment"]
+    assert "`eval` takes the fields of `eval.*`" in evaluate.intro
+
+
+def test_every_field_has_a_doc_line():
+    missing = undocumented()
+    assert missing == [], (f"{len(missing)} config fields have no comment in posttrain/config.py (a trailing "
+                           f"`# ...` or a comment line right above the field): {', '.join(missing)}; add them, then: "
+                           f"{REWRITE}")
+
+
+def test_doc_lines_come_from_the_comments():
+    docs = field_docs(SandboxConfig)
+    assert docs["memory_mb"] == "address-space / cgroup memory limit per execution"
+    assert docs["backend"].startswith('"bwrap-warm"')
+    # A comment line indented after its "#" continues the trailing comment above it, and is not above the next field.
+    assert field_docs(AdmissionConfig)["agent_batch"].endswith("(one container each while it runs).")
+    assert field_docs(AdmissionConfig)["agent_deadline_s"].startswith("wall seconds of one batch")
+
+
+def test_comment_parsing(monkeypatch):
+    source = textwrap.dedent('''\
+        from dataclasses import dataclass
+
+        @dataclass
+        class Demo:
+            """Docstring."""
+
+            a: int = 1  # the a
+            # A section.
+            # wrapped.
+            b: str = "x # not a comment"
+            c: int = 3  # c's comment
+            #              continued below
+            d: int = 4
+
+            # after a blank line: not above e
+            PATH = "demo."
+            e: int = 5
+            # Section, wrapped
+            # over two lines:
+            f: int = 6  # f's own
+        ''')
+    comments = {}
+    lines = source.splitlines()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = (tok.string[1:], not lines[tok.start[0] - 1][:tok.start[1]].strip())
+    monkeypatch.setattr(config_docs, "_source", lambda: (source, comments))
+    Demo = type("Demo", (), {})
+    assert field_docs(Demo) == {"a": "the a", "b": "A section. wrapped.", "c": "c's comment continued below",
+                                "d": "", "e": "",
+                                "f": "Section, wrapped over two lines: f's own."}
+
+
+def test_markdown_escapes_outside_code_spans():
+    row = config_docs.Row("x.y", "str", '"a"', "a | b, ``c|d`` and posttrain:<folder>")
+    assert config_docs.markdown_row(row) == r'| `x.y` | `str` | `"a"` | a \| b, `c|d` and posttrain:\<folder> |'
+
+
+def test_cli_prints_and_rewrites_the_block(tmp_path, capsys):
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"intro\n{BEGIN}\nold tables\n{END}\nafter\n")
+    assert main(["config-docs", "--write", str(doc)]) == 0
+    assert doc.read_text() == f"intro\n{BEGIN}\n{markdown_tables()}\n{END}\nafter\n"
+    assert main(["config-docs", "--write", str(doc)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{doc}: updated", f"{doc}: up to date"]
+    assert main(["config-docs"]) == 0 and capsys.readouterr().out == markdown_tables() + "\n"
+    doc.write_text("no block here\n")
+    with pytest.raises(ValueError, match="no config-docs block"):
+        config_docs.write_tables(doc)
