@@ -4,11 +4,16 @@ Never cached, idempotent instead: the parent run is keyed by the run identity (`
 digest, starting policy digest, cache version), so a rerun of an interrupted execution resumes the first execution's
 parent run, skips the iterations it finished and completes the one it left open: no duplicate runs or registry
 versions. ``pyflyte run --overwrite-cache`` recomputes every stage, so it opens a new parent run.
+
+While the loop runs these tasks print to stdout (``posttrain.evaluation.run_lines``): where to open the run, then
+per policy version, as it is logged, a line for the iteration that trained it and one for its evaluation (marked
+resumed when an earlier execution logged them); ``finish_tracking`` prints the summary table.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 from typing import Optional
 
 from flytekit import Deck, task
@@ -20,6 +25,7 @@ from posttrain.agent.metrics import AgentStats, agent_metrics
 from posttrain.config import LoopConfig, PromotionConfig
 from posttrain.evaluation.regression import flip_metrics, flips
 from posttrain.evaluation.results import summarize
+from posttrain.evaluation.run_lines import mlflow_line, version_lines, write_lines
 from posttrain.evaluation.run_report import log_loop_report
 from posttrain.evaluation.run_summary import print_summary
 from posttrain.reward import RewardStats
@@ -38,7 +44,8 @@ from tasks.resources import CACHE_VERSION, stage
 def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport], suite_digest: str, policy: PolicyDir) -> str:
     """Open the parent run (config as params, the admission report as an artifact), or resume the one an earlier
     execution of the same run (``suite_digest``, starting ``policy``, ``CACHE_VERSION``) opened, unless this
-    execution recomputes every stage (``pyflyte run --overwrite-cache``); returns the run id."""
+    execution recomputes every stage (``pyflyte run --overwrite-cache``); prints where to open it; returns the run
+    id."""
     execution = execution_name()
     key = tracking.run_key(asdict(cfg), suite_digest, dir_digest(policy.download()), CACHE_VERSION)
     run_id, resumed = tracking.start_or_resume_run(
@@ -54,7 +61,15 @@ def start_tracking(cfg: LoopConfig, report: DataFrame[AdmissionReport], suite_di
     tracking.log_dict(run_id, asdict(cfg), "config.json")
     tracking.log_table(run_id, report, "admission_report", html=True)
     tracking.log_metrics(run_id, tracking.admission_counts(report), step=0, once=resumed)
+    _print_where(run_id, cfg.experiment, resumed)
     return run_id
+
+
+def _print_where(run_id: str, experiment: str, resumed: bool) -> None:
+    """The line that says where to open the run in the MLflow UI."""
+    experiment_id = tracking.client().get_run(run_id).info.experiment_id
+    local_default = f"sqlite:///{Path.cwd() / 'mlflow.db'}"  # tracking_uri()'s default, which `make mlflow-ui` opens
+    write_lines([mlflow_line(run_id, experiment_id, experiment, tracking.tracking_uri(), local_default, resumed)])
 
 
 @task(**stage("track"))
@@ -107,15 +122,18 @@ def _add_agent(metrics: dict[str, float], tables: dict, rollout: Optional[AgentS
 def _log_once(run_id: str, iteration: int, metrics: dict[str, float], tables: dict, policy: PolicyDir,
               results: Optional[DataFrame[EvalResults]], promotion: PromotionConfig) -> str:
     """Log iteration ``iteration`` with policy v_k, then promote v_k, unless an earlier execution of this run did
-    both (the iteration's nested run is finished only then): returns the nested run's id."""
+    both (the iteration's nested run is finished only then); print v_k's lines (``run_lines``: from what the earlier
+    execution logged, if it did); return the nested run's id."""
     done = tracking.finished_iteration(run_id, iteration)
     if done is not None:
+        write_lines(version_lines(iteration, tracking.client().get_run(done).data.metrics, resumed=True))
         return done
     child = tracking.log_iteration(run_id, iteration, metrics, tables=tables, policy_dir=policy.download(),
                                    policy_version=iteration, finish=False)
     # lineage tags, alias candidate; champion if it passes the regression gate
     registry.promote(child, results, promotion.regression_envs, promotion.max_regressions)
     tracking.finish_run(child)
+    write_lines(version_lines(iteration, metrics))
     return child
 
 
