@@ -6,6 +6,9 @@ what the killed run had not finished, attaches to the killed run's MLflow parent
 versions), and ends with the uninterrupted run's trajectories, weights and optimizer state. Each execution gets its
 own Flyte local cache (``HOME``: flytekit keeps it in ``~/.flyte/local-cache``) and MLflow store.
 
+While they run, both print one line per policy version logged and per evaluation (``posttrain.evaluation.run_lines``);
+the rerun prints what the killed run had logged again, from the store, marked resumed.
+
 The MLflow half without Flyte: ``test_tracking_resumes_the_parent_and_never_duplicates_an_iteration``.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,6 +35,7 @@ CONFIG = {"iterations": 2, "rollout": {"samples_per_env": 4, "envs_per_iteration
           "train": {"micro_batch_size": 16}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
           "admission": {"checks": ["consistency"]}}
 MODEL = "posttrain-policy"
+RESUMED = "  (resumed: logged by an earlier execution)"
 
 
 @dataclass
@@ -91,6 +96,11 @@ def cache_events(log: Path) -> list[tuple[str, str]]:
         elif message.startswith("Cache miss"):
             events.append((task, "miss"))
     return events
+
+
+def printed_lines(log: Path) -> list[str]:
+    """The lines the loop printed while it ran (where to open the run, then per version its iteration and eval)."""
+    return [line for line in log.read_text(errors="replace").splitlines() if re.match(r"(MLflow run |v\d+ )", line)]
 
 
 def iteration_runs(runs: list) -> dict[int, list]:
@@ -207,6 +217,25 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
           f"max |optimizer state difference| {optimizer_difference:.3g}, optimizer steps v1/v2 ref/v2 resumed {steps}")
     assert update_size > 0 and weight_difference <= 1e-6 and optimizer_difference <= 1e-6
     assert 0 < steps[0] < steps[1] == steps[2]  # v2's optimizer continued v1's steps: the state was carried
+
+    # 5. each run printed one line per version logged and per evaluation (v0 and the last evaluated), as it went; the
+    # rerun printed the killed run's lines again from the store, marked resumed, then the new ones
+    parent_ref = next(r.info.run_id for r in runs_ref if "mlflow.parentRunId" not in r.data.tags)
+    experiment = reference.client().get_experiment_by_name("posttrain").experiment_id
+    ref, killed_lines, rerun_lines = (printed_lines(store.root / log) for store, log in (
+        (reference, "run.log"), (resumed, "killed.log"), (resumed, "rerun.log")))
+    assert ref[0] == (f"MLflow run {parent_ref} (experiment posttrain): MLFLOW_TRACKING_URI={reference.uri} make "
+                      f"mlflow-ui, then open http://127.0.0.1:5000/#/experiments/{experiment}/runs/{parent_ref}"), ref
+    assert [line.split("  ")[0] for line in ref[1:]] == ["v0 eval", "v1", "v2", "v2 eval"], ref
+    assert re.fullmatch(r"v2 eval  greedy \d\.\d{3}  sampled \d\.\d{3}  \(4 envs, .*\)", ref[4]), ref
+    assert re.fullmatch(r"v1  reward \d\.\d{3}  learnable \d/4(  \d+ infra errors?)?  \|  "
+                        r"sample .*s  reward .*s  update .*s  \|  iteration \d+\.\ds", ref[2]), ref
+    parent_id = parents[0].info.run_id
+    assert killed_lines[0].startswith(f"MLflow run {parent_id} (experiment posttrain): ") and len(killed_lines) == 3
+    assert rerun_lines[0].startswith(f"MLflow run {parent_id} (experiment posttrain, resumed): "), rerun_lines
+    assert rerun_lines[1:3] == [line + RESUMED for line in killed_lines[1:]], (killed_lines, rerun_lines)
+    assert [line.split("  ")[0] for line in rerun_lines[3:]] == ["v2", "v2 eval"], rerun_lines
+    assert not any(line.endswith(RESUMED) for line in rerun_lines[3:])
 
 
 @pytest.mark.integration
