@@ -154,7 +154,7 @@ class Validated:
 class DockerPoolConfig(Validated):
     """The Docker backend's warm pool (``posttrain.sandbox.docker.DockerPool``): image, sizing, daemon."""
 
-    image: str = "posttrain-sandbox:latest"
+    image: str = "posttrain-sandbox:latest"  # the sandbox image (make sandbox-image builds it offline)
     size: int = 4  # containers kept started and clean, ready to take an execution
     max_size: int = 16  # containers at most (ready + busy) during a burst
     min_idle: int = 1  # containers kept once the pool has been idle for idle_s
@@ -211,19 +211,20 @@ class RolloutConfig(Validated):
     envs_per_iteration: int = 32  # envs sampled from the admitted training split each iteration
     # The demo policy solves 7% of train samples at 1.0, 33% at 0.6: most groups would fail whole at 1.0 (no signal)
     temperature: float = 0.6
-    top_p: float = 1.0
-    max_new_tokens: int = 48
-    max_model_len: int = 256
+    top_p: float = 1.0  # nucleus sampling of the rollout (1.0: off)
+    max_new_tokens: int = 48  # tokens one completion may generate
+    max_model_len: int = 256  # the engine's context: prompt + completion tokens at most
     # vLLM's compute dtype: "auto" picks bfloat16 where the hardware computes it natively (a GPU with bf16, a CPU with
     # AVX512-BF16 or AMX), else float32 (posttrain.precision: emulated bf16 costs ~5x on an AVX2-only CPU)
     dtype: str = "auto"
+    # vLLM reuses the KV cache of a shared prompt prefix (the n samples of one prompt)
     enable_prefix_caching: bool = True
     # Engine processes serving the policy side by side, each on its own share of the cores, the batch split between
     # them by prompt (posttrain.rollout.engine). 0: one per core the process may use on CPU (each holds the weights and
     # its own KV cache: set 1 for a large model), 1 on GPU (more there: vLLM's own data_parallel_size).
     replicas: int = 0
     engine_start_timeout_s: float = 600.0  # an engine process not serving this long after its start: an error
-    seed: int = 0
+    seed: int = 0  # the engine's sampling seed (replica r: seed + r); the same seed gives the same rollouts
     # DAPO dynamic sampling (posttrain.rollout.dynamic_sampling): groups whose rewards are all equal carry no GRPO
     # signal; they are dropped and refilled with fresh train envs sampled from the same policy version.
     dynamic_sampling: bool = False
@@ -239,7 +240,8 @@ class RolloutConfig(Validated):
 
 @dataclass
 class TrainConfig(Validated):
-    learning_rate: float = 1e-4  # the demo's 30 iterations: 2e-4 gains faster, then stalls lower (README ablation)
+    # the demo's 30 iterations: 2e-4 gains faster, then stalls lower (docs/algorithms.md ablation)
+    learning_rate: float = 1e-4
     clip_eps: float = 0.2  # PPO clip range, symmetric unless clip_eps_low / clip_eps_high say otherwise
     clip_eps_low: float = 0.0  # the ratio's lower bound is 1 - clip_eps_low; 0 means clip_eps
     clip_eps_high: float = 0.0  # upper bound 1 + clip_eps_high; 0 means clip_eps (DAPO clip-higher: 0.28; GSPO: 4e-4)
@@ -255,9 +257,9 @@ class TrainConfig(Validated):
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~1/3 more compute
     lr_warmup_steps: int = 0  # linear LR warmup over the first N optimizer steps of the run; 0: constant LR
     carry_train_state: bool = True  # save optimizer, LR schedule and RNG beside each version; the next update resumes
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = 1.0  # global gradient-norm clip before each optimizer step (0: off)
     advantage_eps: float = 1e-6  # added to the group std before dividing
-    seed: int = 0
+    seed: int = 0  # seeds the shuffle of samples into micro batches and torch's RNG
     # The algorithm, by registered name (posttrain.training.algorithms); the defaults are GRPO + PPO-clip.
     advantage_estimator: str = "grpo"  # "grpo" (group-normalized), "dr_grpo" (minus the group mean), "rloo"
     policy_loss: str = "ppo_clip"  # per-token loss: "ppo_clip" (per-token ratio) or "gspo" (per-sequence ratio)
@@ -274,7 +276,8 @@ class TrainConfig(Validated):
              "grad_accum_steps": at_least(1), "lr_warmup_steps": at_least(0), "nproc_per_node": at_least(1),
              "nnodes": at_least(1),
              "clip_eps_low": check(lambda eps: 0 <= eps < 1, "in [0, 1)"), "clip_eps_high": at_least(0),
-             "zero_stage": one_of((0, 1, 2, 3)), "precision": one_of("posttrain.precision:PRECISIONS"), "max_grad_norm": at_least(0), "advantage_eps": at_least(0),
+             "zero_stage": one_of((0, 1, 2, 3)), "precision": one_of("posttrain.precision:PRECISIONS"),
+             "max_grad_norm": at_least(0), "advantage_eps": at_least(0),
              "advantage_estimator": registered("get_advantage_estimator"), "policy_loss": registered("get_policy_loss"),
              "loss_aggregation": registered("check_aggregation"), "loss_norm_len": at_least(0),
              "kl_coef": at_least(0), "kl_estimator": one_of("posttrain.training.algorithms.kl:KL_ESTIMATORS"),
@@ -283,8 +286,8 @@ class TrainConfig(Validated):
 
 @dataclass
 class EvalConfig(Validated):
-    max_new_tokens: int = 48
-    split: str = "eval"
+    max_new_tokens: int = 48  # tokens one eval completion may generate
+    split: str = "eval"  # the suite split evaluated
     limit: int = 0  # 0 means every env of the split
     every: int = 10  # evaluate policy versions k with k % every == 0; v0 and the final version always (0: only those)
     samples: int = 8  # sampled pass@1: completions per eval env at the rollout temperature and top_p (0: greedy only)
@@ -307,7 +310,7 @@ class DemoPolicyConfig(Validated):
     sft_steps: int = 175  # mid-way through SFT on purpose: ~40% greedy pass@1 on eval, room for RL
     sft_batch_size: int = 16
     sft_learning_rate: float = 2e-3  # 3e-3 made pass@1 jump between ~0 and ~60% from one step count to the next
-    seed: int = 0
+    seed: int = 0  # seeds the demo policy's initialisation and SFT batches
 
     PATH = "demo_policy."
     RULES = {**dict.fromkeys(["vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
@@ -333,12 +336,12 @@ class AgentConfig(Validated):
     # become one-line summaries (their full text goes to state_file in the workspace). Per domain: context_budgets.
     context_budget: int = 1536
     context_budgets: dict[str, int] = field(default_factory=dict)  # domain -> budget, overrides context_budget
-    keep_recent_turns: int = 2
+    keep_recent_turns: int = 2  # turns whose observations stay whole when the context is compressed
     summary_chars: int = 80  # characters of an observation's first line kept in its summary
     state_file: str = ".agent/state.md"  # workspace file where compressed observations persist
-    temperature: float = 0.6
-    top_p: float = 1.0
-    seed: int = 0
+    temperature: float = 0.6  # sampling temperature of the agent's turns
+    top_p: float = 1.0  # nucleus sampling of the agent's turns (1.0: off)
+    seed: int = 0  # the agent engine's sampling seed
     # The agent tier of the RL loop (tasks.agent): its own groups, beside the single-turn rollout.
     envs_per_iteration: int = 8  # agent train envs rolled out per iteration
     samples_per_env: int = 4  # episodes per env (the group)
@@ -370,21 +373,23 @@ class AdmissionConfig(Validated):
     vLLM). ``learnability`` runs only when ``learnability_policy`` is set, and rejects only if ``filter_learnability``.
     """
 
+    # the admission checks that run, in order (the reason codes: docs/admission.md)
     checks: list[str] = field(default_factory=lambda: list(ADMISSION_CHECKS))
     repeats: int = 3  # runs of the reference for reproducibility (the first also decides solvability)
     mutation_threshold: float = 0.6  # minimum fraction of mutants the tests must kill
     max_mutants: int = 12  # mutants run per env (spread evenly over the verifier's list)
+    # the policy that must not solve an env (discrimination): a policy name or checkpoint dir
     weak_policy: str = "identity"
-    strong_policy: str = "reference"
+    strong_policy: str = "reference"  # the policy that must solve it (discrimination)
     k: int = 4  # samples per env and policy (discrimination, learnability)
     learnability_policy: str = ""  # "" = learnability not measured
     filter_learnability: bool = False  # reject envs the learnability policy always or never solves
     batch_concurrency: int = 8  # sandbox runs of one batch in flight (short runs are latency-bound); 0: sandbox's
     min_timeout_s: float = 0.5  # a spec's limits below these cannot run a program: consistency rejects them
-    min_memory_mb: int = 64
+    min_memory_mb: int = 64  # a spec's memory limit below this cannot run a program: consistency rejects it
     temperature: float = 1.0  # sampling settings of checkpoint (vLLM) policies
-    max_new_tokens: int = 64
-    seed: int = 0
+    max_new_tokens: int = 64  # tokens one sampled completion of a checkpoint policy may generate
+    seed: int = 0  # the sampling seed of checkpoint policies
     # Agent envs (kind "agent"): the oracle episode (solvability) and the agent probes (anti-hacking) run as scripted
     # episodes in sandbox sessions (posttrain.admission.agent_episodes).
     agent_batch: int = 0  # episodes run at once; 0: all of a check, on docker at most docker.max_size (one container
@@ -419,10 +424,12 @@ class EvaluateConfig(Validated):
     latest results on the same suite (same digest) the per-env flips compare against ("" for none).
     """
 
+    # the policy evaluated: a checkpoint dir, a URI, or a registered version or alias
     policy: str = "models:/posttrain-policy@champion"
-    suite: str = DEMO_SUITE_REF
+    suite: str = DEMO_SUITE_REF  # the suite evaluated: a folder reference (local dir, posttrain:<folder>, URI)
+    # the alias whose latest results on the same suite the per-env flips compare against ('' for none)
     baseline: str = "champion"
-    experiment: str = "posttrain-eval"
+    experiment: str = "posttrain-eval"  # the MLflow experiment of evaluation runs
     eval: EvalConfig = field(default_factory=EvalConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
@@ -435,9 +442,9 @@ class EvaluateConfig(Validated):
 class LoopConfig(Validated):
     suite: str = DEMO_SUITE_REF  # a folder reference: local dir, posttrain:<folder>, or URI (s3://...)
     policy: str = DEMO_POLICY  # a folder reference, "demo", or a registered version (models:/posttrain-policy@champion)
-    iterations: int = 30
+    iterations: int = 30  # RL iterations: policy versions v1..vN are trained
     max_staleness: int = 0  # rollouts sample from v_{k-s} (posttrain.rollout.staleness); 0: on-policy
-    experiment: str = "posttrain"
+    experiment: str = "posttrain"  # the MLflow experiment of training runs
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
