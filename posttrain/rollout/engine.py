@@ -41,7 +41,7 @@ from typing import Iterator, Protocol, Sequence
 
 from posttrain import precision
 from posttrain.config import RolloutConfig
-from posttrain.rollout.engine_host import BIND_ENV, EngineHost, cores
+from posttrain.rollout.engine_host import BIND_ENV, EngineHost, cores, refuse_unguarded_start
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ class VLLMEngine:
     """
 
     def __init__(self, policy_dir: str, cfg: RolloutConfig, seed: int | None = None, version: int = -1):
+        refuse_unguarded_start()  # before ``staged``: an engine process re-importing the script would wait for its lock
         self.policy_dir = str(policy_dir)
         self.version = version
         seed = cfg.seed if seed is None else seed
@@ -96,7 +97,8 @@ class VLLMEngine:
         shares = replica_cpus(cfg.replicas)
         self.hosts: list[EngineHost] = []
         with staged(self.policy_dir) as model_path:
-            started = _each(lambda r: EngineHost.start(model_path, {**kwargs, "seed": seed + r}, shares[r]),
+            started = _each(lambda r: EngineHost.start(model_path, {**kwargs, "seed": seed + r}, shares[r],
+                                                       start_timeout_s=cfg.engine_start_timeout_s),
                             range(len(shares)), keep=True)
         self.hosts = [h for h in started if isinstance(h, EngineHost)]
         failed = [h for h in started if not isinstance(h, EngineHost)]

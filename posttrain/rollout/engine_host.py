@@ -17,6 +17,13 @@ CPU threads: the host's compute threads run on the cores in ``VLLM_CPU_OMP_THREA
 use, one thread per core. ``VLLM_ENABLE_V1_MULTIPROCESSING=1`` in the environment restores vLLM's own layout and
 binding inside the host (``benchmarks/rollout.py`` compares them).
 
+Waits: a start that does not serve within its ``start_timeout_s`` (``rollout.engine_start_timeout_s``) stops the
+process and raises ``EngineHostError``; every wait for a reply also watches the process itself, so one that dies
+raises at once, naming its pid and exit code. A spawned process first re-imports the caller's main script: a script
+that starts an engine without ``if __name__ == "__main__":`` would start one again from there (under ``VLLMEngine``
+it would wait forever for the lock its parent holds while the engine loads). ``refuse_unguarded_start`` stops that
+re-import at once, and the caller's ``EngineHostError`` says to add the guard.
+
 Texts: ``generate(..., decode=True)`` decodes, once at the end, the texts of requests sent with
 ``detokenize=False`` (``tokenizer.batch_decode``, special tokens skipped, as vLLM's detokenizer does), instead of
 vLLM's incremental detokenizer running on every sample at every step; requests with stop strings need it and keep it.
@@ -39,19 +46,24 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.util  # registers its exit hook (joining child processes) before ours: ours runs first
 import os
 import pickle
+import sys
 import threading
 import traceback
 import weakref
 from typing import Any
 
+from posttrain.config import RolloutConfig
+
 log = logging.getLogger(__name__)
 
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
-START_TIMEOUT_S = 1800.0  # a first start compiles (~1 min here); a GPU host may download nothing but still loads
 CLOSE_TIMEOUT_S = 60.0
+UNGUARDED_EXIT = 3  # the exit code of an engine process stopped by refuse_unguarded_start
+MAIN_GUARD = 'if __name__ == "__main__":'
 
 
 _open_hosts: "weakref.WeakSet[EngineHost]" = weakref.WeakSet()
@@ -66,6 +78,23 @@ def _close_open_hosts() -> None:
 
 class EngineHostError(RuntimeError):
     """The engine process failed to start, or ended while the caller waited for it."""
+
+
+def refuse_unguarded_start() -> None:
+    """End this process (exit code ``UNGUARDED_EXIT``) when it is a spawned process still importing its parent's main
+    script (multiprocessing's bootstrap): that script starts an engine outside ``if __name__ == "__main__":``.
+
+    In the caller's own process it does nothing:
+        >>> refuse_unguarded_start()
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # what multiprocessing checks itself
+        print(f"posttrain: the main script starts a vLLM engine when an engine process imports it; put the engine "
+              f"start under `{MAIN_GUARD}`", file=sys.stderr, flush=True)
+        raise SystemExit(UNGUARDED_EXIT)
+
+
+def _main_script() -> str:
+    return getattr(sys.modules.get("__main__"), "__file__", None) or "the main script"
 
 
 def cores(binding: str | None, available: set[int]) -> list[int]:
@@ -90,10 +119,12 @@ class EngineHost:
         self._lock = threading.Lock()  # one call at a time on the connection
 
     @classmethod
-    def start(cls, model_path: str, engine_kwargs: dict, cpus: list[int] | None = None) -> "EngineHost":
+    def start(cls, model_path: str, engine_kwargs: dict, cpus: list[int] | None = None,
+              start_timeout_s: float = RolloutConfig.engine_start_timeout_s) -> "EngineHost":
         """Start a process serving ``vllm.LLM(model=model_path, **engine_kwargs)``, on CPU its compute threads on
-        ``cpus`` (default: ``cores`` of ``VLLM_CPU_OMP_THREADS_BIND``); returns once it serves (or raises
-        ``EngineHostError`` with vLLM's error)."""
+        ``cpus`` (default: ``cores`` of ``VLLM_CPU_OMP_THREADS_BIND``); returns once it serves, or raises
+        ``EngineHostError``: vLLM's error, the process's end, or no start within ``start_timeout_s``."""
+        refuse_unguarded_start()
         context = multiprocessing.get_context("spawn")
         conn, child_conn = context.Pipe()
         # not a daemon: on GPU the host starts vLLM's own engine processes, which daemons may not
@@ -101,12 +132,13 @@ class EngineHost:
                                   name="posttrain-vllm-engine")
         process.start()
         child_conn.close()
-        if not conn.poll(START_TIMEOUT_S):
-            _stop(process, conn)
-            raise EngineHostError(f"the vLLM engine for {model_path} did not start within {START_TIMEOUT_S:.0f} s")
         host = cls(process, conn, info={})
         _open_hosts.add(host)
         try:
+            if not host._wait(start_timeout_s):
+                _stop(process, conn, grace_s=0)
+                raise EngineHostError(f"the vLLM engine for {model_path} did not start within {start_timeout_s:g} s "
+                                      "(rollout.engine_start_timeout_s) and was stopped; its log is above")
             host.info = host._receive(f"starting vLLM for {model_path}")
         except BaseException:
             host.close()
@@ -124,19 +156,27 @@ class EngineHost:
             return self._receive(method)
 
     def close(self) -> None:
-        """End the engine process (vLLM shut down first); idempotent."""
+        """End the engine process (vLLM shut down first, for up to ``CLOSE_TIMEOUT_S``); idempotent."""
         with self._lock:
             if self.process.is_alive():
                 try:
                     self.conn.send(("close", {}))
-                    if self.conn.poll(CLOSE_TIMEOUT_S):
+                    if self.conn in self._wait(CLOSE_TIMEOUT_S):
                         self.conn.recv()
                 except (BrokenPipeError, EOFError, OSError):
                     pass
-            _stop(self.process, self.conn)
+            _stop(self.process, self.conn, CLOSE_TIMEOUT_S)
             _open_hosts.discard(self)
 
+    def _wait(self, timeout_s: float | None) -> list:
+        """Wait until the engine process replies or ends (or ``timeout_s`` passes); what is ready."""
+        return multiprocessing.connection.wait([self.conn, self.process.sentinel], timeout_s)
+
     def _receive(self, what: str) -> Any:
+        """The engine process's reply: its result, or its exception raised here; ``EngineHostError`` if it ends
+        first."""
+        if self.conn not in self._wait(None):
+            raise self._ended(what)
         try:
             status, payload = self.conn.recv()
         except (EOFError, OSError) as exc:
@@ -151,19 +191,25 @@ class EngineHost:
 
     def _ended(self, what: str) -> EngineHostError:
         self.process.join(5)
+        if self.process.exitcode == UNGUARDED_EXIT:
+            return EngineHostError(f"{what}: the vLLM engine process re-imported {_main_script()}, which starts an "
+                                   f"engine at import; put the code that starts the engine under `{MAIN_GUARD}` (an "
+                                   "engine process is spawned: it imports the main script first)")
         return EngineHostError(f"{what}: the vLLM engine process (pid {self.process.pid}) ended, exit code "
                                f"{self.process.exitcode}; its log is above")
 
 
-def _stop(process, conn) -> None:
-    process.join(CLOSE_TIMEOUT_S if process.is_alive() else 0)
-    if process.is_alive():
-        log.warning("vLLM engine process %d did not stop; terminating it", process.pid)
-        process.terminate()
+def _stop(process, conn, grace_s: float) -> None:
+    """Give ``process`` ``grace_s`` to end, then terminate it, then kill it (10 s each); close ``conn``."""
+    process.join(grace_s)
+    for end, signal_name in ((process.terminate, "SIGTERM"), (process.kill, "SIGKILL")):
+        if not process.is_alive():
+            break
+        log.warning("vLLM engine process %d did not stop; sending it %s", process.pid, signal_name)
+        end()
         process.join(10)
-        if process.is_alive():
-            process.kill()
-            process.join()
+    if process.is_alive():
+        log.error("vLLM engine process %d survived SIGKILL (uninterruptible?); leaving it", process.pid)
     conn.close()
 
 

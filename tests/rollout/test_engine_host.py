@@ -2,13 +2,18 @@
 ``torch.set_num_threads`` stay its own while vLLM runs in-process over there; replicas split a batch by prompt and
 it comes back in order; texts decoded once at the end equal vLLM's incremental detokenizer's; a bad request raises
 in the caller and the engine serves on; a dead engine process is an error that names it; a core list binds the
-engine's threads."""
+engine's threads; a start that takes longer than ``rollout.engine_start_timeout_s`` is stopped and raises; a script
+that starts an engine without ``if __name__ == "__main__":`` fails in seconds with an error that says to add it."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +27,14 @@ pytestmark = pytest.mark.integration
 
 pytest.importorskip("vllm", reason="vLLM is not installed (make install with EXTRA=cpu or gpu)")
 
+UNGUARDED_SCRIPT = """
+from posttrain.config import RolloutConfig
+from posttrain.rollout.engine import VLLMEngine
+
+engine = VLLMEngine({policy!r}, RolloutConfig(max_model_len=256))
+print("served")
+engine.close()
+"""
 PROMPTS = ["# Write a function add_2(x) that returns x plus 2.\n", "def is_even(n):\n"]
 
 
@@ -118,3 +131,27 @@ def test_a_core_list_binds_the_engine_and_a_dead_engine_process_is_named(tiny_po
         engine.close()  # a dead process closes quietly
     with pytest.raises(RuntimeError, match="is closed"):
         engine.generate(PROMPTS[:1], n=1, temperature=1.0, max_tokens=4)
+
+
+def test_a_start_past_its_timeout_is_stopped_and_raises(tiny_policy):
+    before, started = set(multiprocessing.active_children()), time.monotonic()  # other tests' engines live on
+    with pytest.raises(EngineHostError, match=r"did not start within 0.5 s \(rollout.engine_start_timeout_s\)"):
+        VLLMEngine(str(tiny_policy), RolloutConfig(max_model_len=256, replicas=1, engine_start_timeout_s=0.5))
+    assert time.monotonic() - started < 60  # the process is terminated, not waited for
+    assert set(multiprocessing.active_children()) <= before  # and reaped
+
+
+def test_a_script_without_the_main_guard_fails_fast_and_says_to_add_it(tiny_policy, tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED_SCRIPT.format(policy=str(tiny_policy)))
+    started = time.monotonic()
+    # before the guard check this hung: the engine process re-ran the script, whose VLLMEngine waited for the staging
+    # lock the script's own VLLMEngine held while waiting for the engine process
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    elapsed = time.monotonic() - started
+    assert run.returncode == 1 and "served" not in run.stdout, (run.stdout, run.stderr[-3000:])
+    error = run.stderr.strip().splitlines()[-1]
+    assert error.startswith("posttrain.rollout.engine_host.EngineHostError: starting vLLM for "), run.stderr[-3000:]
+    assert f"re-imported {script}, which starts an engine at import; put the code that starts the engine under " \
+           '`if __name__ == "__main__":`' in error
+    assert elapsed < 120, elapsed  # ~10 s here: the engine processes end once they reach the engine start
