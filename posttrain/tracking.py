@@ -133,11 +133,15 @@ def start_or_resume_run(experiment: str, key: str, run_name: str, params: dict |
 
 def log_metrics(run_id: str, metrics: dict[str, float], step: int, once: bool = False) -> None:
     """Log ``metrics`` at ``step``; with ``once``, skip those that already have a value at ``step`` (a resumed run)."""
+    from mlflow.entities import Metric
+
     c = client()
-    for key, value in metrics.items():
-        if once and any(point.step == step for point in c.get_metric_history(run_id, key)):
-            continue
-        c.log_metric(run_id, key, float(value), step=step)
+    keys = [key for key in metrics
+            if not (once and any(point.step == step for point in c.get_metric_history(run_id, key)))]
+    now = int(time.time() * 1000)
+    batch = [Metric(key, float(metrics[key]), now, step) for key in keys]
+    for lo in range(0, len(batch), 1000):  # one write per 1000 metrics (MLflow's limit), not one per metric
+        c.log_batch(run_id, metrics=batch[lo : lo + 1000])
 
 
 def log_table(run_id: str, table: pd.DataFrame, name: str, html: bool = False) -> None:
