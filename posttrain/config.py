@@ -250,7 +250,9 @@ class TrainConfig(Validated):
     epochs: int = 1  # passes over one iteration's scored rollouts
     nproc_per_node: int = 1  # data-parallel processes per node of the update; > 1: torch elastic (tasks.update)
     nnodes: int = 1  # nodes of the update; > 1: a Kubeflow PyTorchJob on a cluster (each node its own pod and disk)
-    zero_stage: int = 2  # DeepSpeed ZeRO stage 0-3 (3 partitions the weights too)
+    # DeepSpeed ZeRO stage 0-3 (3 partitions the weights too); -1 (auto): 2 on several processes, 0 on one (where
+    # there is nothing to partition and the stages' bookkeeping costs ~a quarter of the demo's update)
+    zero_stage: int = -1
     # "auto": bf16 (DeepSpeed bf16, fp32 master weights) where the hardware computes it natively, else fp32
     # (posttrain.precision); "bf16" or "fp32" force one. The choice is logged with each update.
     precision: str = "auto"
@@ -276,7 +278,7 @@ class TrainConfig(Validated):
              "grad_accum_steps": at_least(1), "lr_warmup_steps": at_least(0), "nproc_per_node": at_least(1),
              "nnodes": at_least(1),
              "clip_eps_low": check(lambda eps: 0 <= eps < 1, "in [0, 1)"), "clip_eps_high": at_least(0),
-             "zero_stage": one_of((0, 1, 2, 3)), "precision": one_of("posttrain.precision:PRECISIONS"),
+             "zero_stage": one_of((-1, 0, 1, 2, 3)), "precision": one_of("posttrain.precision:PRECISIONS"),
              "max_grad_norm": at_least(0), "advantage_eps": at_least(0),
              "advantage_estimator": registered("get_advantage_estimator"), "policy_loss": registered("get_policy_loss"),
              "loss_aggregation": registered("check_aggregation"), "loss_norm_len": at_least(0),

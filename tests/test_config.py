@@ -52,7 +52,7 @@ def test_smoke_is_valid_and_unchanged():
     (SandboxConfig, {"queue_timeout_s": -1.0}, "sandbox.queue_timeout_s=-1.0: must be >= 0"),
     (SandboxConfig, {"cpus": 0}, "sandbox.cpus=0: must be > 0"),
     (DockerPoolConfig, {"image": ""}, "sandbox.docker.image='': must be non-empty"),
-    (TrainConfig, {"zero_stage": 4}, "train.zero_stage=4: must be one of [0, 1, 2, 3]"),
+    (TrainConfig, {"zero_stage": 4}, "train.zero_stage=4: must be one of [-1, 0, 1, 2, 3]"),
     (TrainConfig, {"micro_batch_size": 0}, "train.micro_batch_size=0: must be >= 1"),
     (TrainConfig, {"epochs": 0}, "train.epochs=0: must be >= 1"),
     (TrainConfig, {"learning_rate": 0.0}, "train.learning_rate=0.0: must be > 0"),

@@ -4,7 +4,9 @@
 ``TrainConfig``, trains on one iteration's scored rollouts and writes the next policy as an HF safetensors dir
 (fp32 master weights) that vLLM loads in its own dtype. On a CPU machine set ``DS_ACCELERATOR=cpu``;
 the process group is gloo, single rank unless the launcher set ``RANK``/``WORLD_SIZE``. Every ZeRO stage (0-3)
-trains and checkpoints on CPU.
+trains and checkpoints on CPU; by default (``zero_stage=-1``) one process runs stage 0 and several stage 2. The
+precision is ``TrainConfig.precision`` resolved on this hardware (``posttrain.precision``): bf16 with fp32 master
+weights where bf16 is native, else fp32.
 
 Training state is carried, not rebuilt: ``save`` also writes the optimizer (Adam moments and step count, fp32
 master weights), the LR schedule, the shuffle seed and the torch RNG into the version's ``train_state/``
@@ -68,7 +70,7 @@ class TrainStats:
     loss: float  # mean over optimizer steps of the step's loss (0.0 when no step ran)
     clip_fraction: float  # mean over steps of the loss's stat of that name (nan when the loss reports none)
     approx_kl: float  # mean over steps, likewise
-    grad_norm: float  # mean pre-clip global grad norm over steps (nan when the engine reports none)
+    grad_norm: float  # mean pre-clip global grad norm over steps (nan when none is known)
     num_samples: int  # samples trained on, counted once per epoch
     num_tokens: int  # completion tokens trained on, counted once per epoch
     steps: int  # optimizer steps (micro batches / grad_accum_steps, rounded up per epoch)
@@ -90,14 +92,27 @@ class PreUpdate:
     behavior_kl: float  # token mean of k3 KL(vLLM || trainer) over those samples; 0.0 without tokens
 
 
-def deepspeed_config(cfg: TrainConfig, bf16: bool) -> dict[str, Any]:
-    """The DeepSpeed JSON config for one data-parallel rank group, from ``TrainConfig`` and the resolved precision."""
+def zero_stage(cfg: TrainConfig, world_size: int) -> int:
+    """The ZeRO stage the update runs: ``cfg.zero_stage``, or for -1 (auto) 2 on several processes and 0 on one,
+    where there is nothing to partition and stages 1-3 only add their bookkeeping (~a quarter of a demo update).
+
+    >>> zero_stage(TrainConfig(), 1), zero_stage(TrainConfig(), 4), zero_stage(TrainConfig(zero_stage=3), 1)
+    (0, 2, 3)
+    """
+    if cfg.zero_stage >= 0:
+        return cfg.zero_stage
+    return 2 if world_size > 1 else 0
+
+
+def deepspeed_config(cfg: TrainConfig, bf16: bool, stage: int) -> dict[str, Any]:
+    """The DeepSpeed JSON config for one data-parallel rank group, from ``TrainConfig``, the resolved precision and
+    ZeRO stage."""
     return {
         "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
         "gradient_accumulation_steps": cfg.grad_accum_steps,
         "gradient_clipping": cfg.max_grad_norm,
         "bf16": {"enabled": bf16},
-        "zero_optimization": {"stage": cfg.zero_stage},
+        "zero_optimization": {"stage": stage},
         "optimizer": {
             "type": "AdamW",
             "params": {"lr": cfg.learning_rate, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
@@ -145,7 +160,6 @@ class PolicyTrainer:
         self.cfg = cfg
         self.precision = precision.here(cfg.precision)
         self.bf16 = self.precision.precision == "bf16"
-        log.info("update precision %s (%s)", self.precision.precision, self.precision.reason)
         self.policy_loss = get_policy_loss(cfg.policy_loss)
         check_aggregation(cfg.loss_aggregation)  # a bad name fails here, before any model is loaded
         if cfg.kl_coef and reference_dir is None:
@@ -156,6 +170,11 @@ class PolicyTrainer:
         self._saved_client_state: dict[str, Any] = {}
         torch.manual_seed(cfg.seed)
         _init_distributed()
+        import torch.distributed as dist
+
+        self.zero_stage = zero_stage(cfg, dist.get_world_size())
+        log.info("update: %s (%s), ZeRO stage %d on %d process(es)", self.precision.precision,
+                 self.precision.reason, self.zero_stage, dist.get_world_size())
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_dir)
         model = AutoModelForCausalLM.from_pretrained(self.policy_dir, dtype=torch.float32)
         if cfg.gradient_checkpointing:
@@ -163,7 +182,7 @@ class PolicyTrainer:
         fp32 = {name: p.detach().clone() for name, p in model.named_parameters()} if self.bf16 else {}
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=deepspeed_config(cfg, self.bf16), lr_scheduler=self._lr_schedule)
+            config=deepspeed_config(cfg, self.bf16, self.zero_stage), lr_scheduler=self._lr_schedule)
         self._epoch_seed = cfg.seed
         restored = load_train_state(self.engine, self.policy_dir, self._state_settings()) \
             if cfg.carry_train_state else None
@@ -180,7 +199,7 @@ class PolicyTrainer:
 
     def _state_settings(self) -> dict[str, Any]:
         """The settings a carried training state must have been saved under to be restored."""
-        return {"zero_stage": self.cfg.zero_stage, "bf16": self.bf16, "world_size": self.engine.world_size,
+        return {"zero_stage": self.zero_stage, "bf16": self.bf16, "world_size": self.engine.world_size,
                 "learning_rate": self.cfg.learning_rate, "lr_warmup_steps": self.cfg.lr_warmup_steps}
 
     def _client_state(self) -> dict[str, Any]:
@@ -274,10 +293,10 @@ class PolicyTrainer:
                         place_completion_values([before.reference[i] for i in micro], batch.mask)
                     # DeepSpeed averages gradients over the W ranks: a loss scaled by W sums them instead
                     stats = self._micro_step(batch, old, ref, weight * world, j == len(passes) - 1)
+                    grad_norm = self._step(j == len(passes) - 1)
                     for key, value in stats.items():
                         sums[key] = sums.get(key, 0.0) + weight * value.double()  # float64, as Python floats
                     num_tokens += batch.num_tokens if real else 0
-                grad_norm = self.engine.get_global_grad_norm()  # None for fp32 without ZeRO: reported as nan
                 grad_norms += torch.as_tensor(float("nan") if grad_norm is None else grad_norm, dtype=torch.float64)
                 steps += 1
         sums, num_tokens = self._sum_over_ranks(sums, num_tokens)
@@ -359,7 +378,7 @@ class PolicyTrainer:
 
     def _micro_step(self, batch: Batch, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None,
                     weight: float, boundary: bool) -> dict[str, torch.Tensor]:
-        """Forward, loss, backward on one micro batch, and the optimizer step when ``boundary``.
+        """Forward, loss and backward on one micro batch (``_step`` follows it).
 
         ``old_logprobs`` and ``ref_logprobs`` are ``[B, L-1]``: the trainer's and the reference's log-probs from
         before the update (``ref_logprobs`` is None when ``kl_coef`` is 0). ``weight`` scales the loss that is
@@ -382,8 +401,30 @@ class PolicyTrainer:
             ref_logprobs=None if ref_logprobs is None else ref_logprobs.to(device), entropy=entropy)
         loss = aggregate(per_token, mask, self.cfg.loss_aggregation, self.cfg.loss_norm_len or None)
         self.engine.backward(loss * weight, scale_wrt_gas=False)  # the weights already divide by the step's total
-        self.engine.step()  # an optimizer step only at the boundary
         return {**stats, **terms, "loss": loss.detach()}
+
+    def _step(self, boundary: bool) -> float | None:
+        """``engine.step()``, called after every micro batch (DeepSpeed steps the optimizer at the boundary only);
+        at the boundary returns the step's pre-clip global gradient norm (None when nothing reports one). fp32
+        ZeRO-0 clips without keeping the norm: there it is taken from the gradients just before the step."""
+        unreported = boundary and not self.bf16 and self.zero_stage == 0
+        norm = torch.nn.utils.get_total_norm([p.grad for p in self.engine.module.parameters()
+                                              if p.grad is not None]) if unreported else None
+        self.engine.step()
+        if not boundary:
+            return None
+        return float(norm) if norm is not None else self.engine.get_global_grad_norm()
+
+    def master_weights(self) -> dict[str, torch.Tensor]:
+        """Parameter name -> a CPU fp32 copy of its master weights: ZeRO 1-3's partitions gathered (collective),
+        ZeRO-0 bf16's unfused optimizer copies, or the parameter itself where it is the master (fp32, ZeRO-0)."""
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        unfused, weights = self._unfused_masters(), {}
+        for name, param in self.engine.module.named_parameters():
+            full = unfused.get(id(param), safe_get_full_fp32_param(param))  # None: no separate master copy
+            weights[name] = (param if full is None else full).detach().to("cpu", torch.float32).clone()
+        return weights
 
     def save(self, out_dir: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
         """Write the fp32 master weights as an HF safetensors dir (+ tokenizer, + ``POLICY_META`` if given).
@@ -393,13 +434,8 @@ class PolicyTrainer:
         ``out_dir/train_state``. Every rank must call this (the gathers and the state are collective); rank 0
         writes the HF files.
         """
-        from deepspeed.utils import safe_get_full_fp32_param
-
         out = Path(out_dir)
-        state, unfused = {}, self._unfused_masters()
-        for name, param in self.engine.module.named_parameters():
-            full = unfused.get(id(param), safe_get_full_fp32_param(param))  # None: no separate master copy (fp32)
-            state[name] = (param if full is None else full).detach().to("cpu", torch.float32).clone()
+        state = self.master_weights()
         if self.engine.global_rank == 0:
             out.mkdir(parents=True, exist_ok=True)
             self.engine.module.save_pretrained(out, state_dict=state, safe_serialization=True)

@@ -55,15 +55,6 @@ def _assert_same(a: dict, b: dict) -> None:
     assert torch.equal(a["rng"], b["rng"])
 
 
-def _master_weights(trainer) -> dict[str, torch.Tensor]:
-    """Name -> the fp32 master copy (ZeRO 1-3's partitions gathered; ZeRO-0's unfused optimizer's copies)."""
-    from deepspeed.utils import safe_get_full_fp32_param
-
-    unfused = trainer._unfused_masters()
-    return {n: unfused.get(id(p), safe_get_full_fp32_param(p)).detach().clone()
-            for n, p in trainer.engine.module.named_parameters()}
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])
 def test_an_update_resumed_from_a_saved_version_continues_the_optimizer_bitwise(tiny_policy, tmp_path, zero_stage):
@@ -79,7 +70,7 @@ def test_an_update_resumed_from_a_saved_version_continues_the_optimizer_bitwise(
         saved = _optimizer_state(continuous)
         v1 = continuous.save(tmp_path / "v1", metadata={"version": 1})
         continuous.train_on(_samples(1))
-        both = _master_weights(continuous)
+        both = continuous.master_weights()
         lr_after_both = continuous.engine.get_lr()
     finally:
         continuous.close()
@@ -89,9 +80,9 @@ def test_an_update_resumed_from_a_saved_version_continues_the_optimizer_bitwise(
     resumed = PolicyTrainer(v1, cfg)
     try:
         restored = _optimizer_state(resumed)
-        weights_v1 = _master_weights(resumed)
+        weights_v1 = resumed.master_weights()
         resumed.train_on(_samples(1))
-        again = _master_weights(resumed)
+        again = resumed.master_weights()
         lr_after_again = resumed.engine.get_lr()
     finally:
         resumed.close()

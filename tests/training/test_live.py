@@ -10,7 +10,7 @@ import torch
 from posttrain.config import TrainConfig
 from posttrain.training import live
 from posttrain.training.trainer import PolicyTrainer
-from tests.training.test_checkpoints import _master_weights, _optimizer_state, _samples
+from tests.training.test_checkpoints import _optimizer_state, _samples
 
 pytestmark = pytest.mark.integration
 
@@ -33,13 +33,13 @@ def test_the_next_update_reuses_the_trainer_and_ends_where_a_rebuilt_one_ends(ti
     assert second is first
     from_memory = _optimizer_state(second)
     second.train_on(_samples(1))
-    live_weights = _master_weights(second)
+    live_weights = second.master_weights()
 
     rebuilt = PolicyTrainer(v1, CFG)
     try:
         from_disk = _optimizer_state(rebuilt)
         rebuilt.train_on(_samples(1))
-        rebuilt_weights = _master_weights(rebuilt)
+        rebuilt_weights = rebuilt.master_weights()
     finally:
         rebuilt.close()
     assert torch.equal(from_memory["rng"], from_disk["rng"]) and from_memory["epoch_seed"] == from_disk["epoch_seed"]

@@ -61,12 +61,6 @@ def _samples(policy_dir, rewards_by_group: dict[str, list[float]], estimator: st
     return samples
 
 
-def _master_weights(trainer: PolicyTrainer) -> dict[str, torch.Tensor]:
-    from deepspeed.utils import safe_get_full_fp32_param
-
-    return {n: safe_get_full_fp32_param(p).detach().clone() for n, p in trainer.engine.module.named_parameters()}
-
-
 @pytest.fixture(scope="module")
 def trainer(tiny_policy):
     t = PolicyTrainer(tiny_policy, TrainConfig(micro_batch_size=8, learning_rate=1e-3, zero_stage=2, precision="bf16"))
@@ -78,7 +72,7 @@ def test_one_step_changes_weights_and_reports(trainer, tiny_policy):
     samples = _samples(tiny_policy, {"g0": [1.0, 0.0, 1.0, 0.0], "flat": [1.0, 1.0, 1.0]})
     from transformers import AutoModelForCausalLM
 
-    before = _master_weights(trainer)
+    before = trainer.master_weights()
     checkpoint = dict(AutoModelForCausalLM.from_pretrained(tiny_policy, dtype=torch.float32).named_parameters())
     assert all(torch.equal(w, checkpoint[n]) for n, w in before.items())  # fp32 master resumes losslessly
     start = time.perf_counter()
@@ -92,16 +86,16 @@ def test_one_step_changes_weights_and_reports(trainer, tiny_policy):
     assert stats.grad_norm > 0
     assert stats.entropy > 0 and 0 < stats.behavior_kl < 1e-2  # bf16 trainer vs the fp32 "sampler": a small gap
     assert trainer.reference is None and math.isnan(stats.kl)  # kl_coef 0: no reference model, no KL
-    after = _master_weights(trainer)
+    after = trainer.master_weights()
     changed = [n for n in before if not torch.equal(before[n], after[n])]
     assert "model.embed_tokens.weight" in changed and len(changed) >= len(before) // 2
 
 
 def test_all_equal_groups_take_no_step(trainer, tiny_policy):
-    before = _master_weights(trainer)
+    before = trainer.master_weights()
     stats = trainer.train_on(_samples(tiny_policy, {"a": [0.0, 0.0], "b": [1.0, 1.0]}))
     assert (stats.steps, stats.num_samples, stats.skipped_samples, stats.num_tokens) == (0, 0, 4, 0)
-    assert all(torch.equal(before[n], w) for n, w in _master_weights(trainer).items())
+    assert all(torch.equal(before[n], w) for n, w in trainer.master_weights().items())
 
 
 def test_save_reloads_with_same_weights_and_logits(trainer, tiny_policy, tmp_path):
@@ -112,7 +106,7 @@ def test_save_reloads_with_same_weights_and_logits(trainer, tiny_policy, tmp_pat
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
     assert json.loads((out / POLICY_META).read_text())["version"] == 1
 
-    master = _master_weights(trainer)
+    master = trainer.master_weights()
     reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     for name, param in reloaded.named_parameters():
         assert torch.equal(param.detach(), master[name]), name
@@ -131,9 +125,9 @@ def test_a_loss_registered_in_a_test_trains_by_name(tiny_policy):
                       loss_aggregation="seq_mean_token_mean")
     trainer = PolicyTrainer(tiny_policy, cfg)
     try:
-        before = _master_weights(trainer)
+        before = trainer.master_weights()
         stats = trainer.train_on(_samples(tiny_policy, {"g": [1.0, 0.0, 1.0, 0.0]}))
-        after = _master_weights(trainer)
+        after = trainer.master_weights()
     finally:
         trainer.close()
     assert (stats.steps, stats.num_samples) == (1, 4) and math.isfinite(stats.loss) and stats.grad_norm > 0
@@ -149,9 +143,9 @@ def test_the_algorithm_family_trains_by_name_and_the_reference_stays_frozen(tiny
     try:
         reference = dict(trainer.reference.named_parameters())
         frozen = {name: param.detach().clone() for name, param in reference.items()}
-        before = _master_weights(trainer)
+        before = trainer.master_weights()
         stats = trainer.train_on(_samples(tiny_policy, {"g": [1.0, 0.0, 1.0, 0.0]}, estimator="rloo"))
-        after = _master_weights(trainer)
+        after = trainer.master_weights()
     finally:
         trainer.close()
     assert (stats.steps, stats.num_samples) == (2, 8)  # 2 epochs of one micro batch
