@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT))
 GROUP, MAX_TOKENS, TEMPERATURE, LEARNING_RATE = 8, 48, 1.0, 1e-4
 
 
-def demo_envs(count: int):
+def demo_envs(count: int | None = None) -> list:
+    """The demo suite's train envs in suite order: the first ``count``, or all of them."""
     from posttrain.config import DEMO_SUITE
     from posttrain.envs.suite import load_suite
 
@@ -67,12 +68,18 @@ def policy_dir(model: str) -> str:
 
 
 def rewards_of(envs_by_id: dict, env_ids: list[str], completions: list[str], box, cfg) -> list[float]:
-    """The reward stage's function (extract the solution, verify each completion in a sandbox of ``box``), for TRL."""
+    """The reward stage's function for TRL: extract the solution, verify it in a sandbox of ``box``; with
+    ``cfg.verify_duplicates_once`` copies of one completion for one env are verified once, as ``reward.score`` does."""
     from posttrain.envs.verifiers import get_verifier, verify_many
+    from posttrain.reward import first_copies
 
-    specs = [envs_by_id[env_id] for env_id in env_ids]
-    pairs = [(spec, get_verifier(spec.verifier_kind).extract_solution(text)) for spec, text in zip(specs, completions)]
-    return [float(v.reward) for v in verify_many(pairs, box, cfg)]
+    keys = list(zip(env_ids, completions))
+    first = first_copies(keys) if cfg.verify_duplicates_once else list(range(len(keys)))
+    distinct = sorted(set(first))
+    pairs = [(envs_by_id[keys[i][0]], get_verifier(envs_by_id[keys[i][0]].verifier_kind).extract_solution(keys[i][1]))
+             for i in distinct]
+    by_row = dict(zip(distinct, verify_many(pairs, box, cfg)))
+    return [float(by_row[i].reward) for i in first]
 
 
 def run_posttrain(policy: str, envs_count: int, steps: int) -> dict:
@@ -117,23 +124,36 @@ def run_posttrain(policy: str, envs_count: int, steps: int) -> dict:
     return {"engine_start_s": round(engine_start_s, 2), "step_s": [round(t, 3) for t in times], "parts": parts}
 
 
-def run_trl(policy: str, envs_count: int, steps: int, use_vllm: bool) -> dict:
-    """One process: TRL's GRPOTrainer on the same model, prompts and reward (one sandbox backend kept open, as
-    posttrain's side keeps its own), timed per optimizer step."""
+def trl_trainer(policy: str, envs: list, box, sandbox_cfg, callbacks=(), repeats: int = 1, **settings):
+    """TRL's ``GRPOTrainer`` on ``policy`` (CPU, fp32, no KL term, nothing saved or reported), prompted with ``envs``
+    (each ``repeats`` times a pass) and rewarded by ``rewards_of`` in ``box``; ``settings`` set or override
+    ``GRPOConfig`` fields (group, completion length and learning rate default to this benchmark's)."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from posttrain.config import SandboxConfig
-    from posttrain.sandbox import make_sandbox
-
-    envs = demo_envs(envs_count)
     envs_by_id = {env.id: env for env in envs}
-    sandbox_cfg = SandboxConfig(verify_duplicates_once=False)
-    box = make_sandbox(sandbox_cfg)
 
     def reward(prompts, completions, env_id, **_):
         return rewards_of(envs_by_id, list(env_id), list(completions), box, sandbox_cfg)
+
+    dataset = Dataset.from_list([{"prompt": env.prompt, "env_id": env.id} for env in envs] * repeats)
+    args = GRPOConfig(**{"output_dir": tempfile.mkdtemp(prefix="trl-"), "num_generations": GROUP,
+                         "max_completion_length": MAX_TOKENS, "learning_rate": LEARNING_RATE, "beta": 0.0,
+                         "report_to": [], "save_strategy": "no", "use_cpu": True, "bf16": False,
+                         "dataloader_num_workers": 0, "seed": 0, **settings})
+    return GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(policy), reward_funcs=reward, args=args,
+                       train_dataset=dataset, processing_class=AutoTokenizer.from_pretrained(policy),
+                       callbacks=list(callbacks))
+
+
+def run_trl(policy: str, envs_count: int, steps: int, use_vllm: bool) -> dict:
+    """One process: TRL's GRPOTrainer on the same model, prompts and reward (one sandbox backend kept open, as
+    posttrain's side keeps its own; every copy of a completion verified), timed per optimizer step."""
+    from transformers import TrainerCallback
+
+    from posttrain.config import SandboxConfig
+    from posttrain.sandbox import make_sandbox
 
     class StepTimer(TrainerCallback):
         def __init__(self):
@@ -146,30 +166,30 @@ def run_trl(policy: str, envs_count: int, steps: int, use_vllm: bool) -> dict:
             self.times.append(time.perf_counter() - self._t0)
 
     timer = StepTimer()
-    dataset = Dataset.from_list([{"prompt": env.prompt, "env_id": env.id} for env in envs] * steps)
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-"), per_device_train_batch_size=len(envs) * GROUP,
-                      num_generations=GROUP, max_completion_length=MAX_TOKENS, temperature=TEMPERATURE,
-                      learning_rate=LEARNING_RATE, beta=0.0, max_steps=steps, logging_steps=1, report_to=[],
-                      save_strategy="no", use_cpu=True, bf16=False, dataloader_num_workers=0, seed=0,
-                      use_vllm=use_vllm, vllm_mode="colocate")
-    model = AutoModelForCausalLM.from_pretrained(policy)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset,
-                          processing_class=AutoTokenizer.from_pretrained(policy), callbacks=[timer])
-    try:
+    envs = demo_envs(envs_count)
+    sandbox_cfg = SandboxConfig(verify_duplicates_once=False)
+    with make_sandbox(sandbox_cfg) as box:
+        trainer = trl_trainer(policy, envs, box, sandbox_cfg, callbacks=[timer], repeats=steps,
+                              per_device_train_batch_size=len(envs) * GROUP, temperature=TEMPERATURE,
+                              max_steps=steps, logging_steps=1, use_vllm=use_vllm, vllm_mode="colocate")
         trainer.train()
-    finally:
-        box.close()
     return {"step_s": [round(t, 3) for t in timer.times]}
 
 
-def side(name: str, policy: str, envs: int, steps: int) -> dict:
-    """Run one side in a child process; its result, or the error it ended with."""
-    command = [sys.executable, __file__, "--side", name, "--policy", policy, "--envs", str(envs), "--steps", str(steps)]
+def child(command: list[str]) -> dict:
+    """Run ``command`` (a benchmark's hidden side) in a child process: the JSON object of its last stdout line, or
+    the error it ended with."""
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         return {"error": f"exit {done.returncode}: {done.stderr.strip()[-1500:]}"}
     return json.loads(lines[-1])
+
+
+def side(name: str, policy: str, envs: int, steps: int) -> dict:
+    """Run one side in a child process; its result, or the error it ended with."""
+    return child([sys.executable, __file__, "--side", name, "--policy", policy, "--envs", str(envs),
+                  "--steps", str(steps)])
 
 
 def parameter_count(policy: str) -> int:
