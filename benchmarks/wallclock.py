@@ -1,0 +1,268 @@
+"""Benchmark: learning per wall-clock second, posttrain's RL loop vs TRL's ``GRPOTrainer`` on the demo.
+
+Both sides train the demo policy (``rl_step.policy_dir("demo")``) on the demo suite's train envs with the loop's
+defaults: 32 envs a round x 8 samples at temperature 0.6 (``RolloutConfig``), completions of at most 48 tokens,
+learning rate 1e-4 constant (``TrainConfig``), no KL term, the round's 256 completions split into 8 optimizer steps
+of 32, the same sandboxed reward (``rl_step.rewards_of``: posttrain's verifiers in sandboxes of the default backend,
+copies of one completion verified once, as the loop's reward stage does). Both are evaluated by posttrain's own
+evaluation (``evaluation.greedy.evaluate_policy``: greedy and sampled pass@1, 8 samples at 0.6, on the demo suite's
+103 eval envs) and plotted against *training seconds*:
+
+- posttrain: ``pyflyte run workflows/rl_loop.py rl_loop`` (the demo's config but ``--iterations``, default 400: at
+  ~2.5 training seconds an iteration here about as long as TRL's 960 s; versions evaluated every ``--eval-every``;
+  admission cut to its consistency check, so both sides train on all train envs) into a fresh MLflow store under
+  ``/tmp`` (~9 MB a version), or an earlier run read from ``--mlflow-uri`` (its latest ``rl_loop`` run, or
+  ``--run-id``). The seconds of version v_k: the wall time from v0's evaluation being logged to v_k's being logged,
+  less the evaluation in between (eval decode and eval scoring of v_1..v_k), i.e. the sum over iterations 1..k of
+  ``time/iteration_s - time/eval_decode_s - time/eval_score_s``. That counts k rollouts (iteration j's window rolls
+  out iteration j+1's batch), k reward stages, k updates (the first one starts the DeepSpeed trainer), engine swaps
+  and the MLflow logging; not counted: admission, the vLLM engine start (it overlaps admission) and v0's evaluation.
+- TRL: one process (transformers ``generate``, fp32 on the CPU: TRL's defaults) with
+  ``per_device_train_batch_size=32, steps_per_generation=8, num_iterations=1``: one generation of 256 completions,
+  then 8 optimizer steps on slices of 32 (GRPOConfig's ``generation_batch_size`` = 32 x 8). Its clock runs from
+  ``on_train_begin`` to the end of each optimizer step, less the time spent saving checkpoints; model loading and the
+  trainer's construction are not counted. Every ``--every`` training seconds, and when ``--seconds`` are spent, the
+  policy is saved (HF dir); afterwards each checkpoint, and the starting policy at 0 s, is evaluated.
+
+The report: both curves; at each TRL checkpoint time, posttrain's pass@1 at the same seconds (its last evaluated
+version at or before then; past the end of its run its final version, marked ``posttrain_finished``); and the
+target, per metric, judged at the checkpoint times both sides were still training at (``compared_up_to_s``).
+Target (issue 21): in the same wall time, posttrain's eval pass@1 >= TRL's, at every TRL checkpoint.
+
+    python benchmarks/wallclock.py                   # 960 s of TRL, 400 loop iterations: ~45 min on 2 quiet cores
+    python benchmarks/wallclock.py --seconds 60 --every 30 --iterations 2 --eval-every 1      # a quick check
+    python benchmarks/wallclock.py --mlflow-uri sqlite:////tmp/run/mlflow.db                 # an existing loop run
+
+TRL is a benchmark-only dependency (``pip install -e ".[bench]"``). The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rl_step  # noqa: E402  (benchmarks/ is not a package)
+
+ROOT = rl_step.ROOT
+STEPS_PER_ROUND = 8  # optimizer steps per round: the loop's 256 completions in micro batches of 32, one step each
+PASS = ("eval/pass_at_1", "eval/pass_at_1_sampled")  # greedy, sampled
+
+
+def run_trl(policy: str, seconds: float, every: float, out: Path) -> dict:
+    """Train with TRL for ``seconds`` training seconds, saving the policy into ``out`` every ``every`` of them."""
+    from transformers import TrainerCallback
+
+    from posttrain.config import RolloutConfig, SandboxConfig, TrainConfig
+    from posttrain.rollout.live import TOKENIZER_FILES
+    from posttrain.sandbox import make_sandbox
+
+    class Checkpoints(TrainerCallback):
+        """Saves the policy at each ``every`` seconds of the training clock and stops it at ``seconds``."""
+
+        def __init__(self):
+            self.saved, self.started, self.paused, self.due = [], 0.0, 0.0, every
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.started = time.perf_counter()
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            clock = time.perf_counter() - self.started - self.paused
+            if clock >= min(self.due, seconds):
+                self.save(model, clock, state.global_step)
+                while self.due <= clock:
+                    self.due += every
+            control.should_training_stop = clock >= seconds
+
+        def save(self, model, clock: float, step: int) -> None:
+            began = time.perf_counter()
+            target = out / f"step-{step}"
+            model.save_pretrained(target)
+            # the policy's own config (TRL turns use_cache off) and tokenizer: the eval engine swaps weights in place
+            for name in ("config.json", *TOKENIZER_FILES):
+                if (Path(policy) / name).is_file():
+                    shutil.copy(Path(policy) / name, target / name)
+            self.saved.append({"dir": str(target), "seconds": round(clock, 2), "step": step,
+                               "round": step / STEPS_PER_ROUND})
+            self.paused += time.perf_counter() - began
+
+    rollout, train, sandbox_cfg = RolloutConfig(), TrainConfig(), SandboxConfig()
+    checkpoints = Checkpoints()
+    began = time.perf_counter()
+    with make_sandbox(sandbox_cfg) as box:
+        trainer = rl_step.trl_trainer(
+            policy, rl_step.demo_envs(), box, sandbox_cfg, callbacks=[checkpoints],
+            num_generations=rollout.samples_per_env, temperature=rollout.temperature, top_p=rollout.top_p,
+            max_completion_length=rollout.max_new_tokens, learning_rate=train.learning_rate,
+            lr_scheduler_type="constant", max_grad_norm=train.max_grad_norm, epsilon=train.clip_eps,
+            per_device_train_batch_size=train.micro_batch_size, steps_per_generation=STEPS_PER_ROUND,
+            num_iterations=1, max_steps=10**7, disable_tqdm=True)
+        setup_s = time.perf_counter() - began
+        trainer.train()
+    last = checkpoints.saved[-1] if checkpoints.saved else {"step": 0, "round": 0}
+    return {"setup_s": round(setup_s, 1), "steps": last["step"], "rounds": last["round"],
+            "checkpoints": checkpoints.saved}
+
+
+def evaluate(dirs: list[str]) -> list[dict]:
+    """posttrain's evaluation of each policy dir on the demo suite's eval split, on one live engine."""
+    from posttrain.config import DEMO_SUITE, EvalConfig, RolloutConfig, SandboxConfig
+    from posttrain.envs.suite import load_suite
+    from posttrain.evaluation.greedy import evaluate_policy
+    from posttrain.evaluation.results import summarize
+    from posttrain.rollout import live
+
+    envs = {env.id: env for env in load_suite(DEMO_SUITE).envs}
+    results = []
+    try:
+        for version, policy in enumerate(dirs):
+            began = time.perf_counter()
+            summary = summarize(evaluate_policy(policy, envs, EvalConfig(), RolloutConfig(), SandboxConfig(),
+                                                version=version))
+            results.append({"greedy": summary[PASS[0]], "sampled": summary[PASS[1]],
+                            "eval_s": round(time.perf_counter() - began, 1)})
+    finally:
+        live.shutdown_all()
+    return results
+
+
+def run_loop(work: Path, iterations: int, eval_every: int) -> tuple[str, float]:
+    """Run the demo loop into a fresh MLflow store under ``work``; its tracking URI and wall seconds."""
+    uri = f"sqlite:///{work}/mlflow.db"
+    cfg = {"iterations": iterations, "eval": {"every": eval_every}, "admission": {"checks": ["consistency"]}}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "POSTTRAIN_ARTIFACT_ROOT": (work / "artifacts").as_uri(),
+           "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}
+    command = [str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache", "workflows/rl_loop.py",
+               "rl_loop", "--cfg", json.dumps(cfg)]
+    began = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"the workflow failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
+    return uri, time.perf_counter() - began
+
+
+def loop_curve(uri: str, run_id: str | None) -> tuple[str, list[dict]]:
+    """The ``rl_loop`` run ``run_id`` (default: the latest) in ``uri``: its id and, per evaluated version, the
+    training seconds (see the module docstring) and pass@1."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiments = [experiment.experiment_id for experiment in client.search_experiments()]
+    if run_id is None:
+        parents = client.search_runs(experiments, "tags.`posttrain.workflow` = 'rl_loop'",
+                                     order_by=["attributes.start_time DESC"], max_results=1)
+        if not parents:
+            raise SystemExit(f"no rl_loop run in {uri}")
+        run_id = parents[0].info.run_id
+    children = client.search_runs(experiments, f"tags.mlflow.parentRunId = '{run_id}'")
+    metrics = {int(run.data.tags["posttrain.iteration"]): run.data.metrics
+               for run in children if "posttrain.iteration" in run.data.tags}
+    curve, seconds = [], 0.0
+    for version in sorted(metrics):
+        m = metrics[version]
+        if version > 0:
+            seconds += m.get("time/iteration_s", 0.0) - m.get("time/eval_decode_s", 0.0) \
+                - m.get("time/eval_score_s", 0.0)
+        if PASS[0] in m:
+            curve.append({"version": version, "seconds": round(seconds, 2), "greedy": m[PASS[0]],
+                          "sampled": m.get(PASS[1])})
+    return run_id, curve
+
+
+def at_or_before(curve: list[dict], seconds: float) -> dict | None:
+    """The last point of ``curve`` (sorted by seconds) at or before ``seconds``.
+
+    >>> at_or_before([{"seconds": 0.0}, {"seconds": 10.0}], 9.9)
+    {'seconds': 0.0}
+    """
+    return next((point for point in reversed(curve) if point["seconds"] <= seconds), None)
+
+
+def compare(ours: list[dict], theirs: list[dict]) -> tuple[list[dict], dict]:
+    """At each TRL checkpoint time after 0 s, both sides' pass@1 (``posttrain_finished``: the loop had stopped
+    training before then, so its final version stands in); and per metric whether posttrain's is at least TRL's at
+    every checkpoint time both were still training at (None when there is none).
+
+    >>> rows, met = compare([{"version": 0, "seconds": 0.0, "greedy": 0.4, "sampled": 0.3},
+    ...                      {"version": 5, "seconds": 50.0, "greedy": 0.7, "sampled": 0.5}],
+    ...                     [{"seconds": 40.0, "greedy": 0.4, "sampled": 0.3},
+    ...                      {"seconds": 60.0, "greedy": 0.9, "sampled": 0.9}])
+    >>> [(row["posttrain_version"], row["posttrain_finished"]) for row in rows], met
+    ([(0, False), (5, True)], {'greedy': True, 'sampled': True})
+    """
+    rows = []
+    for point in theirs:
+        if point["seconds"] <= 0:
+            continue
+        mine = at_or_before(ours, point["seconds"])
+        rows.append({"seconds": point["seconds"], "trl_greedy": point["greedy"], "trl_sampled": point["sampled"],
+                     "posttrain_version": mine["version"], "posttrain_seconds": mine["seconds"],
+                     "posttrain_greedy": mine["greedy"], "posttrain_sampled": mine["sampled"],
+                     "posttrain_finished": point["seconds"] > ours[-1]["seconds"]})
+    both = [row for row in rows if not row["posttrain_finished"]]
+    met = {name: all(row[f"posttrain_{name}"] is not None and row[f"posttrain_{name}"] >= row[f"trl_{name}"]
+                     for row in both) if both else None
+           for name in ("greedy", "sampled")}
+    return rows, met
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=960.0, help="TRL's training seconds")
+    parser.add_argument("--every", type=float, default=60.0, help="TRL checkpoint interval, in training seconds")
+    parser.add_argument("--iterations", type=int, default=400, help="posttrain loop iterations")
+    parser.add_argument("--eval-every", type=int, default=20, help="the loop evaluates every N-th version")
+    parser.add_argument("--mlflow-uri", help="read an earlier rl_loop run from this store instead of running one")
+    parser.add_argument("--run-id", help="with --mlflow-uri: that rl_loop run (default: the latest)")
+    parser.add_argument("--side", choices=["trl", "eval"], help=argparse.SUPPRESS)
+    parser.add_argument("--policy", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--dirs", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if args.side:  # a child process: TRL and vLLM each in their own (see rl_step)
+        print(json.dumps(run_trl(args.policy, args.seconds, args.every, Path(args.out)) if args.side == "trl"
+                         else evaluate(args.dirs)))
+        return
+    policy = rl_step.policy_dir("demo")
+    work = Path(tempfile.mkdtemp(prefix="bench-wallclock-"))
+    # 1. posttrain: the loop (or an earlier run of it), its curve from MLflow
+    loop_wall_s = None
+    uri = args.mlflow_uri
+    if uri is None:
+        uri, loop_wall_s = run_loop(work, args.iterations, args.eval_every)
+    run_id, ours = loop_curve(uri, args.run_id)
+    # 2. TRL: train for the budget, saving checkpoints
+    script = [sys.executable, __file__, "--policy", policy]
+    trl = rl_step.child(script + ["--side", "trl", "--seconds", str(args.seconds), "--every", str(args.every),
+                                  "--out", str(work / "trl")])
+    if "error" in trl:
+        raise SystemExit(f"TRL failed: {trl['error']}")
+    # 3. posttrain's evaluation of the starting policy (0 s) and every TRL checkpoint
+    points = [{"dir": policy, "seconds": 0.0, "step": 0, "round": 0}] + trl.pop("checkpoints")
+    evaluated = rl_step.child(script + ["--side", "eval", "--dirs"] + [point["dir"] for point in points])
+    if "error" in evaluated:
+        raise SystemExit(f"evaluation failed: {evaluated['error']}")
+    theirs = [{**{k: v for k, v in point.items() if k != "dir"}, **scores} for point, scores in zip(points, evaluated)]
+    rows, met = compare(ours, theirs)
+    print(json.dumps({
+        "benchmark": "wallclock", "cpus": os.cpu_count(), "seconds": args.seconds, "every": args.every,
+        "posttrain": {"mlflow_uri": uri, "run_id": run_id, "iterations": args.iterations if loop_wall_s else None,
+                      "eval_every": args.eval_every if loop_wall_s else None,
+                      "workflow_wall_s": round(loop_wall_s, 1) if loop_wall_s else None, "curve": ours},
+        "trl": {**trl, "curve": theirs},
+        "at_trl_checkpoints": rows,
+        "target": "posttrain pass@1 >= TRL's at every TRL checkpoint time (training seconds)",
+        "compared_up_to_s": max((row["seconds"] for row in rows if not row["posttrain_finished"]), default=None),
+        "target_met": {**met, "both": None if None in met.values() else met["greedy"] and met["sampled"]}}))
+
+
+if __name__ == "__main__":
+    main()
