@@ -21,10 +21,12 @@ single batch of all of them.
 The algorithm is named by ``TrainConfig`` (``policy_loss``, ``loss_aggregation``, and the optional terms
 ``tis_cap``, ``kl_coef``, ``entropy_coef``; see ``algorithms/``); the advantages arrive with the samples
 (``samples.with_advantages``). Before its first optimizer step an update scores its samples once, without
-gradient: the trainer's own log-probs (for truncated IS, and ``behavior_kl``, the measured gap to vLLM's) and,
-when ``kl_coef > 0``, those of a frozen reference policy (``reference_dir``, the loop's initial policy; never
-loaded otherwise). Tensor shapes in a step: ``input_ids`` ``[B, L]``; ``logits`` ``[B, L-1, V]``; ``logprobs``,
-``mask``, the per-token loss ``[B, L-1]``; ``advantages`` ``[B]``.
+gradient, when a term needs it: the trainer's own log-probs for truncated IS (``tis_cap``) and, when
+``kl_coef > 0``, those of a frozen reference policy (``reference_dir``, the loop's initial policy; never loaded
+otherwise); with neither (the default) no such pass runs. ``behavior_kl``, the measured gap between vLLM's
+log-probs and the trainer's, is taken on the first epoch's own forward passes. Tensor shapes in a step:
+``input_ids`` ``[B, L]``; ``logits`` ``[B, L-1, V]``; ``logprobs``, ``mask``, the per-token loss ``[B, L-1]``;
+``advantages`` ``[B]``.
 
 Example (``samples`` come from scored rollouts with advantages; infra failures already excluded):
     >>> from posttrain.config import TrainConfig
@@ -78,7 +80,9 @@ class TrainStats:
     skipped_samples: int = 0  # samples of zero-advantage groups (no signal), counted once per epoch
     entropy: float = 0.0  # mean over steps of the policy's token-mean entropy (nats)
     kl: float = float("nan")  # mean over steps of the KL estimator to the reference (nan when kl_coef is 0)
-    behavior_kl: float = 0.0  # k3 KL(vLLM || trainer) per token over the trained samples, before the first step
+    # k3 KL(vLLM || trainer) per token over the trained samples, on the first epoch's forward passes (each micro batch
+    # at the weights it trains: the first one's before any step)
+    behavior_kl: float = 0.0
     wall_s: float = 0.0  # the whole update stage (trainer start, training, save), set by the update task
     bf16: bool = False  # whether the update computed in bf16 (TrainConfig.precision, resolved on this hardware)
 
@@ -87,9 +91,9 @@ class TrainStats:
 class PreUpdate:
     """What an update computes once, before its first optimizer step, for the samples it trains on."""
 
-    old: dict[int, torch.Tensor]  # sample index -> the trainer's log-probs of its completion tokens, [C_i]
+    old: dict[int, torch.Tensor]  # sample index -> the trainer's log-probs of its completion tokens, [C_i]; empty
+    #                               unless tis_cap
     reference: dict[int, torch.Tensor]  # likewise under the frozen reference; empty when kl_coef is 0
-    behavior_kl: float  # token mean of k3 KL(vLLM || trainer) over those samples; 0.0 without tokens
 
 
 def zero_stage(cfg: TrainConfig, world_size: int) -> int:
@@ -256,10 +260,10 @@ class PolicyTrainer:
         """One update on scored rollouts that carry their advantages.
 
         Groups whose advantages are all zero are skipped (and counted). The rest are scored once without gradient
-        (``_score_before_update``); then each epoch shuffles them into micro batches and takes one optimizer
-        step per ``grad_accum_steps`` of them per rank (the last step of an epoch may have fewer). Under data
-        parallelism every rank gets all samples, shuffles them alike and runs its own share of each step's micro
-        batches (``batching.shard_steps``), so W ranks with A accumulation steps take the steps one process takes
+        when a term needs it (``_score_before_update``); then each epoch shuffles them into micro batches and takes
+        one optimizer step per ``grad_accum_steps`` of them per rank (the last step of an epoch may have fewer).
+        Under data parallelism every rank gets all samples, shuffles them alike and runs its own share of each step's
+        micro batches (``batching.shard_steps``), so W ranks with A accumulation steps take the steps one process takes
         with W * A. A step's stats are its micro batches' stats, weighted as their losses are, summed over ranks.
         Stats stay device tensors until the update ends, so no micro step waits on the device to report them.
         """
@@ -271,8 +275,9 @@ class PolicyTrainer:
         sums: dict[str, torch.Tensor] = {}
         grad_norms = 0.0
         steps = num_tokens = 0
+        mismatch = torch.zeros((), dtype=torch.float64, device=self.engine.device)  # first epoch, summed over tokens
         self.engine.train()
-        for _ in range(self.cfg.epochs):
+        for epoch in range(self.cfg.epochs):
             gen = torch.Generator().manual_seed(self._epoch_seed)
             self._epoch_seed += 1
             order = [keep[i] for i in torch.randperm(len(keep), generator=gen).tolist()]
@@ -288,18 +293,20 @@ class PolicyTrainer:
                 for j, (index, real) in enumerate(passes):
                     micro, batch = batches[index]
                     weight = weights[index] if real else 0.0
-                    old = place_completion_values([before.old[i] for i in micro], batch.mask)  # [B, L-1]
-                    ref = None if self.reference is None else \
-                        place_completion_values([before.reference[i] for i in micro], batch.mask)
+                    old, ref = (None if not scores else place_completion_values([scores[i] for i in micro], batch.mask)
+                                for scores in (before.old, before.reference))  # [B, L-1] each, or None
                     # DeepSpeed averages gradients over the W ranks: a loss scaled by W sums them instead
-                    stats = self._micro_step(batch, old, ref, weight * world, j == len(passes) - 1)
+                    stats, token_mismatch = self._micro_step(batch, old, ref, weight * world, j == len(passes) - 1)
                     grad_norm = self._step(j == len(passes) - 1)
+                    mismatch += token_mismatch if epoch == 0 and real else 0.0
                     for key, value in stats.items():
                         sums[key] = sums.get(key, 0.0) + weight * value.double()  # float64, as Python floats
                     num_tokens += batch.num_tokens if real else 0
                 grad_norms += torch.as_tensor(float("nan") if grad_norm is None else grad_norm, dtype=torch.float64)
                 steps += 1
-        sums, num_tokens = self._sum_over_ranks(sums, num_tokens)
+        sums, num_tokens = self._sum_over_ranks({**sums, "behavior_mismatch": mismatch}, num_tokens)
+        first_epoch_tokens = num_tokens // self.cfg.epochs  # every epoch trains the same tokens
+        behavior_kl = float(sums.pop("behavior_mismatch")) / first_epoch_tokens if first_epoch_tokens else 0.0
         means = {key: float(total) / steps for key, total in {**sums, "grad_norm": grad_norms}.items()} if steps else {}
         unreported = float("nan") if steps else 0.0
         return TrainStats(loss=means.get("loss", 0.0), clip_fraction=means.get("clip_fraction", unreported),
@@ -308,7 +315,7 @@ class PolicyTrainer:
                           seconds=time.perf_counter() - start,
                           skipped_samples=(len(samples) - len(keep)) * self.cfg.epochs,
                           entropy=means.get("entropy", unreported), kl=means.get("kl", unreported),
-                          behavior_kl=before.behavior_kl, bf16=self.bf16)
+                          behavior_kl=behavior_kl, bf16=self.bf16)
 
     def _sum_over_ranks(self, sums: dict[str, torch.Tensor], num_tokens: int) -> tuple[dict[str, torch.Tensor], int]:
         """Each rank's weighted stat sums and token count, summed over the data-parallel ranks (as is for one)."""
@@ -334,7 +341,8 @@ class PolicyTrainer:
 
     @torch.no_grad()
     def _score_before_update(self, samples: Sequence[TrainSample], keep: list[int]) -> PreUpdate:
-        """The trainer's (and the reference's) log-probs of the kept samples' completion tokens, before any step.
+        """The trainer's log-probs of the kept samples' completion tokens before any step (with ``tis_cap``) and the
+        reference's (with ``kl_coef``); nothing, and no forward, when neither is on.
 
         One forward per micro batch and model, in eval mode, without gradient; the samples are stored per index so
         that every shuffled micro batch of every epoch reuses them. Under data parallelism each rank scores its
@@ -343,53 +351,49 @@ class PolicyTrainer:
         device, world = self.engine.device, self.engine.world_size
         old: dict[int, torch.Tensor] = {}
         reference: dict[int, torch.Tensor] = {}
-        mismatch, tokens = torch.zeros((), dtype=torch.float64, device=device), 0
+        if not self.cfg.tis_cap and self.reference is None:
+            return PreUpdate(old, reference)
         self.engine.eval()
         micros = [keep[lo : lo + self.cfg.micro_batch_size] for lo in range(0, len(keep), self.cfg.micro_batch_size)]
         shards = [list(range(len(micros)))[rank::world] for rank in range(world)]
         for index, real in lockstep(shards, self.engine.global_rank) if micros else []:
             batch = self._batch([samples[i] for i in micros[index]])
             targets, mask = batch.targets.to(device), batch.mask.to(device)  # [B, L-1]
-            logprobs = token_logprobs(self._logits(self.engine, batch), targets)  # [B, L-1]
-            ref = None if self.reference is None else token_logprobs(self._logits(self.reference, batch), targets)
-            if not real:
-                continue
-            old.update(zip(micros[index], completion_values(logprobs, mask)))
-            if ref is not None:
-                reference.update(zip(micros[index], completion_values(ref, mask)))
-            mismatch += behavior_mismatch(logprobs, batch.behavior_logprobs.to(device), mask).sum().double()
-            tokens += batch.num_tokens
+            for model, scores in ((self.engine if self.cfg.tis_cap else None, old), (self.reference, reference)):
+                if model is not None:
+                    logprobs = token_logprobs(self._logits(model, batch), targets)  # [B, L-1]
+                    scores.update(zip(micros[index], completion_values(logprobs, mask)) if real else ())
         if world > 1:
-            old, reference, mismatch, tokens = self._gather_scores(old, reference, float(mismatch), tokens)
-        return PreUpdate(old, reference, float(mismatch) / tokens if tokens else 0.0)
+            old, reference = self._gather_scores(old, reference)
+        return PreUpdate(old, reference)
 
     @staticmethod
-    def _gather_scores(old: dict[int, torch.Tensor], reference: dict[int, torch.Tensor], mismatch: float,
-                       tokens: int) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor], float, int]:
+    def _gather_scores(old: dict[int, torch.Tensor], reference: dict[int, torch.Tensor]
+                       ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
         """Every rank's pre-update scores joined on every rank (any rank may train on any sample in an epoch)."""
         import torch.distributed as dist
 
         parts: list[Any] = [None] * dist.get_world_size()
-        mine = ({i: t.cpu() for i, t in old.items()}, {i: t.cpu() for i, t in reference.items()}, mismatch, tokens)
+        mine = tuple({i: t.cpu() for i, t in scores.items()} for scores in (old, reference))
         dist.all_gather_object(parts, mine)
-        joined_old = {i: t for part in parts for i, t in part[0].items()}
-        joined_ref = {i: t for part in parts for i, t in part[1].items()}
-        return joined_old, joined_ref, sum(part[2] for part in parts), sum(part[3] for part in parts)
+        return tuple({i: t for part in parts for i, t in part[which].items()} for which in (0, 1))
 
-    def _micro_step(self, batch: Batch, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None,
-                    weight: float, boundary: bool) -> dict[str, torch.Tensor]:
-        """Forward, loss and backward on one micro batch (``_step`` follows it).
+    def _micro_step(self, batch: Batch, old_logprobs: torch.Tensor | None, ref_logprobs: torch.Tensor | None,
+                    weight: float, boundary: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Forward, loss and backward on one micro batch, the last of its step when ``boundary`` (``_step`` follows).
 
         ``old_logprobs`` and ``ref_logprobs`` are ``[B, L-1]``: the trainer's and the reference's log-probs from
-        before the update (``ref_logprobs`` is None when ``kl_coef`` is 0). ``weight`` scales the loss that is
-        backpropagated (the micro batch's share of its step); returns detached, unweighted 0-dim stat tensors.
+        before the update (None unless ``tis_cap``, resp. ``kl_coef``). ``weight`` scales the loss that is
+        backpropagated (the micro batch's share of its step). Returns detached, unweighted 0-dim stat tensors, and
+        the k3 KL(vLLM || trainer) summed over the batch's trained tokens (float64, for ``behavior_kl``).
         """
         device = self.engine.device
         self.engine.set_gradient_accumulation_boundary(boundary)
         logits = self._logits(self.engine, batch)  # [B, L-1, V]
         logprobs = token_logprobs(logits, batch.targets.to(device))  # [B, L-1]
         mask = batch.mask.to(device)  # [B, L-1]
-        behavior, old = batch.behavior_logprobs.to(device), old_logprobs.to(device)  # [B, L-1]
+        behavior = batch.behavior_logprobs.to(device)  # [B, L-1]
+        old = None if old_logprobs is None else old_logprobs.to(device)  # [B, L-1]
         # With truncated IS the ratio is taken against the trainer's own pre-update log-probs, and the IS weight
         # min(old / behavior, tis_cap) accounts for the sampler (vLLM); without it, against the sampler's.
         proximal = old if self.cfg.tis_cap else behavior
@@ -401,7 +405,8 @@ class PolicyTrainer:
             ref_logprobs=None if ref_logprobs is None else ref_logprobs.to(device), entropy=entropy)
         loss = aggregate(per_token, mask, self.cfg.loss_aggregation, self.cfg.loss_norm_len or None)
         self.engine.backward(loss * weight, scale_wrt_gas=False)  # the weights already divide by the step's total
-        return {**stats, **terms, "loss": loss.detach()}
+        mismatch = behavior_mismatch(logprobs.detach(), behavior, mask).sum().double()
+        return {**stats, **terms, "loss": loss.detach()}, mismatch
 
     def _step(self, boundary: bool) -> float | None:
         """``engine.step()``, called after every micro batch (DeepSpeed steps the optimizer at the boundary only);

@@ -39,7 +39,7 @@ def per_token_objective(
     mask: Tensor,
     cfg: TrainConfig,
     *,
-    old_logprobs: Tensor,
+    old_logprobs: Tensor | None,
     behavior_logprobs: Tensor,
     ref_logprobs: Tensor | None,
     entropy: Tensor,
@@ -52,7 +52,7 @@ def per_token_objective(
         mask: ``[B, T]`` 1 for trained tokens.
         cfg: ``tis_cap`` (weight ``min(exp(old - behavior), cap)``), ``kl_coef`` and ``kl_estimator``,
             ``entropy_coef``.
-        old_logprobs: ``[B, T]`` the trainer's log-probs before the update (no gradient); read when ``tis_cap``.
+        old_logprobs: ``[B, T]`` the trainer's log-probs before the update (no gradient); required when ``tis_cap``.
         behavior_logprobs: ``[B, T]`` the sampler's log-probs; read when ``tis_cap``.
         ref_logprobs: ``[B, T]`` the frozen reference's log-probs (no gradient); required when ``kl_coef``.
         entropy: ``[B, T]`` the policy's entropy per position (with a gradient when ``entropy_coef``).
