@@ -1,8 +1,7 @@
 """Pandera models of every table that crosses a stage boundary (parquet via pyarrow between Flyte tasks).
 
-Sequence-valued fields (token ids, logprobs) are stored as JSON text columns: flytekitplugins-pandera renders a
-preview of each table into a Flyte Deck with great_tables, which cannot render list cells; JSON text keeps the
-tables renderable, readable in MLflow artifacts, and exact (``encode_floats`` keeps float64 round-trips exact).
+Sequence-valued fields (token ids, logprobs) are stored as JSON text columns: readable in MLflow artifacts and
+HTML previews (which cannot render list cells), and exact (``encode_floats`` keeps float64 round-trips exact).
 
 Example:
     >>> import pandas as pd
