@@ -38,6 +38,7 @@ from pathlib import Path
 
 from posttrain import config as config_module
 from posttrain.config import EvaluateConfig, LoopConfig
+from posttrain.generated import with_block, write_block
 
 BEGIN = "<!-- config-docs:begin: generated from posttrain/config.py by `posttrain config-docs --write` -->"
 END = "<!-- config-docs:end -->"
@@ -194,17 +195,9 @@ def undocumented() -> list[str]:
 
 def with_tables(text: str) -> str:
     """``text`` with the block between ``BEGIN`` and ``END`` replaced by the current tables."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"no config-docs block: add the lines {BEGIN} and {END}")
-    return text[:start] + f"{BEGIN}\n{markdown_tables()}\n" + text[end:]
+    return with_block(text, BEGIN, END, markdown_tables(), "config-docs")
 
 
 def write_tables(path: str | Path) -> bool:
     """Rewrite the config-docs block of the file at ``path``; whether it changed."""
-    file = Path(path)
-    old = file.read_text(encoding="utf-8")
-    new = with_tables(old)
-    if new != old:
-        file.write_text(new, encoding="utf-8")
-    return new != old
+    return write_block(path, BEGIN, END, markdown_tables(), "config-docs")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from posttrain.generated import with_block, write_block
+
 BEGIN = "<!-- reason-codes:begin: generated from posttrain/admission/reasons.py by `posttrain reason-codes --write` -->"
 END = "<!-- reason-codes:end -->"
 
@@ -127,17 +129,9 @@ def markdown_table() -> str:
 
 def with_table(text: str) -> str:
     """``text`` with the block between ``BEGIN`` and ``END`` replaced by the current table."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"no reason-codes block: add the lines {BEGIN} and {END}")
-    return text[:start] + f"{BEGIN}\n{markdown_table()}\n" + text[end:]
+    return with_block(text, BEGIN, END, markdown_table(), "reason-codes")
 
 
 def write_table(path: str | Path) -> bool:
     """Rewrite the reason-codes block of the file at ``path``; whether it changed."""
-    file = Path(path)
-    old = file.read_text(encoding="utf-8")
-    new = with_table(old)
-    if new != old:
-        file.write_text(new, encoding="utf-8")
-    return new != old
+    return write_block(path, BEGIN, END, markdown_table(), "reason-codes")
