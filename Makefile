@@ -69,8 +69,9 @@ smoke: setup $(STAMP) policy
 test: setup $(STAMP)
 	$(BIN)/python -m pytest tests
 
+# The unit lane: library code in-process, at most short bwrap sandboxes; no daemon, model, engine or workflow run.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests -m "not slow"
+	$(BIN)/python -m pytest tests -m unit
 
 mlflow-ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --host 127.0.0.1 --port 5000
