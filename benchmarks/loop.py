@@ -47,13 +47,14 @@ def loop_config(iterations: int, precision: str) -> dict:
             "rollout": {"dtype": dtype}, "train": {"precision": precision}}
 
 
-def run_loop(work: Path, iterations: int, precision: str) -> tuple[float, str]:
-    """Run the workflow into ``work``'s MLflow store; its wall seconds and the tracking URI."""
+def run_loop(work: Path, cfg: dict) -> tuple[float, str]:
+    """Run ``rl_loop`` with ``cfg`` (a ``--cfg`` dict) into ``work``'s fresh MLflow store; its wall seconds and the
+    tracking URI."""
     uri = f"sqlite:///{work}/mlflow.db"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "POSTTRAIN_ARTIFACT_ROOT": (work / "artifacts").as_uri(),
            "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}
     command = [str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache", "workflows/rl_loop.py",
-               "rl_loop", "--cfg", json.dumps(loop_config(iterations, precision))]
+               "rl_loop", "--cfg", json.dumps(cfg)]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -167,7 +168,7 @@ def main() -> None:
 
     policy = str(main_demo_policy(default_policy_dir()))
     work = Path(tempfile.mkdtemp(prefix="bench-loop-"))
-    wall_s, uri = run_loop(work, args.iterations, args.precision)
+    wall_s, uri = run_loop(work, loop_config(args.iterations, args.precision))
     medians, per_iteration, scored = iteration_times(uri, args.iterations)
     update = update_comparison(policy, scored, args.precision)
     # the update stage as the loop runs it (live trainer, train_on, save) against plain PyTorch's same work

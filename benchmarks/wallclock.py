@@ -42,14 +42,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import rl_step  # noqa: E402  (benchmarks/ is not a package)
+import loop  # noqa: E402  (benchmarks/ is not a package)
+import rl_step  # noqa: E402
 
 ROOT = rl_step.ROOT
 STEPS_PER_ROUND = 8  # optimizer steps per round: the loop's 256 completions in micro batches of 32, one step each
@@ -131,21 +131,6 @@ def evaluate(dirs: list[str]) -> list[dict]:
     finally:
         live.shutdown_all()
     return results
-
-
-def run_loop(work: Path, iterations: int, eval_every: int) -> tuple[str, float]:
-    """Run the demo loop into a fresh MLflow store under ``work``; its tracking URI and wall seconds."""
-    uri = f"sqlite:///{work}/mlflow.db"
-    cfg = {"iterations": iterations, "eval": {"every": eval_every}, "admission": {"checks": ["consistency"]}}
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "POSTTRAIN_ARTIFACT_ROOT": (work / "artifacts").as_uri(),
-           "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}
-    command = [str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache", "workflows/rl_loop.py",
-               "rl_loop", "--cfg", json.dumps(cfg)]
-    began = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"the workflow failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
-    return uri, time.perf_counter() - began
 
 
 def loop_curve(uri: str, run_id: str | None) -> tuple[str, list[dict]]:
@@ -237,7 +222,9 @@ def main() -> None:
     loop_wall_s = None
     uri = args.mlflow_uri
     if uri is None:
-        uri, loop_wall_s = run_loop(work, args.iterations, args.eval_every)
+        cfg = {"iterations": args.iterations, "eval": {"every": args.eval_every},
+               "admission": {"checks": ["consistency"]}}
+        loop_wall_s, uri = loop.run_loop(work, cfg)
     run_id, ours = loop_curve(uri, args.run_id)
     # 2. TRL: train for the budget, saving checkpoints
     script = [sys.executable, __file__, "--policy", policy]
