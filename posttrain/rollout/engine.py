@@ -159,6 +159,8 @@ class VLLMEngine:
     def close(self) -> None:
         """Stop the engine processes; a live engine would keep ``pyflyte run`` from exiting."""
         hosts, self.hosts = getattr(self, "hosts", []), []
+        for host in hosts:  # all shut down at once
+            host.request_close()
         for host in hosts:
             host.close()
 

@@ -72,7 +72,10 @@ _open_hosts: "weakref.WeakSet[EngineHost]" = weakref.WeakSet()
 @atexit.register
 def _close_open_hosts() -> None:
     """At exit, close the engine processes nobody closed: multiprocessing would wait for them forever."""
-    for host in list(_open_hosts):
+    hosts = list(_open_hosts)
+    for host in hosts:
+        host.request_close()
+    for host in hosts:
         host.close()
 
 
@@ -117,6 +120,7 @@ class EngineHost:
     def __init__(self, process: multiprocessing.process.BaseProcess, conn, info: dict):
         self.process, self.conn, self.info = process, conn, info
         self._lock = threading.Lock()  # one call at a time on the connection
+        self._closing = False  # "close" sent
 
     @classmethod
     def start(cls, model_path: str, engine_kwargs: dict, cpus: list[int] | None = None,
@@ -155,12 +159,23 @@ class EngineHost:
                 raise self._ended(method) from exc
             return self._receive(method)
 
+    def request_close(self) -> None:
+        """Ask the engine process to shut vLLM down and end, without waiting (``close`` waits): several hosts shut
+        down at once instead of one after another (~4 s each here)."""
+        with self._lock:
+            if self.process.is_alive() and not self._closing:
+                try:
+                    self.conn.send(("close", {}))
+                except (BrokenPipeError, EOFError, OSError):
+                    pass
+                self._closing = True
+
     def close(self) -> None:
         """End the engine process (vLLM shut down first, for up to ``CLOSE_TIMEOUT_S``); idempotent."""
+        self.request_close()
         with self._lock:
             if self.process.is_alive():
                 try:
-                    self.conn.send(("close", {}))
                     if self.conn in self._wait(CLOSE_TIMEOUT_S):
                         self.conn.recv()
                 except (BrokenPipeError, EOFError, OSError):
