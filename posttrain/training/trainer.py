@@ -150,6 +150,13 @@ def _init_distributed() -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    if not torch.cuda.is_available() and os.environ["WORLD_SIZE"] == "1":
+        # DeepSpeed's CPU backend JIT-compiles a shared-memory all-reduce op on first use (~35 s, once per
+        # extensions folder: a fresh install's first update); one process reduces with nobody. Marked incompatible,
+        # DeepSpeed keeps to gloo, as it does on platforms without the op.
+        from deepspeed.ops.op_builder.cpu.comm import ShareMemCommBuilder
+
+        deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
     deepspeed.init_distributed(dist_backend="gloo" if not torch.cuda.is_available() else "nccl")
 
 
