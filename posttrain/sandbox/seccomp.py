@@ -14,8 +14,14 @@ Our additions narrow it further; nothing the profile denies is allowed:
   escalations: io_uring, keyrings, eBPF, perf events, userfaultfd, module and kexec loading, every mount API,
   ``unshare`` and ``setns``, file handles, swap, reboot, ``acct``, ``syslog``, quotas, and setting the clock; and
   taking another process's file descriptors or memory (``pidfd_getfd``, ``process_vm_readv``/``writev``), which
-  Docker grants only with ``CAP_SYS_PTRACE``. The profile allows some of these to rootless containers, whose user
-  namespace makes the kernel check them; we want them closed whatever namespace a program finds itself in;
+  Docker grants only with ``CAP_SYS_PTRACE``, and ``ptrace`` itself: every sandboxed process has the same uid, so a
+  program could otherwise trace the trusted tests that run after it (no env asks for a debugger; an env that does
+  would need a policy of its own). The profile allows some of these to rootless containers, whose user namespace
+  makes the kernel check them; we want them closed whatever namespace a program finds itself in;
+* on the caller only (``EPERM`` otherwise): ``prlimit64`` with pid 0 and ``setpriority(PRIO_PROCESS, 0)``
+  (``ONLY_SELF``). With the same uid a program could lower the limits or the priority of a trusted process (the
+  ``workspace_tests`` driver) and so of every test it starts; ``setrlimit``, ``nice`` and ``prlimit COMMAND`` pass
+  pid 0 and keep working. The whole 64-bit argument is compared: junk in the high bits is refused, never let by;
 * ``clone`` with a namespace flag (``EPERM``) and ``clone3`` (``ENOSYS``; its flags sit in memory a filter cannot
   read, so libc falls back to ``clone``): Docker's own rule for containers without ``CAP_SYS_ADMIN``;
 * by argument (``EPERM``): the terminal-injection ioctls ``TIOCSTI`` and ``TIOCLINUX``, and ``socket(AF_VSOCK)``
@@ -73,7 +79,7 @@ DENIED = ("io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "ad
           "open_tree", "mount_setattr", "swapon", "swapoff", "reboot", "acct", "syslog", "unshare", "setns",
           "open_by_handle_at", "name_to_handle_at", "lookup_dcookie", "quotactl", "quotactl_fd", "vhangup",
           "clock_settime", "settimeofday", "adjtimex", "clock_adjtime", "pidfd_getfd", "process_vm_readv",
-          "process_vm_writev")
+          "process_vm_writev", "ptrace")
 NOT_IMPLEMENTED = ("clone3",)  # ENOSYS: libc falls back to clone(2), whose flags the filter can read
 TIOCSTI, TIOCLINUX, AF_VSOCK = 0x5412, 0x541C, 40
 # CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
@@ -113,6 +119,9 @@ class Bits:
 
 DENIED_ARGS = {"ioctl": Values(1, (TIOCSTI, TIOCLINUX)), "socket": Values(0, (AF_VSOCK,)),
                "clone": Bits(0, CLONE_NAMESPACES)}
+# allowed only when every one of these arguments is 0: the caller itself (prlimit64's pid; setpriority's which is
+# PRIO_PROCESS and who is 0)
+ONLY_SELF = {"prlimit64": (0,), "setpriority": (0, 1)}
 
 
 def complement(values: set[int], width: int = 32) -> list[tuple[int, int]]:
@@ -144,6 +153,22 @@ def complement(values: set[int], width: int = 32) -> list[tuple[int, int]]:
 
 def masked(index: int, mask: int, value: int) -> dict:
     return {"index": index, "value": mask, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
+
+
+def compared(index: int, op: str, value: int) -> dict:
+    return {"index": index, "value": value, "valueTwo": 0, "op": op}
+
+
+def only_self(indexes: tuple[int, ...]) -> tuple[list[dict], list[list[dict]]]:
+    """(the allowed arguments, the disjoint denied ones) of a call allowed only when every argument in ``indexes``
+    is 0: denied when the first is not, or the first is and the second is not, ...
+
+    >>> allowed, denied = only_self((0, 1))
+    >>> [a["op"] for a in allowed], [[a["op"] for a in d] for d in denied]
+    (['SCMP_CMP_EQ', 'SCMP_CMP_EQ'], [['SCMP_CMP_NE'], ['SCMP_CMP_EQ', 'SCMP_CMP_NE']])
+    """
+    allowed = [compared(i, "SCMP_CMP_EQ", 0) for i in indexes]
+    return allowed, [[*allowed[:k], compared(i, "SCMP_CMP_NE", 0)] for k, i in enumerate(indexes)]
 
 
 def rule(names: list[str], action: str, args: list[dict] | None = None, errno_ret: int | None = None,
@@ -203,12 +228,17 @@ def profile() -> dict:
             if names:
                 syscalls.append({**r, "names": names})
             continue
-        plain = [n for n in names if n not in DENIED_ARGS]
+        plain = [n for n in names if n not in DENIED_ARGS and n not in ONLY_SELF]
         if plain:
             syscalls.append({**r, "names": plain})
         for name in names:
             if name in DENIED_ARGS:
                 syscalls += narrow(r, name, DENIED_ARGS[name])
+            elif name in ONLY_SELF:
+                if r["args"]:
+                    raise ValueError(f"{name}: cannot narrow a rule that already compares arguments: {r['args']}")
+                syscalls.append(rule([name], r["action"], only_self(ONLY_SELF[name])[0], None, r["comment"],
+                                     r["includes"], r["excludes"]))
     syscalls.append(rule(sorted(DENIED), "SCMP_ACT_ERRNO", errno_ret=errno.EPERM,
                          comment="posttrain: kernel interfaces no grader needs"))
     syscalls.append(rule(list(NOT_IMPLEMENTED), "SCMP_ACT_ERRNO", errno_ret=errno.ENOSYS,
@@ -216,6 +246,9 @@ def profile() -> dict:
     for name, deny in DENIED_ARGS.items():
         syscalls += [rule([name], "SCMP_ACT_ERRNO", [masked(deny.index, mask, v)], errno.EPERM,
                           f"posttrain: {name} denied by argument {deny.index}") for mask, v in deny.denied()]
+    for name, indexes in ONLY_SELF.items():
+        syscalls += [rule([name], "SCMP_ACT_ERRNO", args, errno.EPERM, f"posttrain: {name} on the caller only")
+                     for args in only_self(indexes)[1]]
     return {"defaultAction": source["defaultAction"], "defaultErrnoRet": source.get("defaultErrnoRet", errno.ENOSYS),
             "archMap": [{"architecture": arch, "subArchitectures": []} for arch, _ in MACHINES.values()],
             "syscalls": syscalls}

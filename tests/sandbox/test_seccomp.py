@@ -38,6 +38,18 @@ PROBE = textwrap.dedent("""
         out[name] = call(nr, 0, 0, 0, 0, 0)
     if "control" not in sys.argv:  # unfiltered, the clone would go through
         out["clone_newuser"] = call(56, 0x10000000 | 17, 0, 0, 0, 0)  # CLONE_NEWUSER | SIGCHLD
+        out["setpriority_user"] = call(141, 2, 0, os.getpriority(os.PRIO_PROCESS, 0))  # every process of the uid
+    other = subprocess.Popen(["sleep", "30"])  # another process of the same uid: no ptrace, prlimit, renice
+    out["ptrace_other"] = call(101, 0x4206, other.pid, 0, 0)  # PTRACE_SEIZE
+    out["ptrace_self"] = call(101, 0x4206, 0, 0, 0)  # the kernel's own answer is ESRCH
+    out["prlimit_other"] = call(302, other.pid, 7, 0, 0)  # RLIMIT_NOFILE, nothing read or written
+    out["prlimit_self"] = call(302, 0, 7, 0, 0)
+    out["prlimit_self_high_bits"] = call(302, 1 << 32, 7, 0, 0)  # the kernel reads pid 0: refused all the same
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    out["setpriority_other"] = call(141, 0, other.pid, nice)  # the same value: no change even where allowed
+    out["setpriority_self"] = call(141, 0, 0, nice)
+    other.kill()
+    other.wait()
     out["vsock"] = call(41, 40, 1, 0)
     out["vsock_high_bits"] = call(41, (1 << 32) | 40, 1, 0)  # the kernel reads an int: still AF_VSOCK
     out["unix"] = call(41, 1, 1, 0)
@@ -57,7 +69,9 @@ EXPECTED = {"keyctl": "EPERM", "bpf": "EPERM", "unshare": "EPERM", "mount": "EPE
             "perf_event_open": "EPERM", "io_uring_setup": "EPERM", "io_uring_enter": "EPERM", "clone3": "ENOSYS",
             "pidfd_getfd": "EPERM", "nr500": "ENOSYS", "clone_newuser": "EPERM", "vsock": "EPERM",
             "vsock_high_bits": "EPERM", "unix": "ok", "TIOCSTI": "EPERM", "TIOCSTI_high_bits": "EPERM",
-            "TIOCLINUX": "EPERM", "TCGETS": "ok", "thread": "ok", "subprocess": "ok"}
+            "TIOCLINUX": "EPERM", "TCGETS": "ok", "thread": "ok", "subprocess": "ok", "setpriority_user": "EPERM",
+            "ptrace_other": "EPERM", "ptrace_self": "EPERM", "prlimit_other": "EPERM", "prlimit_self": "ok",
+            "prlimit_self_high_bits": "EPERM", "setpriority_other": "EPERM", "setpriority_self": "ok"}
 # getpid through the other syscall tables of an x86-64 kernel: x32 (bit 30 of the number) and i386 (int 0x80)
 FOREIGN_ABI = {"x32": "libc = ctypes.CDLL(None)\nlibc.syscall.restype = ctypes.c_long\n"
                       "print(libc.syscall(ctypes.c_long(0x40000000 | 39)))\n",
@@ -109,6 +123,10 @@ def test_profile_is_the_maintained_allow_list_narrowed_for_no_capabilities():
     ("socket", [16, 3, 9], "SCMP_ACT_ERRNO"),  # the profile's own rule: no audit netlink without CAP_AUDIT_WRITE
     ("clone", [0x10000000 | 17], "SCMP_ACT_ERRNO"), ("clone", [0x00020000], "SCMP_ACT_ERRNO"),
     ("clone", [0x003D0F00], "SCMP_ACT_ALLOW"),  # the flags of pthread_create
+    ("prlimit64", [0, 7, 1], "SCMP_ACT_ALLOW"), ("prlimit64", [12, 7, 1], "SCMP_ACT_ERRNO"),
+    ("prlimit64", [1 << 32, 7, 0], "SCMP_ACT_ERRNO"), ("setpriority", [0, 0, 19], "SCMP_ACT_ALLOW"),
+    ("setpriority", [0, 12, 19], "SCMP_ACT_ERRNO"), ("setpriority", [1, 0, 19], "SCMP_ACT_ERRNO"),
+    ("setpriority", [2, 0, 19], "SCMP_ACT_ERRNO"), ("ptrace", [0x4206, 12], "SCMP_ACT_ERRNO"),
 ])
 def test_argument_rules_split_exactly_at_the_denied_values(name, args, verdict):
     assert allows(seccomp.profile(), name, args + [0] * (6 - len(args))) == verdict
@@ -201,6 +219,7 @@ def test_without_the_filter_the_same_calls_reach_the_kernel():
     """The control: the verdicts above come from the filter, not from bwrap's namespaces."""
     got = verdicts(bwrap(["/usr/bin/python3", "-c", PROBE, "control"], None).stdout.decode())
     assert [got[name] == "EPERM" for name in ("io_uring_setup", "vsock", "TIOCLINUX")] == [False] * 3, got
+    assert [got[name] for name in ("ptrace_other", "prlimit_other", "setpriority_other")] == ["ok"] * 3, got
 
 
 @pytest.mark.integration
