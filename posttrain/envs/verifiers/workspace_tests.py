@@ -29,10 +29,14 @@ Spec config::
 
 Strength: a test with ``stdout`` is a value comparison decided on the host; an exit-code-only test that runs
 workspace code can be passed by code that exits 0 early, so use those only for checks that run trusted code
-(reading a config file). Residual risk: the solution and the tests share one sandbox; the driver kills every
-process the solution left before the first test (and again after each test), is non-dumpable, and on bwrap is the
-sandbox's pid 1 (nothing the program can reach sits above it); the test files cannot be written by any process of
-the program's uid. Code under test sees the tests' directory name in its test's argv, so it may read that test.
+(reading a config file). The solution and the tests share one sandbox, one after the other: once the solution phase
+ends, the driver SIGKILLs every other process of the sandbox at once (``kill(-1)`` as the sandbox's pid 1, or as its
+program uid in a pooled container) and reaps them all before the first test starts, so nothing of the solution runs
+beside a test; it does the same after each test. The seccomp policy refuses ``ptrace`` and changing another
+process's rlimits or priority, and the driver starts every test with the limits it was itself started with. The
+driver is non-dumpable and, on bwrap, the sandbox's pid 1. The test files cannot be written by any process of the
+program's uid, and the solution phase never learns their directory. Code under test sees that directory's name in
+its test's argv, so it may read the tests.
 
 Example:
     >>> from posttrain.config import SandboxConfig
@@ -53,6 +57,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from dataclasses import replace
 
 from posttrain import trusted
 from posttrain.config import SandboxConfig
@@ -63,7 +68,7 @@ from posttrain.envs.verifiers.workspace_admission import (agent_only, mutants, o
                                                           test_sources, vacuous_tests)
 from posttrain.envs.verifiers.workspace_config import WorkspaceTestsConfig, command_argv
 from posttrain.sandbox.base import Execution, ExecutionResult
-from posttrain.sandbox.workspace import TRUSTED_DIR, node_heap_mb
+from posttrain.sandbox.workspace import SANDBOX_UID, TRUSTED_DIR, node_heap_mb
 
 DRIVER = trusted.source("workspace_driver")
 COMMAND = ["python3", "-I", "-c", DRIVER]
@@ -111,7 +116,7 @@ def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str
         env["NODE_OPTIONS"] = f"--max-old-space-size={node_heap_mb(min(spec.limits.memory_mb, cfg.memory_mb))}"
     hidden = secrets.token_hex(16)  # /trusted cannot be listed: without this name the solution cannot find the tests
     request = {"nonce": nonce, "solution": script, "solution_timeout_s": solution_s, "test_timeout_s": test_s,
-               "tests_dir": f"{TRUSTED_DIR}/{hidden}", "env": env,
+               "tests_dir": f"{TRUSTED_DIR}/{hidden}", "env": env, "sandbox_uid": SANDBOX_UID,
                "tests": [{"name": t.name, "argv": command_argv(t.cmd)} for t in config.tests]}
     return Execution(files=files, command=list(COMMAND), timeout_s=total,
                      memory_mb=min(spec.limits.memory_mb, cfg.memory_mb), runtime=spec.runtime,
@@ -130,7 +135,10 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     if result.infra_error:
         return Verdict.infra(result, total)
     records = harness_records(result.stdout, nonce)
-    syntax = next((r for r in records if r.get("phase") == "syntax"), None)
+    phases = {r.get("phase"): r for r in reversed(records) if "phase" in r}  # the first record of each phase
+    if "refused" in phases:  # the backend ran the driver where kill(-1) could reach more than the sandbox
+        return Verdict.infra(replace(result, infra_error=f"workspace driver: {phases['refused'].get('error')}"), total)
+    syntax = phases.get("syntax")
     compiled = syntax is None or syntax.get("ok") is True
     outcomes = first_record_per_index(records, "test", total)
     passed, failures = 0, []
@@ -150,6 +158,8 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
             passed += 1
     if not compiled:
         detail = f"solution script does not parse: {str(syntax.get('error', ''))[:160]}"
+    elif phases.get("solution", {}).get("ended") is False:
+        detail = "processes the solution left could not be ended: no test ran"
     elif not records:
         how = "timed out" if result.timed_out else f"exit code {result.exit_code}"
         detail = f"no driver output ({how}): {result.stderr.strip()[-160:]}"

@@ -69,6 +69,17 @@ def test_host_decides_from_exit_codes_and_stdout():
     assert v.detail.startswith("no driver output (timed out)") and v.timed_out
 
 
+def test_leftovers_that_cannot_be_ended_fail_and_a_misplaced_driver_is_infra():
+    left = records({"phase": "syntax", "ok": True}, {"phase": "solution", "exit": 0, "ended": False},
+                   {"phase": "done"})
+    v = score(SPEC, ExecutionResult(exit_code=0, stdout=left), N)
+    assert (v.tests_passed, v.excluded) == (0, False) and "could not be ended" in v.detail
+    refused = records({"phase": "refused", "error": "runs only as a sandbox's pid 1 or its program uid"})
+    v = score(SPEC, ExecutionResult(exit_code=0, stdout=refused), N)
+    assert v.excluded and "pid 1" in v.infra_error
+    assert json.loads(build_execution(SPEC, "true\n", CFG, N).stdin)["sandbox_uid"] == 10001
+
+
 @pytest.mark.parametrize("verifier,field", [
     ({"tests": []}, "verifier.tests"),
     ({"tests": [{"name": "a"}]}, "verifier.tests[0]"),
