@@ -10,11 +10,15 @@ Spec config::
       complete_prompt: false                # optional: as for python_tests
       test_timeout_s: 5                     # optional: per test (default: the env's timeout, at most 5 s)
 
-The trusted harness (``python_asserts_harness.py``) forks one child per assert; the host reads the parent's
-nonce-prefixed ``{"test": i, "ok": ...}`` lines, and a test counts only if the child ran it to the end (see the
-harness docstring). This is weaker than ``python_tests``: the program under test runs in the same process as the
-assert, so a deliberate attack (monkeypatching a module the assert uses) can still pass it. The importer converts
-``assert f(x) == y`` asserts with literal values into ``python_tests`` cases whenever it can for that reason.
+The trusted harness (``python_asserts_harness.py``) evaluates every assert in its own process, which never runs the
+solution: the entry point and the solution's other functions the assert names are proxies to a fresh worker
+process per assert that loaded the solution, and only plain data crosses between them (see the harness docstring).
+The host reads the parent's nonce-prefixed ``{"test": i, "ok": ...}`` lines. So a solution can pass an assert only
+by returning values that satisfy it: patching modules, walking frames or exiting early reach nothing that decides.
+The expected values still sit in the sandbox (in the parent's memory, out of the worker's reach), where
+``python_tests`` keeps them on the host; the importer turns ``assert f(x) == y`` asserts with literal values into
+``python_tests`` cases whenever it can. ``plain_values: false`` lets the entry point return instances of subclasses
+of the plain types (a ``namedtuple``, a ``Counter``), which then cross as their base type.
 
 Example:
     >>> from posttrain.config import SandboxConfig

@@ -1,5 +1,6 @@
 """The ``python_asserts`` verifier: host scoring of the parent's lines, validation, and the real harness in bwrap
-(each assert in its own child; cheats that exit early, skip, patch or forge lines earn nothing)."""
+(each assert evaluated by the parent against a fresh worker; cheats that exit early, skip, patch or forge lines
+earn nothing)."""
 
 from __future__ import annotations
 
@@ -104,4 +105,4 @@ def test_real_harness_per_assert_results_and_cheats():
     assert not passing
     by_name = dict(zip(cheats, probes))
     assert "non-plain value" in by_name["always-equal object"].detail
-    assert "before the test finished" in by_name["os._exit(0) at import"].detail
+    assert "the solution's process ended" in by_name["os._exit(0) at import"].detail
