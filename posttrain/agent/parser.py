@@ -3,8 +3,9 @@
 
 ``parse_calls(text, tools)`` never raises: each block becomes a ``ToolCall`` (name and arguments checked against
 the allowed tools and their argument names) or a ``CallError`` whose ``message`` is the observation the model gets
-back (malformed JSON, a block never closed, an unknown tool, missing or unexpected arguments). A turn without any
-block gives ``[]``.
+back (malformed JSON, JSON nested too deeply or with a number too long to convert, a block never closed, an unknown
+tool, missing or unexpected arguments, an argument that is not UTF-8 text: a lone surrogate such as ``"\\udc80"``).
+A turn without any block gives ``[]``.
 
 Example:
     >>> tools = {"bash": ("command",), "submit": ()}
@@ -14,6 +15,8 @@ Example:
     "error: unknown tool 'rm'; tools: ['bash', 'submit']"
     >>> parse_calls('<tool_call>{"name": "bash", "arguments": {"command": "ls"', tools)[0].message
     'error: <tool_call> not closed with </tool_call>'
+    >>> parse_calls('<tool_call>' + '[' * 5000 + '</tool_call>', tools)[0].message
+    'error: tool call is not valid JSON (nested too deeply)'
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class ToolCall:
 class CallError:
     message: str  # the observation the model gets back
     raw: str = ""  # the block's text as the model wrote it
+    name: str = ""  # the tool name the block gave, when it gave one (for the steps table)
 
 
 def parse_calls(text: str, tools: Mapping[str, Sequence[str]]) -> list[ToolCall | CallError]:
@@ -51,13 +55,17 @@ def _parse_block(body: str, closed: bool, tools: Mapping[str, Sequence[str]]) ->
         call = json.loads(body)
     except json.JSONDecodeError as exc:
         return CallError(f"error: tool call is not valid JSON ({exc.msg} at char {exc.pos})", body)
+    except RecursionError:
+        return CallError("error: tool call is not valid JSON (nested too deeply)", body)
+    except ValueError as exc:  # e.g. an integer literal over Python's digit limit
+        return CallError(f"error: tool call is not valid JSON ({str(exc)[:120]})", body)
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return CallError('error: a tool call is a JSON object {"name": ..., "arguments": {...}}', body)
     name, arguments = call["name"], call.get("arguments", {})
     if name not in tools:
-        return CallError(f"error: unknown tool {name!r}; tools: {list(tools)}", body)
+        return CallError(f"error: unknown tool {name!r}; tools: {list(tools)}", body, _text(name))
     if not isinstance(arguments, dict):
-        return CallError(f"error: {name}: arguments must be a JSON object", body)
+        return CallError(f"error: {name}: arguments must be a JSON object", body, name)
     expected = list(tools[name])
     missing = [a for a in expected if a not in arguments]
     extra = [a for a in arguments if a not in expected]
@@ -65,5 +73,24 @@ def _parse_block(body: str, closed: bool, tools: Mapping[str, Sequence[str]]) ->
     if missing or extra or wrong:
         parts = [f"missing {missing}" if missing else "", f"unexpected {extra}" if extra else "",
                  f"not strings {wrong}" if wrong else ""]
-        return CallError(f"error: {name}: arguments {'; '.join(p for p in parts if p)}; expected {expected}", body)
+        return CallError(f"error: {name}: arguments {'; '.join(p for p in parts if p)}; expected {expected}", body,
+                         name)
+    for arg in expected:
+        if (bad := _not_text(arguments[arg])) is not None:
+            return CallError(f"error: {name}: argument {arg!r} is not UTF-8 text (a lone surrogate at index {bad})",
+                             body, name)
     return ToolCall(name, arguments)
+
+
+def _not_text(value: str) -> int | None:
+    """The index of the first character of ``value`` that UTF-8 cannot encode (a lone surrogate), or None."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def _text(name: str) -> str:
+    """``name`` as UTF-8-safe text (lone surrogates escaped) for the tables."""
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")

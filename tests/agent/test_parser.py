@@ -62,3 +62,19 @@ def test_tools_outside_the_allowed_set_are_unknown():
     [error] = parse_calls('<tool_call>{"name": "python", "arguments": {"code": "1"}}</tool_call>',
                           {"bash": ("command",), "submit": ()})
     assert "unknown tool 'python'" in error.message
+
+
+@pytest.mark.parametrize("text, fragment, name", [
+    ("<tool_call>" + "[" * 1000 + "]" * 1000 + "</tool_call>", "nested too deeply", ""),
+    ('<tool_call>{"name": "bash", "arguments": {"command": "ls"}, "n": ' + "7" * 4301 + "}</tool_call>",
+     "not valid JSON", ""),
+    (r'<tool_call>{"name": "write_file", "arguments": {"path": "a\udc80", "content": "x"}}</tool_call>',
+     "argument 'path' is not UTF-8 text (a lone surrogate at index 1)", "write_file"),
+    (r'<tool_call>{"name": "edit_file", "arguments": {"path": "a", "search": "x", "replace": "\ud800"}}</tool_call>',
+     "argument 'replace' is not UTF-8 text", "edit_file"),
+    (r'<tool_call>{"name": "rm\udc80", "arguments": {}}</tool_call>', "unknown tool 'rm\\udc80'", "rm\\udc80"),
+])
+def test_hostile_json_is_an_error_observation_never_an_exception(text, fragment, name):
+    [error] = parse_calls(text, ALLOWED)
+    assert isinstance(error, CallError) and fragment in error.message and error.name == name
+    error.message.encode("utf-8")  # the observation itself is text any tokenizer can take
