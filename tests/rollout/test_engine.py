@@ -1,4 +1,5 @@
-"""A checkpoint written by the DeepSpeed trainer loads in real vLLM (bf16), samples, and scores like HF does."""
+"""A checkpoint written by the DeepSpeed trainer loads in real vLLM (the live engine, in its ``auto`` dtype: bf16 where
+the CPU computes it natively), samples, and scores like HF does."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import pytest
 import torch
 
-from posttrain.config import TrainConfig
+from posttrain.config import RolloutConfig, TrainConfig
 from posttrain.training.logprobs import token_logprobs
 from posttrain.training.samples import TrainSample
 from posttrain.training.trainer import PolicyTrainer
@@ -36,21 +37,22 @@ def trained_checkpoint(tiny_policy, tmp_path_factory):
 
 def test_vllm_generates_with_logprobs_from_saved_checkpoint(trained_checkpoint):
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from vllm import LLM, SamplingParams
 
-    llm = LLM(model=str(trained_checkpoint), dtype="bfloat16", max_model_len=256, enable_prefix_caching=True, seed=0)
-    try:
-        params = SamplingParams(n=4, temperature=1.0, max_tokens=24, logprobs=0, seed=0)
-        (request,) = llm.generate([PROMPT], params, use_tqdm=False)
-    finally:
-        llm.llm_engine.engine_core.shutdown()
+    from posttrain.rollout import live
+
+    # the process's live engine (as the loop uses it): started on the checkpoint, or swapped to it in place when an
+    # earlier test left one running; either way vLLM reads the trainer's files
+    engine = live.acquire(str(trained_checkpoint), RolloutConfig(), version=1)
+    (request,) = engine.request_outputs([PROMPT], {"n": 4, "temperature": 1.0, "max_tokens": 24, "logprobs": 0,
+                                                    "seed": 0})
 
     tok = AutoTokenizer.from_pretrained(trained_checkpoint)
     assert request.prompt_token_ids == tok(PROMPT).input_ids  # same BOS + BPE ids in HF and vLLM
     assert request.prompt_token_ids[0] == tok.bos_token_id
     assert len(request.outputs) == 4
 
-    hf = AutoModelForCausalLM.from_pretrained(trained_checkpoint, dtype=torch.bfloat16).eval()
+    dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[engine.dtype]
+    hf = AutoModelForCausalLM.from_pretrained(trained_checkpoint, dtype=dtype).eval()
     for sample in request.outputs:
         ids = list(sample.token_ids)
         assert ids and len(sample.logprobs) == len(ids)
@@ -60,5 +62,5 @@ def test_vllm_generates_with_logprobs_from_saved_checkpoint(trained_checkpoint):
         with torch.no_grad():
             hf_lp = token_logprobs(hf(input_ids=full).logits[:, :-1],
                                    full[:, 1:])[0, len(request.prompt_token_ids) - 1 :]
-        # same weights and tokens, different bf16 kernels: the importance ratio starts near 1
+        # same weights and tokens, different kernels (bf16 where native): the importance ratio starts near 1
         assert (vllm_lp - hf_lp).abs().mean() < 0.1, (vllm_lp, hf_lp)
