@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -126,7 +125,7 @@ class Episode:
     turns: list[Turn] = field(default_factory=list)
     compressions: list[Compression] = field(default_factory=list)
     finish_reason: str = ""  # "" while active, then one of FINISH_REASONS
-    started: float = field(default_factory=time.monotonic)
+    spent_s: float = 0.0  # the episode's own seconds: its turns' generate calls, its tool calls and state writes
     state_text: str = ""  # what the state file in the workspace holds
     infra_error: str = ""  # the sandbox failed the episode (flagged and excluded, never a reward of 0)
 

@@ -8,9 +8,17 @@ Each turn, top to bottom:
 2. each episode's model tokens become a ``model`` segment; its tool calls are parsed (``parser.py``) and run in its
    session, episodes concurrently (``AgentConfig.tool_concurrency`` threads; the sandbox scheduler caps the total);
 3. termination: ``submit`` called, ``max_steps`` turns, the ``token_budget`` (model tokens, or no room left in the
-   engine's context), the wall ``deadline``; otherwise the closing and observation tokens are appended as a masked
-   ``template`` segment, and the context budget is applied (``budget.py``). A session that cannot even be prepared
-   ends its episode as ``infra``.
+   engine's context), the ``deadline``; otherwise the closing and observation tokens are appended as a masked
+   ``template`` segment, and the context budget is applied (``budget.py``; the state files of the episodes that
+   compressed are written concurrently, like tool calls).
+
+One episode never takes down or escapes its batch. Whatever the agent sends is its own outcome, scored: a call the
+parser or the session refuses (malformed JSON, a lone surrogate, a NUL in a command, an argument too long for a
+program's argv), a tool that fails, even a tool that raises, become error observations (``ok=False``), never an
+exception out of ``run_episodes`` and never an infra error. Only the sandbox failing the step (it could not start)
+is ``infra_error``; a session that cannot even be prepared ends its episode as ``infra``. An episode's
+``deadline_s`` counts its own time (``Episode.spent_s``: the generate calls of its turns, its own tool calls and
+state-file writes), so slow calls in one episode never spend another's.
 
 An episode that ends keeps its last window as *last prompt + last model tokens*, exactly.
 
@@ -92,27 +100,38 @@ def run_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, tasks: Sequence[Ag
                          f"{too_long}")
     with ThreadPoolExecutor(cfg.tool_concurrency, thread_name_prefix="agent-tools") as pool:
         list(pool.map(lambda k: prepare(episodes[k], tasks[k], sessions[k]), range(len(tasks))))
-        for e in episodes:  # the wall deadline counts from the first turn
-            e.started = time.monotonic()
         turn = 0
         while live := [i for i, e in enumerate(episodes) if e.active]:
-            # step 1. one batched generate over every active episode
+            # step 1. one batched generate over every active episode (its time counts for each of them)
+            t0 = time.monotonic()
             samples = engine.generate_ids([episodes[i].context_ids() for i in live], 1, cfg.temperature,
                                           [turn_room(episodes[i], cfg, max_context) for i in live], cfg.top_p,
                                           seed=cfg.seed + turn * len(tasks), stop=fmt.stop)
+            generate_s = time.monotonic() - t0
             for i, [sample] in zip(live, samples):
+                episodes[i].spent_s += generate_s
                 episodes[i].add_model_turn(Turn(
                     index=turn, prompt_tokens=len(sample.prompt_token_ids), model_ids=list(sample.token_ids),
                     logprobs=list(sample.logprobs), engine_finish=sample.finish_reason,
                     cached_tokens=sample.cached_tokens,
                     text=fmt.tokenizer.decode(list(sample.token_ids), skip_special_tokens=False)))
-            # step 2. every episode's tool calls, episodes concurrently
-            list(pool.map(lambda i: act(episodes[i].turns[-1], sessions[i], allowed), live))
-            # step 3. termination, or the template tokens and the context budget
-            for i in live:
-                after_turn(episodes[i], fmt, tasks[i], sessions[i], cfg, max_context)
+            # step 2. every episode's tool calls, episodes concurrently, each timed to its own episode
+            list(pool.map(lambda i: _timed(episodes[i], act, episodes[i].turns[-1], sessions[i], allowed), live))
+            # step 3. termination, or the template tokens and the context budget; state files concurrently
+            compressed = [i for i in live if after_turn(episodes[i], fmt, tasks[i], cfg, max_context)]
+            list(pool.map(lambda i: _timed(episodes[i], write_state, episodes[i], tasks[i], sessions[i], cfg),
+                          compressed))
             turn += 1
     return episodes
+
+
+def _timed(episode: Episode, fn, *args) -> None:
+    """``fn(*args)``, its wall time added to ``episode.spent_s`` (the episode's own time, for its deadline)."""
+    t0 = time.monotonic()
+    try:
+        fn(*args)
+    finally:
+        episode.spent_s += time.monotonic() - t0
 
 
 def prepare(episode: Episode, task: AgentTask, session: SandboxSession) -> None:
@@ -132,53 +151,65 @@ def act(turn: Turn, session: SandboxSession, allowed: dict[str, tuple[str, ...]]
         _record(turn, "", {}, Observation(NO_CALL, ok=False), 0.0, error="no_tool_call")
     for call in calls:
         if isinstance(call, CallError):
-            _record(turn, _name_of(call.raw), {}, Observation(call.message, ok=False), 0.0, error=call.message)
+            _record(turn, call.name, {}, Observation(call.message, ok=False), 0.0, error=call.message)
             continue
         t0 = time.monotonic()
+        error = ""
         try:
             obs = run_tool(session, call.name, call.arguments)
-        except SessionError as exc:  # the session itself failed (closed, refused the step): infra, not the agent's
-            obs = Observation(f"error: {exc}", ok=False, infra_error=str(exc))
-        _record(turn, call.name, call.arguments, obs, (time.monotonic() - t0) * 1000)
+        except SessionError as exc:  # infra only when the sandbox failed the step; a refused argument is the agent's
+            obs = Observation(f"error: {exc}", ok=False, infra_error=exc.infra_error)
+        except Exception as exc:  # noqa: BLE001 - a tool raised on what the agent sent: its failure, not the batch's
+            log.exception("tool %s raised on the agent's call", call.name)
+            error = f"tool raised {type(exc).__name__}"
+            obs = Observation(f"error: {call.name}: {type(exc).__name__}: {exc}", ok=False)
+        _record(turn, call.name, call.arguments, obs, (time.monotonic() - t0) * 1000, error=error)
         if obs.submitted:
             return
 
 
-def after_turn(episode: Episode, fmt: ChatFormat, task: AgentTask, session: SandboxSession, cfg: AgentConfig,
-               max_context: int) -> None:
-    """End the episode if a limit is reached; else append the turn's template tokens and apply the budget."""
+def after_turn(episode: Episode, fmt: ChatFormat, task: AgentTask, cfg: AgentConfig, max_context: int) -> bool:
+    """End the episode if a limit is reached; else append the turn's template tokens and apply the budget.
+    True when the budget compressed the context (the caller then writes the state file: ``write_state``)."""
     turn = episode.turns[-1]
-    if any(s.tool == "submit" and s.ok for s in turn.steps):
-        return episode.finish("submit")
-    if len(episode.turns) >= cfg.max_steps:
-        return episode.finish("max_steps")
-    if time.monotonic() - episode.started >= cfg.deadline_s:
-        return episode.finish("deadline")
-    turn.closing_ids = fmt.closing_ids(turn.model_ids)
-    turn.observation_ids = fmt.observation_ids(turn.observations)
-    if len(episode.context_ids()) + len(turn.closing_ids) + len(turn.observation_ids) >= max_context \
-            or episode.model_tokens >= cfg.token_budget:
-        return episode.finish("token_budget")
+    reason = ("submit" if any(s.tool == "submit" and s.ok for s in turn.steps) else
+              "max_steps" if len(episode.turns) >= cfg.max_steps else
+              "deadline" if episode.spent_s >= cfg.deadline_s else "")
+    if not reason:
+        turn.closing_ids = fmt.closing_ids(turn.model_ids)
+        turn.observation_ids = fmt.observation_ids(turn.observations)
+        if len(episode.context_ids()) + len(turn.closing_ids) + len(turn.observation_ids) >= max_context \
+                or episode.model_tokens >= cfg.token_budget:
+            reason = "token_budget"
+    if reason:
+        episode.finish(reason)
+        return False
     episode.add_template(turn)
-    if compress(episode, fmt, task.domain, cfg):
-        try:
-            session.write_file(cfg.state_file, episode.state_text)
-        except SessionError as exc:
-            log.warning("episode %s: state file %s not written: %s", task.env_id, cfg.state_file, exc)
+    return compress(episode, fmt, task.domain, cfg) is not None
+
+
+def write_state(episode: Episode, task: AgentTask, session: SandboxSession, cfg: AgentConfig) -> None:
+    """Write ``episode.state_text`` to the state file in its workspace (a failure is logged: the text stays in
+    the episode, and the agent finds the file missing or stale)."""
+    try:
+        session.write_file(cfg.state_file, episode.state_text)
+    except SessionError as exc:
+        log.warning("episode %s: state file %s not written: %s", task.env_id, cfg.state_file, exc)
 
 
 def _record(turn: Turn, tool: str, arguments: dict, obs: Observation, duration_ms: float, error: str = "") -> None:
-    turn.observations.append(obs.text)
-    turn.steps.append(StepRecord(turn=turn.index, tool=tool, arguments=json.dumps(arguments), ok=obs.ok,
+    text = _utf8(obs.text)  # what the model reads back must be text every tokenizer can encode
+    turn.observations.append(text)
+    turn.steps.append(StepRecord(turn=turn.index, tool=_utf8(tool), arguments=json.dumps(arguments), ok=obs.ok,
                                  exit_code=obs.exit_code, duration_ms=duration_ms,
-                                 observation_bytes=len(obs.text.encode()), error=error,
+                                 observation_bytes=len(text.encode()), error=_utf8(error),
                                  infra_error=obs.infra_error))
 
 
-def _name_of(raw: str) -> str:
-    """The tool name a malformed call gave, if it can be read at all (for the steps table)."""
-    try:
-        name = json.loads(raw).get("name", "")
-    except (ValueError, AttributeError):
-        return ""
-    return name if isinstance(name, str) else ""
+def _utf8(text: str) -> str:
+    """``text`` with anything UTF-8 cannot encode (lone surrogates) escaped as ``\\udc80``.
+
+    >>> _utf8("a\\udc80b")
+    'a\\\\udc80b'
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -4,8 +4,9 @@
 Each tool is one ``Tool`` (name, description, argument names, an ``execute(session, args) -> Observation``) in
 ``TOOLS``, registered by name; ``tool_specs(names)`` gives the OpenAI-style function specs that
 ``apply_chat_template(tools=...)`` takes. A tool never raises for the agent's mistakes (a missing file, a search
-string that is not there, a failing command): those are observations with ``ok=False``; only infra errors of the
-sandbox are flagged as such (``infra_error``).
+string that is not there, a failing command, an argument the session refuses: a NUL in a command, a command too long
+for a program's argv, a path that is not UTF-8 text): those are observations with ``ok=False``; only a sandbox that
+failed the step is flagged as such (``infra_error``).
 
 Example:
     >>> from posttrain.sandbox import make_sandbox
@@ -59,7 +60,10 @@ class Tool:
 
 def _command(session: SandboxSession, argv: str | list[str], stdin: str = "", runtime: str | None = None
              ) -> Observation:
-    result = session.run(argv, stdin=stdin, runtime=runtime)
+    try:
+        result = session.run(argv, stdin=stdin, runtime=runtime)
+    except SessionError as exc:  # refused before it started (the agent's arguments), or the session is gone
+        return Observation(text=f"error: {exc}", ok=False, infra_error=exc.infra_error)
     text = result.stdout + (f"\n[stderr]\n{result.stderr}" if result.stderr else "")
     if result.timed_out:
         text += "\n[timed out]"
@@ -71,8 +75,7 @@ def _file_op(op: Callable[[], str]) -> Observation:
     try:
         return Observation(text=op(), ok=True, exit_code=0)
     except SessionError as exc:
-        infra = exc.result.infra_error if exc.result is not None else ""
-        return Observation(text=f"error: {exc}", ok=False, infra_error=infra)
+        return Observation(text=f"error: {exc}", ok=False, infra_error=exc.infra_error)
 
 
 def _read(session: SandboxSession, args: dict) -> Observation:

@@ -3,8 +3,13 @@
 A session owns one workspace (``/work`` inside the sandbox). Each ``run`` is a fresh program in that workspace
 with the session's limits and a deadline; processes never outlive their step, and ``/tmp`` is fresh per step:
 only ``/work`` carries state. ``write_file``/``read_file`` work *inside* the sandbox (a symlink the program
-planted resolves in the sandbox's namespace, never on the host); ``snapshot()`` captures the workspace as a tar
-taken inside the sandbox and ``restore(snapshot)`` puts exactly that content back. Every operation is one
+planted resolves in the sandbox's namespace, never on the host; ``write_file`` refuses to write through anything but a
+regular file, so a FIFO planted at a path never blocks the caller); ``snapshot()`` captures the workspace as a tar
+taken inside the sandbox (sparse files stay sparse; what the program made unreadable to itself is given back its
+owner's ``u+rwX`` first, so ordinary ``chmod``s never fail it) and ``restore(snapshot)`` puts that content back.
+An operation that fails raises ``SessionError``, whose ``infra_error`` says whether the sandbox failed the step
+(non-empty: infrastructure) or the operation itself was refused or failed (a path or argument no program can take,
+a missing file, a workspace over its size): the caller's outcome. Every operation is one
 ``StepLog`` entry (command, exit code, duration, bytes of output, truncated and timed-out flags) in ``log``;
 output is cut to ``output_bytes`` per stream with ``base.truncate``'s marker. Steps go through the process-wide
 scheduler, so sessions share its concurrency limit with batches (long steps take long slots).
@@ -43,16 +48,25 @@ TAR, SH = "/usr/bin/tar", "/bin/sh"
 # Empty the workspace (also what the program made unwritable or hidden), then unpack the snapshot from stdin.
 RESTORE = (f"chmod -R u+rwX {WORKDIR} 2>/dev/null; "
            f"rm -rf {WORKDIR}/* {WORKDIR}/.[!.]* {WORKDIR}/..?* && {TAR} -x -C {WORKDIR} -f -")
-WRITE = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+# Create or replace a regular file; never write through a FIFO, device, socket or directory (a FIFO would block).
+WRITE = ('if [ -e "$1" ] && [ ! -f "$1" ]; then echo "$1: exists and is not a regular file" >&2; exit 1; fi; '
+         'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"')
+# Everything the program made unreadable is readable again by its owner, then the workspace as a sparse-aware tar.
+SNAPSHOT = f"chmod -R u+rwX {WORKDIR} 2>/dev/null; exec {TAR} -c --sparse -C {WORKDIR} ."
+PATH_MAX = 4095  # bytes of a path a program can open (Linux PATH_MAX, less its NUL)
 _ids = itertools.count(1)
 
 
 class SessionError(RuntimeError):
-    """A session operation (write, read, snapshot, restore) failed; ``result`` says how."""
+    """A session operation (run, write, read, snapshot, restore) failed; ``result`` says how.
 
-    def __init__(self, message: str, result: ExecutionResult | None = None):
+    ``infra_error``: non-empty when the sandbox failed (the step could not start, the session is closed); "" when
+    the operation was refused before it started or ran and failed: the caller's outcome, never infrastructure."""
+
+    def __init__(self, message: str, result: ExecutionResult | None = None, infra_error: str | None = None):
         super().__init__(message)
         self.result = result
+        self.infra_error = (result.infra_error if result is not None else "") if infra_error is None else infra_error
 
 
 @dataclass
@@ -134,8 +148,7 @@ class SandboxSession:
 
     def snapshot(self) -> Snapshot:
         """Capture the workspace; ``restore`` brings exactly this content back."""
-        raw = self._step("snapshot", self._execution([TAR, "-c", "-C", WORKDIR, "."], self.workspace_bytes * 2),
-                         b"")
+        raw = self._step("snapshot", self._execution([SH, "-c", SNAPSHOT], self.workspace_bytes * 2), b"")
         self._check(raw, "snapshot()")
         if raw.stdout.total > raw.stdout.limit:
             raise SessionError(f"snapshot(): workspace archive over {raw.stdout.limit} bytes")
@@ -177,16 +190,23 @@ class SandboxSession:
 
     @staticmethod
     def _path(path: str) -> str:
+        """``path`` normalized; ``SessionError`` (not infra) for a name no program could open in the workspace."""
         try:
             [(name, _)] = checked_files({path: ""})
         except ValueError as exc:
             raise SessionError(str(exc)) from None
+        try:
+            size = len(name.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise SessionError(f"path {path!r}: not UTF-8 text ({exc.reason} at index {exc.start})") from None
+        if size > PATH_MAX:
+            raise SessionError(f"path {path[:40]!r}...: {size} bytes, over the {PATH_MAX} a path may have")
         return name
 
     def _step(self, kind: str, execution: Execution, stdin: bytes, label: str = "") -> RawRun:
         with self._lock:
             if self.closed:
-                raise SessionError("the session is closed")
+                raise SessionError("the session is closed", infra_error="the session is closed")
             t0 = time.monotonic()
             if self._scheduler is not None:
                 raw = self._scheduler.call(lambda: self._guarded(execution, stdin, kind != "run"),

@@ -96,6 +96,8 @@ def sandbox_env(execution: Execution) -> dict[str, str]:
 
 
 MIN_MEMORY_MB = 16  # below this not even python3 can map its libraries: the limit itself would be the failure
+MAX_ARG_BYTES = (32 << 12) - 1  # Linux MAX_ARG_STRLEN (32 pages) less the NUL: the longest one argument may be
+MAX_ARGV_BYTES = 1 << 20  # all arguments together, well under ARG_MAX (a quarter of the 8 MB stack) with the env
 TIERS = ("", "short", "long")
 
 
@@ -109,6 +111,11 @@ def check_execution(execution: Execution) -> None:
     ...
     ValueError: timeout_s: must be a finite number > 0, got 0; memory_mb: must be an integer >= 16, got 0; \
 stdin: not encodable as UTF-8 (surrogates not allowed) at index 0
+    >>> check_execution(Execution({}, ["bash", "-c", "echo a\\0b", "x" * 200_000]))
+    Traceback (most recent call last):
+    ...
+    ValueError: command[2]: contains a NUL byte, which no program argument can hold; command[3]: 200000 bytes, \
+over the 131071 one program argument can hold (pass long text on stdin or in a file)
     """
     problems = []
     if not (isinstance(execution.command, list) and execution.command
@@ -134,8 +141,27 @@ stdin: not encodable as UTF-8 (surrogates not allowed) at index 0
         texts += [(f"{kind}[{name!r}]", content) for name, content in getattr(execution, kind).items()
                   if isinstance(content, str)]
     problems += [problem for field_name, text in texts if (problem := _not_utf8(field_name, text))]
+    if isinstance(execution.command, list) and not problems:
+        problems += _argv_problems(execution.command)
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def _argv_problems(argv: list[str]) -> list[str]:
+    """What no ``execve`` can take: a NUL inside an argument, one argument or all of them over the kernel's limits
+    (the program's outcome to refuse before it starts, never a sandbox that failed to start)."""
+    problems, total = [], 0
+    for i, arg in enumerate(argv):
+        size = len(arg.encode("utf-8"))
+        total += size + 1
+        if "\0" in arg:
+            problems.append(f"command[{i}]: contains a NUL byte, which no program argument can hold")
+        if size > MAX_ARG_BYTES:
+            problems.append(f"command[{i}]: {size} bytes, over the {MAX_ARG_BYTES} one program argument can hold "
+                            "(pass long text on stdin or in a file)")
+    if total > MAX_ARGV_BYTES:
+        problems.append(f"command: {total} bytes of arguments, over the {MAX_ARGV_BYTES} a program may get")
+    return problems
 
 
 def _number(value) -> bool:

@@ -156,3 +156,44 @@ def test_a_session_that_cannot_be_prepared_ends_only_its_episode_as_infra(fmt, s
     assert broken.finish_reason == "infra" and "closed" in broken.infra_error and not broken.turns
     rows = trajectories_table([broken], fmt.tokenizer.decode, 0)
     assert rows.completion_token_ids.tolist() == ["[]"] and rows.finish_reason.tolist() == ["infra"]
+
+
+HOSTILE = [r'<tool_call>{"name": "write_file", "arguments": {"path": "a\udc80", "content": "x"}}</tool_call>',
+           r'<tool_call>{"name": "edit_file", "arguments": {"path": "calc.py", "search": "-", "replace": "\udc80"}}'
+           r'</tool_call>',
+           r'<tool_call>{"name": "bash", "arguments": {"command": "echo a\u0000b"}}</tool_call>',
+           "<tool_call>" + "[" * 1000 + "]" * 1000 + "</tool_call>",
+           '<tool_call>{"name": "bash", "arguments": {"command": "ls"}, "n": ' + "7" * 4301 + "}</tool_call>"]
+
+
+def test_hostile_calls_fail_their_own_episode_never_the_batch_and_are_never_infra(fmt, sandbox):
+    attacker = AgentTask(env_id="t/hostile", group_id="g-hostile", prompt="Break the batch.", files=FIX.files)
+    engine = ScriptedPolicy(fmt, {FIX.prompt: ORACLE, attacker.prompt: HOSTILE})
+    cfg = AgentConfig(max_new_tokens=8000, token_budget=100_000, context_budget=100_000)
+    sessions = [sandbox.session(), sandbox.session()]
+    try:
+        fixed, hostile = run_episodes(engine, fmt, [FIX, attacker], sessions, cfg, max_context=100_000)
+        assert calc_tests_pass(sessions[0])
+    finally:
+        for s in sessions:
+            s.close()
+    assert fixed.finish_reason == "submit" and [s.ok for s in fixed.steps] == [1, 0, 1, 1, 1]
+    assert hostile.finish_reason == "submit" and not hostile.infra_error
+    assert [s.tool for s in hostile.steps] == ["write_file", "edit_file", "bash", "", "", "submit"]
+    assert [s.ok for s in hostile.steps] == [False] * 5 + [True] and not any(s.infra_error for s in hostile.steps)
+    assert "not UTF-8 text" in hostile.turns[0].observations[0] and "NUL" in hostile.turns[2].observations[0]
+
+
+def test_an_episodes_deadline_counts_its_own_time_not_the_slow_calls_beside_it(fmt, sandbox):
+    slow = AgentTask(env_id="t/slow", group_id="g-slow", prompt="Sleep a lot.")
+    busy = [{"name": "bash", "arguments": {"command": f"touch f{k}"}} for k in range(6)]
+    engine = ScriptedPolicy(fmt, {FIX.prompt: busy, slow.prompt: [{"name": "bash", "arguments": {
+        "command": "sleep 1.5"}}] * 6})
+    sessions = [sandbox.session(), sandbox.session()]
+    try:
+        quick, sleeper = run_episodes(engine, fmt, [FIX, slow], sessions, AgentConfig(deadline_s=4), MAX_CONTEXT)
+    finally:
+        for s in sessions:
+            s.close()
+    assert quick.finish_reason == "submit" and len(quick.turns) == 7 and quick.spent_s < 4, quick.spent_s
+    assert sleeper.finish_reason == "deadline" and 3 <= len(sleeper.turns) <= 4 and sleeper.spent_s >= 4

@@ -84,3 +84,18 @@ def test_specs_list_every_argument_as_a_required_string():
     assert params["required"] == ["path", "search", "replace"] == list(TOOLS["edit_file"].arguments)
     with pytest.raises(ValueError, match="AgentConfig.tools: unknown"):
         tool_specs(["bash", "curl"])
+
+
+@pytest.mark.parametrize("name, arguments", [
+    ("bash", {"command": "echo a\0b"}),  # no program argument can hold a NUL
+    ("bash", {"command": "echo " + "x" * 200_000}),  # one argv string over the kernel's 128 KB
+    ("write_file", {"path": "p" * 200_000, "content": "x"}),
+    ("read_file", {"path": "p" * 5000}),
+    ("write_file", {"path": "a\udc80", "content": "x"}),  # a lone surrogate: no file name
+    ("read_file", {"path": "a\udc80"}),
+])
+def test_arguments_no_program_can_take_are_the_agents_failed_calls_not_infra(session, name, arguments):
+    obs = run_tool(session, name, arguments)
+    assert not obs.ok and obs.infra_error == "" and obs.text.startswith("error: "), obs.text[:200]
+    obs.text.encode("utf-8")
+    assert run_tool(session, "bash", {"command": "ls"}).text == ""  # nothing was written; the session works
