@@ -4,7 +4,9 @@ episode becomes the solution the env's verifier scores.
 The ``workspace_tests`` verifier applies a bash solution to a fresh copy of the env's workspace and then runs its
 trusted tests. ``workspace_solution(snapshot)`` is such a script that makes the workspace exactly the episode's
 final one (a tar taken inside the session, unpacked over an emptied ``/work``), so the verifier, its trusted tests and
-its isolation are the same for agent episodes as for single-turn solutions.
+its isolation are the same for agent episodes as for single-turn solutions. A final workspace that cannot be captured
+fails its own episode only: as the agent's outcome (reward 0) when the capture itself failed (a workspace over its
+size), as infra (excluded) only when the sandbox failed the step.
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -27,7 +29,7 @@ from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import verify_many
 from posttrain.envs.verifiers.base import Verdict
-from posttrain.sandbox.session import SandboxSession
+from posttrain.sandbox.session import SandboxSession, SessionError
 
 
 def task_of(spec: EnvSpec, group_id: str = "", sample_idx: int = 0) -> AgentTask:
@@ -41,8 +43,36 @@ def workspace_solution(tar: bytes) -> str:
     return f"find . -mindepth 1 -delete\nbase64 -d <<'EOF' | tar -x -f -\n{encoded}EOF\n"
 
 
+def final_workspaces(sessions: Sequence[SandboxSession]) -> list[str | Verdict]:
+    """Each session's final workspace as a ``workspace_solution`` script, or, for a workspace that could not be
+    captured, its episode's verdict (``uncaptured``); the sessions can be closed afterwards."""
+    finals: list[str | Verdict] = []
+    for session in sessions:
+        try:
+            finals.append(workspace_solution(session.snapshot().data))
+        except SessionError as exc:
+            finals.append(uncaptured(exc))
+    return finals
+
+
+def uncaptured(exc: SessionError) -> Verdict:
+    """The verdict of an episode whose final workspace could not be captured: infra only if the sandbox failed."""
+    why = f"final workspace not captured: {exc}"
+    return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=0,
+                   infra_error=why if exc.infra_error else "", detail=("infra: " if exc.infra_error else "") + why)
+
+
+def score_workspaces(specs: Sequence[EnvSpec], finals: Sequence[str | Verdict], sandbox,
+                     cfg: SandboxConfig) -> list[Verdict]:
+    """The verifier's verdict on each captured final workspace (``final_workspaces``), in order."""
+    verdicts = list(finals)
+    captured = [i for i, final in enumerate(finals) if isinstance(final, str)]
+    for i, verdict in zip(captured, verify_many([(specs[i], finals[i]) for i in captured], sandbox, cfg)):
+        verdicts[i] = verdict
+    return verdicts
+
+
 def score_final_workspaces(specs: Sequence[EnvSpec], sessions: Sequence[SandboxSession], sandbox,
                            cfg: SandboxConfig) -> list[Verdict]:
     """The verifier's verdict on each session's final workspace (sessions still open)."""
-    solutions = [workspace_solution(session.snapshot().data) for session in sessions]
-    return verify_many(list(zip(specs, solutions)), sandbox, cfg)
+    return score_workspaces(specs, final_workspaces(sessions), sandbox, cfg)

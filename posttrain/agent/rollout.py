@@ -2,8 +2,9 @@
 env's verifier, plus configured shaping terms; out come the ``AgentScored`` and ``Steps`` tables.
 
 Steps, top to bottom: (1) one task per (env, sample) with ``group_id`` ``it<iteration>/<env_id>``; (2) one sandbox
-session each, all episodes run by ``run_episodes``; (3) the verifier scores every final workspace
-(``envs.score_final_workspaces``); (4) the shaping terms of each episode are added to the verifier's reward and logged
+session each, all episodes run by ``run_episodes``, each final workspace captured before the sessions close; (3) the
+verifier scores every final workspace (``envs.score_workspaces``; one that could not be captured is its own
+episode's failure, infra only if the sandbox failed); (4) the shaping terms of each episode are added to the verifier's reward and logged
 on their own; an episode whose tool call hit a sandbox infra error is flagged ``infra_error`` (excluded from the
 update, never a reward of 0), like a failed verification.
 
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from posttrain.agent.envs import score_final_workspaces, task_of
+from posttrain.agent.envs import final_workspaces, score_workspaces, task_of
 from posttrain.agent.episode import Episode
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.table import steps_table, trajectories_table
@@ -57,15 +58,17 @@ def collect_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence
     # step 1. one task per (env, sample)
     specs = [spec for spec in envs for _ in range(n)]
     tasks = [task_of(spec, group_id=f"it{iteration}/{spec.id}", sample_idx=j) for spec in envs for j in range(n)]
-    # step 2. the episodes, each in its own session; step 3. the verdicts on the final workspaces
+    # step 2. the episodes, each in its own session, and their final workspaces
     sessions = []
     try:
         sessions = [sandbox.session(timeout_s=cfg.tool_timeout_s) for _ in tasks]
         episodes = run_episodes(engine, fmt, tasks, sessions, cfg, max_context)
-        verdicts = score_final_workspaces(specs, sessions, sandbox, sandbox_cfg)
+        finals = final_workspaces(sessions)
     finally:
         for session in sessions:
             session.close()
+    # step 3. the verdicts on the final workspaces (the sessions' sandboxes are free again for the verifier)
+    verdicts = score_workspaces(specs, finals, sandbox, sandbox_cfg)
     # step 4. shaping, infra flags, the tables
     version = max(0, engine.version)
     rows = trajectories_table(episodes, fmt.tokenizer.decode, version)
