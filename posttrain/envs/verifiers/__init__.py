@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import secrets
 from typing import Sequence
 
@@ -30,6 +31,8 @@ from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import numeric, python_asserts, python_tests, scene, workspace_tests
 from posttrain.envs.verifiers.base import Verdict, Verifier
 from posttrain.sandbox import run_many
+
+log = logging.getLogger(__name__)
 
 _REGISTRY: dict[str, Verifier] = {v.kind: v for v in (python_tests.VERIFIER, python_asserts.VERIFIER,
                                                      workspace_tests.VERIFIER, numeric.VERIFIER, scene.VERIFIER)}
@@ -62,7 +65,9 @@ def verify_many(specs_and_solutions: Sequence[tuple[EnvSpec, str]], sandbox, cfg
     Solutions are already passed through the verifier's ``extract_solution``. Host-only verifiers
     (``needs_sandbox=False``) are scored directly with ``score_on_host`` and start no sandbox. The result list is
     in input order; sandbox failures come back as verdicts with ``excluded`` set, after ``cfg.start_retries``
-    retries.
+    retries. One pair's failure is that pair's alone: a verifier that raises scoring one result (its bug; output it
+    cannot parse is already the solution's failure) gives that pair an excluded verdict naming the error, and the
+    others keep theirs.
     """
     verdicts: list[Verdict | None] = [None] * len(specs_and_solutions)
     jobs = []  # (input index, spec, verifier, nonce, execution) of the sandboxed pairs
@@ -76,7 +81,11 @@ def verify_many(specs_and_solutions: Sequence[tuple[EnvSpec, str]], sandbox, cfg
     results = run_many(sandbox, [job[4] for job in jobs], concurrency=cfg.batch_concurrency,
                        start_retries=cfg.start_retries)
     for (index, spec, verifier, nonce, _), result in zip(jobs, results):
-        verdicts[index] = verifier.score(spec, result, nonce)
+        try:
+            verdicts[index] = verifier.score(spec, result, nonce)
+        except Exception as error:  # noqa: BLE001 - our bug, not the solution's: flag it, never fail the batch
+            log.exception("%s verifier raised scoring %s", verifier.kind, spec.id)
+            verdicts[index] = _raised(verifier, error)
     return verdicts
 
 
@@ -85,6 +94,11 @@ def _score_on_host(verifier: Verifier, spec: EnvSpec, solution: str) -> Verdict:
     try:
         return verifier.score_on_host(spec, solution)
     except Exception as error:  # noqa: BLE001 - our bug, not the solution's: flag it, never score it 0
-        message = f"{verifier.kind} verifier raised {type(error).__name__}: {error}"
-        return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=0,
-                       infra_error=message, detail=f"infra: {message}")
+        return _raised(verifier, error)
+
+
+def _raised(verifier: Verifier, error: Exception) -> Verdict:
+    """The excluded verdict of a pair its verifier raised on."""
+    message = f"{verifier.kind} verifier raised {type(error).__name__}: {str(error)[:300]}"
+    return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=0,
+                   infra_error=message, detail=f"infra: {message}")

@@ -55,7 +55,11 @@ class Verdict:
 def harness_records(stdout: str, nonce: str) -> list[dict]:
     """The JSON records on lines that start with ``nonce``; every other line is the program's and is ignored.
 
-    >>> harness_records('N {"a": 1}\\nX {"a": 2}\\nN [3]\\nN nope\\n', "N")
+    Never raises: the program controls this text (it may have stolen the nonce), so a line that does not parse
+    (malformed, nested deeper than the parser goes, a number too long to convert) is ignored like any other
+    (``stdout`` itself is already cut to the execution's ``max_output_bytes``).
+
+    >>> harness_records('N {"a": 1}\\nX {"a": 2}\\nN [3]\\nN nope\\nN ' + '[' * 3000 + '\\n', "N")
     [{'a': 1}]
     """
     prefix = nonce + " "
@@ -64,7 +68,7 @@ def harness_records(stdout: str, nonce: str) -> list[dict]:
         if line.startswith(prefix):
             try:
                 record = json.loads(line[len(prefix):])
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(record, dict):
                 records.append(record)

@@ -7,6 +7,8 @@
 - ``python_mutants(spec)``: single-point AST mutants of the reference (admission's coverage check).
 - ``spec_checks(kind, own_files)``: the checks both kinds make of the rest of the spec (runtime, entry point, files
   reserved for the harness); ``CompletePrompt``: their shared ``complete_prompt`` config field.
+- ``shown(value, chars)``: a short text of a value a harness record carried (the program may have forged it: any
+  size, any depth); never raises.
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -24,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import ast
+import json
 import keyword
 import re
 from typing import Annotated, Callable
@@ -31,7 +34,7 @@ from typing import Annotated, Callable
 from posttrain.envs import mutation
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers.base import Problems, Verdict
-from posttrain.envs.verifiers.typed_config import Rule
+from posttrain.envs.verifiers.typed_config import Rule, clip
 from posttrain.sandbox.base import ExecutionResult
 
 MAX_MUTANTS = mutation.DEFAULT_LIMIT
@@ -171,6 +174,20 @@ def python_mutants(spec: EnvSpec, limit: int = MAX_MUTANTS) -> list[str]:
     return mutation.python_mutants(reference_program(spec), limit)
 
 
+def shown(value, chars: int) -> str:
+    """At most ``chars`` characters showing ``value`` (a string as it is, anything else as JSON); never raises.
+
+    >>> shown("ZeroDivisionError: division by zero", 20), shown([1, [2]], 20)
+    ('ZeroDivisionError...', '[1, [2]]')
+    """
+    if isinstance(value, str):
+        return clip(value, chars)
+    try:
+        return clip(json.dumps(value), chars)
+    except (ValueError, TypeError, RecursionError):
+        return f"<{type(value).__name__} too deep to show>"
+
+
 def harness_status(records: list[dict]) -> tuple[dict | None, bool]:
     """The harness's compile-status record (None if it printed none) and whether the solution compiled."""
     status = next((r for r in records if "compiled" in r), None)
@@ -183,7 +200,7 @@ def unjudged_detail(status: dict | None, compiled: bool, result: ExecutionResult
         how = "timed out" if result.timed_out else f"exit code {result.exit_code}"
         return f"no harness output ({how}): {result.stderr.strip()[-160:]}"
     if not compiled:
-        return f"does not compile: {str(status.get('error', ''))[:160]}"
+        return f"does not compile: {shown(status.get('error', ''), 160)}"
     return ""
 
 

@@ -142,9 +142,10 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
             failures.append(f"case {index}: no result")
         elif "value" in answer:
             failures.append(f"case {index}: {spec.entry_point}(*{clip(json.dumps(case.args), 40)}) returned "
-                            f"{clip(json.dumps(answer['value']), 40)}, expected {clip(json.dumps(case.expected), 40)}")
+                            f"{python_common.shown(answer['value'], 40)}, expected "
+                            f"{clip(json.dumps(case.expected), 40)}")
         else:
-            failures.append(f"case {index}: {str(answer.get('error', 'no value'))[:80]}")
+            failures.append(f"case {index}: {python_common.shown(answer.get('error', 'no value'), 80)}")
     detail = _detail(status, compiled, records, result, passed, total, failures)
     return python_common.counted_verdict(result, passed, total, compiled, detail)
 
@@ -156,7 +157,7 @@ def _detail(status, compiled, records, result, passed, total, failures) -> str:
         return unjudged
     load = next((r for r in records if r.get("loaded") is False), None)
     if load is not None and passed == 0:
-        return f"solution failed to load: {str(load.get('error', ''))[:160]}"
+        return f"solution failed to load: {python_common.shown(load.get('error', ''), 160)}"
     head = f"{passed}/{total} cases passed" + (" (timed out)" if result.timed_out else "")
     return head if not failures else f"{head}; {failures[0]}"
 

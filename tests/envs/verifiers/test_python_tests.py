@@ -83,6 +83,28 @@ def test_out_of_range_and_malformed_records_are_ignored():
     assert v.tests_passed == 0 and v.compiled
 
 
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("forged", [
+    f"{NONCE} " + "[" * 3000 + "\n",  # one line the host's JSON parser cannot descend
+    f"{NONCE} " + '{"case": 0, "value": ' + nested(3000) + "}\n",
+    f"{NONCE} " + '{"case": 0, "value": ' + "7" * 4301 + "}\n",  # past Python's int digit limit
+])
+def test_result_lines_the_host_cannot_parse_fail_only_their_cases(forged):
+    v = score(SPEC, result(COMPILED, forged, *ALL_RIGHT[2:]), NONCE)
+    assert (v.tests_passed, v.compiled, v.excluded) == (2, True, False), v
+    assert "case 0: no result" in v.detail
+
+
+def test_values_too_deep_to_show_still_get_a_short_detail():
+    deep = "".join(f"{NONCE} " + '{"case": %d, "%s": ' % (i, key) + nested(900) + "}\n"
+                   for i, key in ((0, "value"), (1, "error")))
+    v = score(SPEC, result(COMPILED, deep, ALL_RIGHT[3]), NONCE)
+    assert v.tests_passed == 1 and not v.excluded and len(v.detail) < 300, v.detail
+
+
 def test_syntax_error_is_not_compiled():
     v = score(SPEC, result(line({"compiled": False, "error": "SyntaxError: invalid syntax (solution.py, line 1)"})),
               NONCE)
