@@ -8,7 +8,8 @@ Registered in ``ATTACKS`` like the attacks of ``attack_programs.py``; each runs 
   ordinary actions its final snapshot must survive;
 - arguments no program can take (a NUL, 200 KB in one argv string, a 200 KB path) are the agent's failed calls;
 - a FIFO planted at the state file and slow tool calls in one episode spend nothing of another episode's deadline;
-- ``chmod 000 /work`` is the agent's own outcome, not an infra error;
+- ``chmod 000 /work`` fails its own episode, never the batch; it should be the agent's outcome, not an infra error
+  (an expected failure until the backends give the workspace root back its owner's ``rwx`` before each step);
 - a solution that writes a nonce-prefixed result line of 3000 ``[`` fails alone; the honest sample beside it keeps
   its verdict.
 """
@@ -135,19 +136,21 @@ def fifo_state_file_and_slow_calls(box, host):
     assert staller.finish_reason == "deadline", staller.finish_reason
 
 
-@attack("chmod_000_workspace_is_the_agents_outcome", "verdict")
-def chmod_000_workspace_is_the_agents_outcome(box, host):
-    with box.session(timeout_s=10) as s:
-        s.write_file("answer.sh", "echo 42\n")
-        locked = run_tool(s, "bash", {"command": "chmod 000 /work"})
-        assert locked.ok, locked.text
-        after = run_tool(s, "bash", {"command": "cat answer.sh"})
-        if after.infra_error:
-            pytest.xfail("the backend does not give /work back its owner's rwx before a step (bwrap.py BwrapSession, "
-                         "trusted/container_agent.py): a locked workspace still reads as infra: "
-                         + after.infra_error[:200])
-        assert after.ok and after.text == "echo 42\n", after
-        assert b"answer.sh" in s.snapshot().data
+@attack("chmod_000_workspace_fails_its_episode_not_the_batch", "verdict")
+def chmod_000_workspace(box, host):
+    locker = answer_env("attack/agent_locker", "Make answer.sh print 42 (locker).")
+    honest = answer_env("attack/agent_honest", "Make answer.sh print 42 (honest).")
+    fmt = chat_format()
+    policy = ScriptedPolicy(fmt, {locker.prompt: [{"name": "bash", "arguments": {"command": "chmod 000 /work"}}],
+                                  honest.prompt: HONEST_TURNS[:1]})
+    scored, _ = collect_episodes(policy, fmt, [locker, honest], 1, AgentConfig(), box, CFG, max_context=8192,
+                                 iteration=0)
+    rows = {row.env_id: row for row in scored.drop_duplicates("env_id").itertuples()}
+    assert (rows[honest.id].infra_error, rows[honest.id].reward) == ("", 1.0), rows[honest.id]
+    assert rows[locker.id].reward == 0.0  # the batch survives, the locker earns nothing ...
+    if rows[locker.id].infra_error:  # ... but is still excluded where the backend cannot start in a locked /work
+        pytest.xfail("the backend does not give /work back its owner's rwx before a step (bwrap.py BwrapSession, "
+                     "trusted/container_agent.py): " + rows[locker.id].infra_error[:200])
 
 
 # Finds the harness's result channel in its frames and writes one record nested 3000 deep under the real nonce.
