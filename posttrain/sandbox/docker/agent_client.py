@@ -186,7 +186,7 @@ def agent_run(channel: AgentChannel, xid: int, execution: Execution, argv: list[
                     info = json.loads(payload)
                     out.total, err.total = int(info["stdout_bytes"]), int(info["stderr_bytes"])
                     exit_code, timed_out, clean = info["exit"], bool(info["timed_out"]), bool(info["clean"])
-                except (ValueError, KeyError, TypeError) as exc:
+                except (ValueError, KeyError, TypeError, RecursionError) as exc:  # any unreadable report
                     raise AgentClosed(f"malformed exit report: {payload[:200]!r}") from exc
                 discard = ("the agent missed its deadline" if overdue else
                            "" if clean else "the agent could not kill what its program left")
