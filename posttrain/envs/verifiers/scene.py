@@ -2,8 +2,13 @@
 
 The answer is a JSON object ``{"objects": [{"name", "type", "position": [x, y, z], "size": [w, d, h]}, ...]}``:
 ``position`` is the box's minimum corner, ``size`` its extent along x, y and z (z is up; the floor is the bounds'
-minimum z). Every constraint is one check; reward = checks satisfied / checks. An answer that does not parse, or an
+minimum z). Every constraint is one check; reward = checks credited / checks. An answer that does not parse, or an
 object with missing or ill-typed keys, fails every check and ``detail`` says why.
+
+Counts gate the rest: a constraint on some types is credited only while every ``count`` on those types holds, and a
+scene-wide one (``inside_bounds``, ``no_overlap``, ``supported``) only while every ``count`` holds. Otherwise they
+would hold vacuously: "every lamp on a table" is true of a scene without lamps, "no overlap" of an empty one, and
+the empty scene earned most of the reward. Degenerate scenes (empty, one stray box) earn 0.
 
 Spec config::
 
@@ -275,9 +280,14 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
         return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=total,
                        detail="scene does not parse: " + "; ".join(errors[:5]))
     lo, hi = config.bounds.min, config.bounds.max
+    reasons = [check(c, boxes, lo, hi, config.tolerance) for c in constraints]
+    miscounted = {c.object_type for c, reason in zip(constraints, reasons) if c.type == "count" and reason}
     failures = []
-    for c in constraints:
-        reason = check(c, boxes, lo, hi, config.tolerance)
+    for c, reason in zip(constraints, reasons):
+        wrong = sorted(gate_types(c, constraints) & miscounted)
+        if not reason and wrong:
+            reason = (f"not credited while the count of {wrong[0]} is wrong" if len(wrong) == 1 else
+                      f"not credited while the counts of {', '.join(wrong)} are wrong")
         if reason:
             label = f"{c.type}({c.object_type})" if c.type in ("count", "size") else c.type
             failures.append(f"{label}: {reason}")
@@ -286,8 +296,23 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
                    detail=("; ".join(failures) if failures else f"{total}/{total} constraints satisfied")[:1000])
 
 
+SCENE_WIDE = ("inside_bounds", "no_overlap", "supported")
+
+
+def gate_types(constraint: Constraint, constraints: list[Constraint]) -> set[str]:
+    """The types whose counts must hold for ``constraint`` to be credited: the types it names, every counted type
+    for a scene-wide constraint, none for a count."""
+    if constraint.type == "count":
+        return set()
+    if constraint.type in SCENE_WIDE:
+        return {c.object_type for c in constraints if c.type == "count"}
+    return {getattr(constraint, key) for key in ("object_type", "support_type", "other_type")
+            if getattr(constraint, key, None) is not None}
+
+
 def check_config(spec: EnvSpec) -> Problems:
-    """What the types cannot say: bounds in order, counts with a min or max, no constraint that holds vacuously."""
+    """What the types cannot say: bounds in order, counts with a min or max, no constraint that holds vacuously,
+    and at least one object asked for (else the empty scene satisfies every constraint)."""
     config, problems, counted = parse(SceneConfig, spec.verifier), [], set()
     if not all(a < b for a, b in zip(config.bounds.min, config.bounds.max)):
         problems.append(("verifier.bounds", "min must be below max on every axis"))
@@ -305,6 +330,9 @@ def check_config(spec: EnvSpec) -> Problems:
                 problems.append((f"verifier.constraints[{i}].{key}",
                                  f"type {name!r} needs a count constraint with min >= 1, or this constraint "
                                  "holds vacuously"))
+    if not counted:
+        problems.append(("verifier.constraints", "needs a count constraint with min >= 1: otherwise the empty scene "
+                                                 "satisfies every constraint"))
     return problems
 
 
@@ -323,7 +351,9 @@ def _reference_objects(spec: EnvSpec) -> list[dict]:
 
 
 def probes(spec: EnvSpec) -> dict[str, str]:
-    """Scenes that must fail: empty, all at the origin, outside the bounds, zero-sized, floating, not JSON."""
+    """Scenes that must fail: all at the origin, outside the bounds, zero-sized, floating, not JSON; and the
+    degenerate answers admission bounds by name (``admission.anti_hacking.DEGENERATE_PROBES``): the empty scene and
+    a constant one (one unit box on the floor, whatever the room asks for)."""
     objects = _reference_objects(spec)
     bounds = parse(SceneConfig, spec.verifier).bounds
     lo, hi = bounds.min, bounds.max
@@ -334,7 +364,9 @@ def probes(spec: EnvSpec) -> dict[str, str]:
 
     return {
         "not JSON": "Here is a lovely room with everything in its place.",
-        "empty scene": json.dumps({"objects": []}),
+        "empty answer": json.dumps({"objects": []}),
+        "constant answer": json.dumps({"objects": [{"name": "object", "type": "object", "position": list(lo),
+                                                    "size": [1, 1, 1]}]}),
         "everything at the origin": scene(lambda o: {**o, "position": list(lo)}),
         "objects outside the bounds": scene(lambda o: {**o, "position": [o["position"][0] + width + 1,
                                                                          *o["position"][1:]]}),

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers.scene import mutants, parse_scene, probes, score_on_host, validate
+from posttrain.envs.suite import load_suite
+from posttrain.envs.verifiers.scene import extract_solution, mutants, parse_scene, probes, score_on_host, validate
 
 pytestmark = pytest.mark.unit
 
@@ -59,7 +60,9 @@ def test_the_reference_satisfies_every_constraint():
     (moved("lamp", position=[0.4, 1.4, 0.9]), ["supported", "on_top_of"]),
     (moved("lamp", position=[2.0, 2.4, 0]), ["on_top_of"]),
     (moved("chair_a", size=[0.4, 0.5, 0.9]), ["size(chair)"]),
-    (GOOD + [obj("chair_c", "chair", [2.0, 0.0, 0], CHAIR)], ["count(chair)", "max_distance"]),
+    # a miscounted type takes the credit of its own constraints and of the scene-wide ones with it
+    (GOOD + [obj("chair_c", "chair", [2.0, 0.0, 0], CHAIR)],
+     ["count(chair)", "max_distance", "size(chair)", "inside_bounds", "no_overlap", "supported"]),
     ([{**o, "position": [o["position"][0] + 0.5, *o["position"][1:]]} for o in GOOD], ["against_wall"]),
 ])
 def test_each_broken_constraint_is_named(objects, failed):
@@ -109,6 +112,8 @@ def test_parse_errors_fail_every_constraint_with_the_reason(text, reason):
      "verifier.constraints[0].object_type", "holds vacuously"),
     ([{"type": "no_overlap"}], {"bounds": {"min": [0, 0, 0], "max": [0, 1, 1]}}, "verifier.bounds", "below max"),
     ([{"type": "no_overlap"}], {"tolerance": 5}, "verifier.tolerance", "[0, 1]"),
+    ([{"type": "no_overlap"}, {"type": "count", "object_type": "x", "max": 2}], {}, "verifier.constraints",
+     "the empty scene satisfies every constraint"),
 ])
 def test_validate_names_the_field(constraints, config, field, reason):
     problems = validate(spec(constraints, **config))
@@ -119,9 +124,33 @@ def test_probes_fail_and_mutants_are_killed():
     s = spec()
     assert validate(s) == []
     found = probes(s)
-    assert {"empty scene", "everything at the origin", "objects outside the bounds", "not JSON"} <= set(found)
+    assert {"empty answer", "constant answer", "everything at the origin", "objects outside the bounds",
+            "not JSON"} <= set(found)
+    assert found["empty answer"] == scene([])
+    assert score_on_host(s, found["empty answer"]).reward == score_on_host(s, found["constant answer"]).reward == 0
     assert not any(score_on_host(s, text).passed for text in found.values()), {
         n: score_on_host(s, t).detail for n, t in found.items() if score_on_host(s, t).passed}
     ms = mutants(s)
     assert len(ms) == 3 * len(GOOD)
     assert sum(not score_on_host(s, m).passed for m in ms) / len(ms) >= 0.9
+
+
+def test_a_constraint_on_a_miscounted_type_credits_nothing():
+    v = score_on_host(spec(), scene([]))
+    assert (v.reward, v.tests_passed, v.compiled) == (0.0, 0, True)
+    assert "on_top_of: not credited while the counts of lamp, table are wrong" in v.detail
+    assert "inside_bounds: not credited while the counts of chair, lamp, table are wrong" in v.detail
+    stray = score_on_host(spec(), scene([obj("x", "crate", [0, 0, 0], [1, 1, 1])]))
+    assert stray.tests_passed == 0, stray.detail
+    no_lamp = score_on_host(spec(), scene([o for o in GOOD if o["type"] != "lamp"]))
+    # counts of table and chair, size(chair), max_distance(chair, table), against_wall(table) stay credited
+    assert no_lamp.tests_passed == 5, no_lamp.detail
+
+
+def test_the_empty_scene_earns_nothing_on_the_scene_suite():
+    """Issue 22, finding 3: per-type and scene-wide constraints held vacuously (0.73 before, 0 now)."""
+    envs = load_suite("posttrain/envs/suites/scene").envs
+    assert len(envs) == 12
+    rewards = [score_on_host(s, scene([])).reward for s in envs]
+    assert sum(rewards) / len(rewards) <= 0.02, rewards
+    assert all(score_on_host(s, extract_solution(f"Here:\n{s.reference}")).reward == 1.0 for s in envs)
