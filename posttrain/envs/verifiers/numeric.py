@@ -5,6 +5,9 @@ answer's JSON object, compares every declared field with its expected value with
 declared formula *from the extracted values* (``net_margin = net_income / revenue``) and checks that it holds too.
 Formulas are evaluated by a small AST-restricted arithmetic evaluator (``evaluate``), never ``eval``.
 
+A formula is credited only when every field it names is itself right: a formula holds for self-consistent garbage
+too (every field 7, ``net_margin`` 1), so on its own it would credit an answer that never read the document.
+
 Spec config::
 
     verifier:
@@ -18,7 +21,8 @@ Spec config::
       formulas: ["net_margin = net_income / revenue"]   # optional; names are fields
       formula_rel_tol: 0.01            # optional (default: rel_tol), formula_abs_tol likewise
 
-Reward = checks passed / checks (one per field, one per formula); ``detail`` gives the reason of each failure.
+Reward = checks passed / checks (one per field, one per formula whose fields are right); ``detail`` gives the
+reason of each failure.
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -33,6 +37,9 @@ Example:
     >>> v = score_on_host(spec, '{"revenue": 200, "profit": 50, "margin": 0.3}')
     >>> v.tests_passed, v.tests_total, v.detail
     (2, 4, 'margin: got 0.3, expected 0.25; formula margin = profit / revenue: 0.3 != 0.25')
+    >>> v = score_on_host(spec, '{"revenue": 7, "profit": 7, "margin": 1}')  # holds, but says nothing
+    >>> v.tests_passed, v.detail.split("; ")[-1]
+    (0, 'formula margin = profit / revenue: holds, but not credited while margin, profit, revenue are wrong')
     >>> evaluate("a / (b - 1) + abs(-2)", {"a": 6, "b": 4})
     4.0
 """
@@ -180,8 +187,8 @@ class NumericConfig:
     abs_tol: Annotated[Tolerance, Rule(doc="default absolute tolerance")] = 0.0
     formulas: Annotated[list[Annotated[str, Rule(pattern=r"^[^=]+=[^=]+$", noun="'name = expression' string")]],
                         Rule(noun="'name = expression' strings",
-                             doc="recomputed from the extracted values; names "
-                                 "are fields")] = field(default_factory=list)
+                             doc="recomputed from the extracted values; credited only when the fields it names are "
+                                 "right")] = field(default_factory=list)
     formula_rel_tol: Annotated[Tolerance, Rule(doc="formulas' relative tolerance (default: rel_tol)")] = None
     formula_abs_tol: Annotated[Tolerance, Rule(doc="formulas' absolute tolerance (default: abs_tol)")] = None
 
@@ -277,6 +284,7 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
         return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=total,
                        detail="answer is not a JSON object of field values")
     got: dict[str, float] = {}
+    wrong: set[str] = set(fields)  # until a field is found right
     failures: list[str] = []
     for name in fields:
         want, rel, absolute = config.field_check(name)
@@ -290,6 +298,8 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
         got[name] = value
         if not close(value, want, rel, absolute):
             failures.append(f"{name}: got {value:.6g}, expected {want:.6g}")
+        else:
+            wrong.discard(name)
     rel, absolute = config.formula_tolerances()
     for text in formulas:
         lhs, tree = parse_formula(text, set(fields))
@@ -302,6 +312,11 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
             continue
         if not close(got[lhs], value, rel, absolute):
             failures.append(f"formula {text}: {got[lhs]:.6g} != {value:.6g}")
+            continue
+        named = sorted(wrong & ({lhs} | {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}))
+        if named:
+            failures.append(f"formula {text}: holds, but not credited while {', '.join(named)} "
+                            f"{'is' if len(named) == 1 else 'are'} wrong")
     passed = total - len(failures)
     detail = "; ".join(failures) if failures else f"{total}/{total} checks passed"
     return Verdict(reward=passed / total, passed=not failures, compiled=True, tests_passed=passed,
@@ -311,9 +326,44 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
 _PROMPT_NUMBER = re.compile(r"(?<![\w.])[-+]?\$?\d[\d,]*(?:\.\d+)?")
 
 
+def garbage_value(config: NumericConfig) -> float:
+    """The value of every field in the "constant answer" and "self-consistent garbage" probes: 7, or the first
+    integer above it that is no field's expected value (a coincidence is not a degenerate answer's credit)."""
+    for value in range(7, 7 + 64):  # a tolerance wide enough to take all of them takes any garbage: then 7
+        if not any(close(value, *config.field_check(name)) for name in config.fields):
+            return float(value)
+    return 7.0
+
+
+def self_consistent_garbage(config: NumericConfig) -> dict[str, float]:
+    """Every field ``garbage_value``, then each formula solved for its left-hand side (in order, until nothing
+    changes): an answer that satisfies the formulas without reading the document.
+
+    >>> config = parse(NumericConfig, {"kind": "numeric", "fields": {"a": 1, "b": 2, "c": 0.5},
+    ...                                "formulas": ["c = a / b"]})
+    >>> self_consistent_garbage(config)
+    {'a': 7.0, 'b': 7.0, 'c': 1.0}
+    """
+    values = dict.fromkeys(config.fields, garbage_value(config))
+    formulas = [parse_formula(text, set(values)) for text in config.formulas]
+    for _ in range(len(formulas)):
+        before = dict(values)
+        for lhs, tree in formulas:
+            try:
+                values[lhs] = evaluate(tree, values)
+            except FormulaError:
+                continue
+        if values == before:
+            break
+    return values
+
+
 def probes(spec: EnvSpec) -> dict[str, str]:
-    """Answers that must fail: empty, zeros, nulls, NaN, numbers copied from the document's first lines."""
-    fields = list(parse(NumericConfig, spec.verifier).fields)
+    """Answers that must fail: empty, zeros, nulls, NaN, numbers copied from the document's first lines; and the
+    degenerate answers admission bounds by name (``admission.anti_hacking.DEGENERATE_PROBES``): the empty answer,
+    a constant answer and self-consistent garbage."""
+    config = parse(NumericConfig, spec.verifier)
+    fields = list(config.fields)
     numbers = []
     for token in _PROMPT_NUMBER.findall(spec.prompt):
         value = _number(token.lstrip("+").rstrip(","))
@@ -323,6 +373,8 @@ def probes(spec: EnvSpec) -> dict[str, str]:
     largest = max(numbers, key=abs) if numbers else 1.0
     return {
         "empty answer": "",
+        "constant answer": json.dumps(dict.fromkeys(fields, garbage_value(config))),
+        "self-consistent garbage": json.dumps(self_consistent_garbage(config)),
         "prose, no JSON": "I could not find these values in the report.",
         "empty object": "{}",
         "all zeros": json.dumps({f: 0 for f in fields}),

@@ -8,10 +8,11 @@ import pytest
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
+from posttrain.envs.suite import load_suite
 from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.envs.verifiers.base import HostOnlyError
-from posttrain.envs.verifiers.numeric import (FormulaError, evaluate, extract_solution, mutants, probes,
-                                              score_on_host, validate)
+from posttrain.envs.verifiers.numeric import (FormulaError, evaluate, extract_solution, mutants, parse_formula,
+                                              probes, score_on_host, validate)
 
 pytestmark = pytest.mark.unit
 
@@ -42,6 +43,9 @@ def test_a_right_answer_passes_and_every_check_counts():
     ({"revenue": 2000.0, "profit": True, "margin": 0.25}, 2, "profit: not a number (true)"),
     ({"revenue": 0, "profit": 500.0, "margin": 0.25}, 2, "formula margin = profit / revenue: division by zero"),
     ({"revenue": "25%", "profit": 500.0, "margin": 0.25}, 2, "revenue: not a number"),
+    ({"revenue": 7, "profit": 7, "margin": 1}, 0,
+     "formula margin = profit / revenue: holds, but not credited while margin, profit, revenue are wrong"),
+    ({"revenue": 2000.0, "profit": 20.0, "margin": 0.01}, 1, "holds, but not credited while margin, profit are"),
 ])
 def test_field_and_formula_failures_have_reasons(answer, passed, reason):
     v = score_on_host(spec(), json.dumps(answer))
@@ -95,7 +99,11 @@ def test_probes_fail_and_mutants_are_killed():
     s = spec()
     assert validate(s) == [] and score_on_host(s, s.reference).passed
     found = probes(s)
-    assert {"empty answer", "all zeros", "numbers from the first lines", "all NaN"} <= set(found)
+    assert {"empty answer", "constant answer", "self-consistent garbage", "all zeros", "numbers from the first lines",
+            "all NaN"} <= set(found)
+    assert json.loads(found["self-consistent garbage"]) == {"revenue": 7, "profit": 7, "margin": 1}
+    assert json.loads(found["constant answer"]) == {"revenue": 7, "profit": 7, "margin": 7}
+    assert json.loads(probes(spec(fields={**CONFIG["fields"], "profit": 7}))["constant answer"])["profit"] == 8
     assert json.loads(found["numbers from the first lines"]) == {"revenue": 1999, "profit": 120, "margin": 2000.0}
     assert not any(score_on_host(s, text).passed for text in found.values())
     ms = mutants(s)
@@ -116,3 +124,21 @@ def test_verify_many_scores_on_the_host_without_a_sandbox():
     assert [v.passed for v in verdicts] == [True, False]
     with pytest.raises(HostOnlyError, match="scores on the host"):
         get_verifier("numeric").build_execution(s, "{}", SandboxConfig(), "n")
+
+
+def garbage(config: dict) -> str:
+    """Every field 7, then each formula solved for its left-hand side: consistent with itself, not with the report."""
+    values = dict.fromkeys(config["fields"], 7.0)
+    for text in config.get("formulas", []) * 2:
+        lhs, tree = parse_formula(text, set(values))
+        values[lhs] = evaluate(tree, values)
+    return json.dumps(values)
+
+
+def test_self_consistent_garbage_earns_nothing_on_the_finance_suite():
+    """Issue 22, finding 4: formulas recomputed from wrong values were checks of their own (0.26 before, 0 now)."""
+    envs = load_suite("posttrain/envs/suites/finance").envs
+    assert len(envs) == 12
+    rewards = [score_on_host(s, garbage(s.verifier)).reward for s in envs]
+    assert sum(rewards) / len(rewards) <= 0.02, rewards
+    assert all(score_on_host(s, extract_solution(f"Answer: {s.reference}")).reward == 1.0 for s in envs)
