@@ -379,6 +379,8 @@ class AdmissionConfig(Validated):
     checks: list[str] = field(default_factory=lambda: list(ADMISSION_CHECKS))
     repeats: int = 3  # runs of the reference for reproducibility (the first also decides solvability)
     mutation_threshold: float = 0.6  # minimum fraction of mutants the tests must kill
+    # the most reward a degenerate probe (empty, constant, the prompt copied, self-consistent garbage) may earn
+    max_probe_reward: float = 0.1
     max_mutants: int = 12  # mutants run per env (spread evenly over the verifier's list)
     # the policy that must not solve an env (discrimination): a policy name or checkpoint dir
     weak_policy: str = "identity"
@@ -402,6 +404,7 @@ class AdmissionConfig(Validated):
     RULES = {"checks": each_one_of(ADMISSION_CHECKS), "repeats": at_least(1), "agent_batch": at_least(0),
              "agent_deadline_s": above(0),
              "mutation_threshold": check(lambda t: 0 <= t <= 1, "in [0, 1]"), "max_mutants": at_least(0),
+             "max_probe_reward": check(lambda t: 0 <= t < 1, "in [0, 1)"),
              "k": at_least(1), "batch_concurrency": at_least(0), "min_timeout_s": at_least(0),
              "min_memory_mb": at_least(0), "temperature": at_least(0), "max_new_tokens": at_least(1)}
 

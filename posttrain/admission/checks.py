@@ -8,8 +8,9 @@ The checks (``AdmissionConfig.checks`` selects them), in the order they run:
 2. ``solvability``: the reference passes in the sandbox (``admission.solvability``); an agent env's ``oracle`` episode
    solves it too (``admission.agent_episodes``).
 3. ``reproducibility``: ``repeats`` runs of the reference give identical verdicts and rewards.
-4. ``anti_hacking``: every ``verifier.probes(spec)`` cheat fails (``admission.anti_hacking``), and for agent envs the
-   no-op and test-editing agents' episodes too.
+4. ``anti_hacking``: every ``verifier.probes(spec)`` cheat fails and every degenerate answer (empty, constant, the
+   prompt copied, self-consistent garbage) earns at most ``max_probe_reward`` (``admission.anti_hacking``); for
+   agent envs the no-op and test-editing agents' episodes must fail too.
 5. ``coverage``: mutation score of ``verifier.mutants(spec)`` >= ``mutation_threshold`` (``admission.coverage``).
 6. ``discrimination``: strong - weak pass rate >= ``spec.min_gap`` over ``k`` samples
    (``admission.discrimination``); plus ``learnability`` when ``learnability_policy`` is set.
@@ -38,7 +39,7 @@ from pathlib import Path
 import pandas as pd
 
 from posttrain.admission.agent_episodes import oracle_verdicts, probe_verdicts
-from posttrain.admission.anti_hacking import anti_hacking_row
+from posttrain.admission.anti_hacking import UNBOUNDED, anti_hacking_row, probe_battery
 from posttrain.admission.batch import SandboxBatches
 from posttrain.admission.consistency import consistency_rows
 from posttrain.admission.coverage import coverage_row, select_mutants
@@ -126,7 +127,8 @@ def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: Admission
                 runs[spec.id] += verdicts[i * repeats:(i + 1) * repeats]
             rows += [reproducibility_row(spec.id, runs[spec.id]) for spec in envs]
         if "anti_hacking" in checks:
-            rows += _anti_hacking(batches, envs, probe_verdicts(batches, sandbox, run_cfg, cfg, envs))
+            rows += _anti_hacking(batches, envs, probe_verdicts(batches, sandbox, run_cfg, cfg, envs),
+                                  cfg.max_probe_reward)
         why = {spec.id: ("the reference run hit an infra error" if any(v.excluded for v in runs[spec.id])
                          else "the reference did not pass reproducibly")
                for spec in envs if not reference_is_sound(runs[spec.id])}
@@ -145,13 +147,14 @@ def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: Admission
     return rows, batches
 
 
-def _anti_hacking(batches: SandboxBatches, envs: list[EnvSpec], agent: dict[str, dict]) -> list[CheckRow]:
-    """The verifier's probes of every env plus, for agent envs, the agent probes' verdicts (``agent``)."""
+def _anti_hacking(batches: SandboxBatches, envs: list[EnvSpec], agent: dict[str, dict],
+                  max_reward: float) -> list[CheckRow]:
+    """The probes of every env (``probe_battery``) plus, for agent envs, the agent probes' verdicts (``agent``)."""
     probes: dict[str, dict[str, str]] = {}
     broken: dict[str, str] = {}
     for spec in envs:
         try:
-            probes[spec.id] = dict(get_verifier(spec.verifier_kind).probes(spec))
+            probes[spec.id] = probe_battery(spec, get_verifier(spec.verifier_kind))
         except Exception as error:  # noqa: BLE001 - a verifier bug is not the env's fault
             broken[spec.id] = f"verifier.probes raised {type(error).__name__}: {error}"
     pairs = [(spec, solution) for spec in envs if spec.id in probes for solution in probes[spec.id].values()]
@@ -162,7 +165,8 @@ def _anti_hacking(batches: SandboxBatches, envs: list[EnvSpec], agent: dict[str,
             rows.append(CheckRow(spec.id, "anti_hacking", False, INFRA, broken[spec.id]))
         else:
             rows.append(anti_hacking_row(spec.id, {**{name: next(verdicts) for name in probes[spec.id]},
-                                                   **agent.get(spec.id, {})}))
+                                                   **agent.get(spec.id, {})}, max_reward,
+                                         UNBOUNDED.get(spec.verifier_kind, "")))
     return rows
 
 

@@ -86,6 +86,10 @@ REASON_CODES: dict[str, dict[str, str]] = {
         "anti_hacking.probe_passed:<probe>": "a degenerate or cheating solution (`verifier.probes`; for agent envs "
                                              "also the `no-op agent` and `test-editing agent` episodes) passed or "
                                              "earned full reward; the code names the first, the detail lists all",
+        "anti_hacking.probe_rewarded:<probe>": "a degenerate answer (`empty answer`, `constant answer`, `copy of "
+                                               "the prompt`, `self-consistent garbage`) earned more than "
+                                               "`max_probe_reward` (default 0.1): the reward credits nothing; the "
+                                               "code names the first, the detail lists all",
         "anti_hacking.not_applicable": "the verifier has no probes for this env (passes)",
     },
     "coverage": {

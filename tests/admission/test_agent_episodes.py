@@ -102,7 +102,8 @@ def test_oracles_solve_the_suite_and_wrong_or_hackable_envs_are_rejected(tmp_pat
     for env_id in good:
         passed, code, detail = rows_of(details, env_id)["solvability"]
         assert code == "solvability.ok" and "; oracle episode: 4/4 tests passed" in detail
-        assert "all 9 probes fail" in rows_of(details, env_id)["anti_hacking"][2]  # 7 of the verifier, 2 agents
+        # 7 of the verifier, 3 degenerate answers (the empty one is the verifier's untouched workspace), 2 agents
+        assert "all 12 probes fail" in rows_of(details, env_id)["anti_hacking"][2]
     passed, code, detail = rows_of(details, "broken/wrong_oracle")["solvability"]
     assert (passed, code) == (False, "solvability.oracle_failed") and "oracle episode: 0/4 tests passed" in detail
     passed, code, detail = rows_of(details, "broken/no_oracle")["solvability"]  # the reference as one bash call
@@ -111,8 +112,9 @@ def test_oracles_solve_the_suite_and_wrong_or_hackable_envs_are_rejected(tmp_pat
     assert not passed and code.startswith("anti_hacking.probe_passed:") and f"{TEST_EDITING} (1/1)" in detail
     assert f"{NOOP} (" not in detail  # the untouched workspace still fails the visible test
     assert rows_of(details, "broken/visible_test_only")["solvability"][1] == "solvability.ok"
-    # references of 7 envs + 7 oracle episodes (no_oracle's: its reference as one bash call); probes: 7 x (7 + 2)
-    assert result.executions["solvability"] == 14 and result.executions["anti_hacking"] == 63
+    # references of 7 envs + 7 oracle episodes (no_oracle's: its reference as one bash call); probes: 7 x (7 + 2 + 2)
+    # (the empty answer is the same script as the untouched workspace: run once)
+    assert result.executions["solvability"] == 14 and result.executions["anti_hacking"] == 77
 
 
 @pytest.mark.integration
