@@ -25,7 +25,7 @@ def run_rl_loop(tmp_path: Path, *args: str):
 
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri(),
                      DS_ACCELERATOR="cpu")
     proc = subprocess.run([str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache",
@@ -33,3 +33,39 @@ def run_rl_loop(tmp_path: Path, *args: str):
                           timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     return MlflowClient(tracking_uri=uri)
+
+
+def stop_process_group(proc) -> None:
+    """End a ``subprocess.Popen`` started in its own session, and its children (its process group): TERM, then
+    KILL."""
+    import os
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+_MLFLOW_TEMPLATE: list = []  # the session's migrated, empty store (made on first use)
+
+
+def mlflow_store(folder: Path) -> str:
+    """The URI of an empty MLflow sqlite store ``folder/mlflow.db``, copied from one migrated once per test session:
+    creating a store runs MLflow's ~50 schema migrations (~5-8 s here), which every run of a test would pay again."""
+    import shutil
+    import tempfile
+
+    from mlflow.tracking import MlflowClient
+
+    if not _MLFLOW_TEMPLATE:
+        template = Path(tempfile.mkdtemp(prefix="posttrain-mlflow-template-")) / "mlflow.db"
+        MlflowClient(tracking_uri=f"sqlite:///{template}").search_experiments()  # creates and migrates it
+        _MLFLOW_TEMPLATE.append(template)
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_MLFLOW_TEMPLATE[0], folder / "mlflow.db")
+    return f"sqlite:///{folder}/mlflow.db"

@@ -12,13 +12,14 @@ import pytest
 from posttrain import registry, tracking
 from posttrain.config import DEMO_SUITE
 from posttrain.envs.suite import suite_digest
+from tests import mlflow_store
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(tmp_path))
     monkeypatch.setenv("POSTTRAIN_ARTIFACT_ROOT", (tmp_path / "artifacts").as_uri())
     monkeypatch.setenv("POSTTRAIN_GIT_SHA", "0123abcd")
     return tmp_path

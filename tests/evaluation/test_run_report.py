@@ -11,13 +11,14 @@ import pytest
 from posttrain import tracking
 from posttrain.evaluation.run_report import REPORT_PATH, log_loop_report, log_report, loop_evaluations, metric_curve
 from tests.evaluation.test_report import V0, V1
+from tests import mlflow_store
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(tmp_path))
     monkeypatch.setenv("POSTTRAIN_ARTIFACT_ROOT", (tmp_path / "artifacts").as_uri())
     return tmp_path
 

@@ -9,13 +9,14 @@ import pytest
 
 from posttrain import tracking
 from posttrain.evaluation.run_summary import format_summary, print_summary, summary_table
+from tests import mlflow_store
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def parent(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(tmp_path))
     monkeypatch.setenv("POSTTRAIN_ARTIFACT_ROOT", (tmp_path / "artifacts").as_uri())
     return tracking.start_run("posttrain", run_name="rl_loop-x")
 

@@ -11,7 +11,7 @@ import pytest
 from posttrain.envs.suite import load_suite, suite_digest
 from posttrain.training.checkpoints import CheckpointError
 from tasks.standalone_eval import load_suite_envs, resolve_policy
-from tests import FIXTURES
+from tests import FIXTURES, mlflow_store
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ def test_a_checkpoint_dir_resolves_to_itself_unregistered(tiny_policy):
 def test_bad_policies_are_refused_naming_the_input(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match=f"policy dir {tmp_path} has no config.json"):
         resolve_policy(policy=str(tmp_path))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(tmp_path))
     with pytest.raises(ValueError, match="policy='models:/posttrain-policy@champion': no such registered"):
         resolve_policy(policy="models:/posttrain-policy@champion")
 
@@ -53,7 +53,7 @@ def test_the_report_is_logged_on_the_run_and_shown_as_a_deck(tmp_path, monkeypat
     from posttrain.evaluation.run_report import REPORT_PATH
     from tasks.standalone_eval import report_evaluation
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(tmp_path))
     monkeypatch.setenv("POSTTRAIN_ARTIFACT_ROOT", (tmp_path / "artifacts").as_uri())
     suite, policy = tmp_path / "suite", tmp_path / "my-policy"
     suite.mkdir()

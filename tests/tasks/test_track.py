@@ -20,6 +20,7 @@ from posttrain.rollout.collect import RolloutStats
 from posttrain.schemas import Scored
 from posttrain.training.trainer import TrainStats
 from tasks.track import log_baseline, log_iteration, start_tracking
+from tests import mlflow_store
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +30,7 @@ RESUMED = "  (resumed: logged by an earlier execution)"
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(tmp_path))
     monkeypatch.setenv("POSTTRAIN_ARTIFACT_ROOT", (tmp_path / "artifacts").as_uri())
     return tmp_path
 

@@ -14,7 +14,7 @@ import pytest
 from posttrain.admission import admit
 from posttrain.config import DEMO_SUITE, AdmissionConfig, SandboxConfig
 from posttrain.sandbox import make_sandbox
-from tests import ROOT, launch_env
+from tests import ROOT, launch_env, mlflow_store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def test_admit_workflow_logs_the_report_to_mlflow(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri())
     pyflyte = Path(sys.executable).parent / "pyflyte"
     proc = subprocess.run([str(pyflyte), "run", "--overwrite-cache", "workflows/admit.py", "admit",

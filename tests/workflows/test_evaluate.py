@@ -16,7 +16,7 @@ import pytest
 
 from posttrain.config import DEMO_SUITE
 from posttrain.envs.suite import suite_digest
-from tests import ROOT, launch_env
+from tests import ROOT, launch_env, mlflow_store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ENVS = ["add_2", "add_3", "add_4", "add_5", "mul_2", "mul_3"]
@@ -51,7 +51,7 @@ def _register_champion(tiny_policy, suite: Path) -> None:
 def test_evaluate_a_registered_alias_reports_strata_and_flips(tmp_path, tiny_policy, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = mlflow_store(tmp_path)
     artifacts = (tmp_path / "artifacts").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("POSTTRAIN_ARTIFACT_ROOT", artifacts)

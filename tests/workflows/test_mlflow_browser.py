@@ -13,68 +13,19 @@ GenAI or model-training view from that parameter (or the browser's last choice),
 from __future__ import annotations
 
 import os
-import signal
 import shutil
-import socket
 import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from posttrain.evaluation.run_report import REPORT_PATH
-from tests import ROOT, launch_env
+from tests import stop_process_group
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 CHROMIUM = shutil.which("chromium")
 BUDGETS_MS = (10_000, 30_000)  # virtual time for the UI to fetch and render; the longer one is a retry
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """End a process started in its own session, and its children (its process group): TERM, then KILL."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-@pytest.fixture
-def mlflow_server(tmp_path):
-    """The URL of an ``mlflow server`` on a free 127.0.0.1 port over a store in ``tmp_path``; stopped after."""
-    port = free_port()
-    mlflow = Path(sys.executable).parent / "mlflow"
-    log = open(tmp_path / "mlflow-server.log", "w")
-    proc = subprocess.Popen([str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-                             "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
-                             "--artifacts-destination", str(tmp_path / "server-artifacts")],
-                            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "mlflow-server.log").read_text()
-            time.sleep(1)
-        yield url
-    finally:
-        stop(proc)
-        log.close()
 
 
 def chromium(url: str, profile: Path, budget_ms: int, *args: str) -> str:
@@ -86,7 +37,7 @@ def chromium(url: str, profile: Path, budget_ms: int, *args: str) -> str:
     try:
         out, _ = proc.communicate(timeout=120)
     finally:
-        stop(proc)
+        stop_process_group(proc)
     return out
 
 
@@ -102,17 +53,8 @@ def open_page(url: str, expected: list[str], profile: Path, screenshot: Path) ->
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
-def test_the_smoke_run_is_reviewable_in_the_mlflow_ui(tmp_path, mlflow_server):
-    from mlflow.tracking import MlflowClient
-
-    env = launch_env(MLFLOW_TRACKING_URI=mlflow_server, POSTTRAIN_ARTIFACT_ROOT=(tmp_path / "artifacts").as_uri(),
-                     DS_ACCELERATOR="cpu")
-    pyflyte = Path(sys.executable).parent / "pyflyte"
-    proc = subprocess.run([str(pyflyte), "run", "--overwrite-cache", "workflows/rl_loop.py", "rl_smoke"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
-
-    client = MlflowClient(tracking_uri=mlflow_server)
+def test_the_smoke_run_is_reviewable_in_the_mlflow_ui(tmp_path, smoke_run):
+    mlflow_server, client = smoke_run.url, smoke_run.client
     experiment = client.get_experiment_by_name("posttrain")
     runs = client.search_runs([experiment.experiment_id])
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]

@@ -29,7 +29,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tests import ROOT, launch_env
+from tests import ROOT, launch_env, mlflow_store
 
 CONFIG = {"iterations": 2, "rollout": {"samples_per_env": 4, "envs_per_iteration": 4, "max_new_tokens": 32},
           "train": {"micro_batch_size": 16}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
@@ -46,6 +46,8 @@ class Store:
 
     @property
     def uri(self) -> str:
+        if not (self.root / "mlflow.db").exists():
+            mlflow_store(self.root)
         return f"sqlite:///{self.root}/mlflow.db"
 
     def env(self) -> dict[str, str]:
@@ -244,7 +246,7 @@ def test_tracking_resumes_the_parent_and_never_duplicates_an_iteration(tmp_path,
     unfinished iteration run without logging a metric step twice, and registers each policy once."""
     from posttrain import tracking
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(tmp_path))
     monkeypatch.setenv("POSTTRAIN_ARTIFACT_ROOT", (tmp_path / "artifacts").as_uri())
     policy = tmp_path / "policy"
     policy.mkdir()

@@ -1,6 +1,7 @@
 """The `make smoke` configuration through `pyflyte run`, with a temporary MLflow store: every stage runs for real
 (admission in bwrap, vLLM rollout, sandboxed rewards, DeepSpeed update, greedy and sampled eval) and MLflow gets the
-lineage. And the loop with DAPO dynamic sampling on: refill rounds run and their counts are logged."""
+lineage (the smoke run is shared with the browser test: ``conftest.smoke_run``, logging to a real ``mlflow server``).
+And the loop with DAPO dynamic sampling on: refill rounds run and their counts are logged."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from tests import run_rl_loop
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(tmp_path):
-    client = run_rl_loop(tmp_path, "rl_smoke")
+def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(smoke_run):
+    client = smoke_run.client
     experiment = client.get_experiment_by_name("posttrain")
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
