@@ -10,6 +10,10 @@ the sandbox's init, the program and everything it starts) in one cgroup per cont
 - processes: ``pids.max`` counts every task (threads too), so a fork loop stops there;
 - CPU: a CFS quota of ``cpus`` cores (``cpus=1.0``: at most one core's time per period, however many threads).
 
+A group may hold groups of its own (``nest``), each with its own limits under the group's: a warm slot keeps its
+trusted zygote in one and each execution in another, so that an execution's OOM kill picks among its own
+processes only. Killing or removing a group takes its nested groups with it.
+
 Where it holds: as root on cgroup v1 (one hierarchy per controller, e.g. hybrid hosts; tested) and on cgroup v2
 (unified) hosts with the ``memory``, ``pids`` and ``cpu`` controllers available (a non-root user with a delegated v2
 subtree may work too; untested). Groups are made below our own current cgroup of each controller, inside a
@@ -179,7 +183,6 @@ class CgroupHost:
         self.pid = os.getpid()
         self.bases: dict[str, Path] = dict(layout.dirs)  # controller -> directory holding our parent group
         self.parents: dict[str, Path] = {}  # controller -> our parent group
-        self._names = itertools.count()
 
     @classmethod
     def detect(cls) -> CgroupHost:
@@ -263,18 +266,8 @@ class CgroupHost:
         """Make the directories of a new group (one per hierarchy); controller -> directory."""
         if self.reason:
             raise OSError(errno.ENOTSUP, f"aggregate sandbox limits are unavailable: {self.reason}")
-        name = name or f"x{next(self._names)}-{os.urandom(3).hex()}"
-        dirs = {c: parent / name for c, parent in self.parents.items()}
-        made = []
-        try:
-            for path in self.unique(dirs):
-                path.mkdir()
-                made.append(path)
-        except BaseException:
-            for path in made:
-                _rmdir(path, timeout_s=0.5)
-            raise
-        return dirs
+        name = name or _new_name()
+        return _make_dirs({c: parent / name for c, parent in self.parents.items()})
 
     def close(self) -> None:
         """Kill what is left in our groups and remove them and our parent (at exit; only in the owner process)."""
@@ -282,6 +275,27 @@ class CgroupHost:
             return
         for parent in self.unique(self.parents):
             _remove_parent(parent)
+
+
+_names = itertools.count()
+
+
+def _new_name() -> str:
+    return f"x{next(_names)}-{os.urandom(3).hex()}"
+
+
+def _make_dirs(dirs: dict[str, Path]) -> dict[str, Path]:
+    """Make the directories of a new group, all or none; returns ``dirs`` (controller -> directory)."""
+    made = []
+    try:
+        for path in CgroupHost.unique(dirs):
+            path.mkdir()
+            made.append(path)
+    except BaseException:
+        for path in made:
+            _rmdir(path, timeout_s=0.5)
+        raise
+    return dirs
 
 
 def _pid_namespace() -> str:
@@ -354,6 +368,25 @@ class ExecutionGroup:
         if max_pids is not None:
             _write(self.dirs["pids"] / "pids.max", str(max_pids))
 
+    def nest(self, memory_bytes: int | None = None, max_pids: int | None = None, cpus: float | None = None, *,
+             name: str | None = None) -> ExecutionGroup:
+        """A new group inside this one, with limits of its own under ours (as ``create``). A warm slot
+        (``warm.py``) keeps its zygote in one and gives each execution another, so that an execution's OOM kill
+        picks among that execution's processes only. On v2 the controllers are enabled for our children first: a
+        v2 group with such children holds no process itself, so ours must be empty (its processes in children)."""
+        if self.version == 2:
+            control = self.dirs["memory"] / "cgroup.subtree_control"
+            if not set(CONTROLLERS) <= set(_read(control).split()):
+                _write(control, " ".join(f"+{c}" for c in CONTROLLERS))
+        name = name or _new_name()
+        group = ExecutionGroup(self.version, _make_dirs({c: path / name for c, path in self.dirs.items()}))
+        try:
+            group._limit(memory_bytes, max_pids, cpus)
+        except BaseException:
+            group.remove()
+            raise
+        return group
+
     def set_memory(self, memory_bytes: int) -> None:
         """Cap the group's memory at ``memory_bytes``, swap included (no swapping past the cap); a group in use may
         get a new cap between executions (a warm slot's, ``warm.py``)."""
@@ -399,8 +432,11 @@ class ExecutionGroup:
 
     # ---- reading ----------------------------------------------------------------------------------------------------
     def pids(self) -> list[int]:
-        """Processes (thread group ids) in the group, in any of its hierarchies."""
-        return sorted({pid for path in CgroupHost.unique(self.dirs) for pid in _procs(path)})
+        """Processes (thread group ids) in the group and the groups nested in it, in any of its hierarchies."""
+        return sorted({pid for path in self._subtree() for pid in _procs(path)})
+
+    def _subtree(self) -> list[Path]:
+        return [path for top in CgroupHost.unique(self.dirs) for path in _subtree(top)]
 
     def oom_killed(self) -> bool:
         """Whether the kernel OOM-killed a process of the group because the group hit its memory cap."""
@@ -432,13 +468,16 @@ class ExecutionGroup:
 
     # ---- ending -----------------------------------------------------------------------------------------------------
     def kill(self, timeout_s: float = 5.0) -> bool:
-        """SIGKILL every process in the group until it is empty; False if processes remain after ``timeout_s``."""
-        return _kill_dir_set(CgroupHost.unique(self.dirs), timeout_s)
+        """SIGKILL every process in the group (nested groups included) until it is empty; False if processes
+        remain after ``timeout_s``."""
+        return _kill_dir_set(self._subtree(), timeout_s)
 
     def remove(self, timeout_s: float = 5.0) -> bool:
-        """Kill what is left and remove the group's directories; False (logged) if one could not be removed."""
-        self.kill(timeout_s)
-        removed = [_rmdir(path, timeout_s) for path in CgroupHost.unique(self.dirs)]  # every one, even after a failure
+        """Kill what is left and remove the group's directories, nested groups first; False (logged) if one could
+        not be removed."""
+        dirs = self._subtree()
+        _kill_dir_set(dirs, timeout_s)
+        removed = [_rmdir(path, timeout_s) for path in dirs]  # every one, even after a failure
         return all(removed)
 
     close = remove
@@ -460,6 +499,15 @@ def _field(path: Path, key: str) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def _subtree(path: Path) -> list[Path]:
+    """Cgroup directory ``path`` and every group nested in it, deepest first (the order they are removed in)."""
+    try:
+        children = [Path(entry.path) for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        children = []
+    return [*(nested for child in children for nested in _subtree(child)), path]
 
 
 def _kill_dir_set(dirs: list[Path], timeout_s: float) -> bool:
@@ -515,8 +563,10 @@ def _remove_parent(parent: Path) -> None:
         log.warning("cannot list cgroup %s: %s", parent, exc)
         return
     for child in children:
-        _kill_dir_set([child], timeout_s=2.0)
-        _rmdir(child, timeout_s=2.0)
+        nested = _subtree(child)
+        _kill_dir_set(nested, timeout_s=2.0)
+        for path in nested:
+            _rmdir(path, timeout_s=2.0)
     _rmdir(parent, timeout_s=2.0)
 
 

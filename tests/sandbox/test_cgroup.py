@@ -216,6 +216,25 @@ def test_v2_limits_are_written_in_one_group(tmp_path):
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_nested_group_has_limits_of_its_own_inside_its_parent(tmp_path, version):
+    hierarchies = {"memory": "memory", "pids": "pids", "cpu": "cpu", "cpuacct": "cpu"} if version == 1 else \
+        {c: "unified" for c in cgroup.CONTROLLERS}
+    cgroups = fake_host(tmp_path, version, hierarchies)
+    slot = ExecutionGroup.create(None, 40, None, name="slot", cgroups=cgroups)
+    if version == 2:
+        (slot.dirs["memory"] / "cgroup.subtree_control").write_text("")
+    run = slot.nest(100 * MB, 32, 1.0, name="run")
+    assert {c: str(path.relative_to(tmp_path)) for c, path in run.dirs.items()} == {
+        c: f"{h}/posttrain-1-1-1/slot/run" for c, h in hierarchies.items()}
+    limits = {path.name: path.read_text() for directory in CgroupHost.unique(run.dirs) for path in directory.iterdir()}
+    assert limits["pids.max"] == "32" and limits.get("memory.limit_in_bytes", limits.get("memory.max")) == str(100 * MB)
+    if version == 2:  # the parent's children get the controllers (and the parent keeps no process of its own)
+        assert (slot.dirs["memory"] / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    assert set(slot._subtree()) == {*CgroupHost.unique(slot.dirs), *CgroupHost.unique(run.dirs)}
+
+
+@pytest.mark.unit
 def test_join_command_joins_every_hierarchy_then_drops_to_the_user():
     group = ExecutionGroup(1, {"memory": Path("/cg/memory/p/x"), "pids": Path("/cg/pids/p/x"),
                                "cpu": Path("/cg/cpu,cpuacct/p/x"), "cpuacct": Path("/cg/cpu,cpuacct/p/x")})
@@ -321,6 +340,29 @@ def test_a_sandbox_tmpfs_is_capped_by_the_group_in_bytes_and_in_empty_files(make
                        env={})
     assert r.stdout == "started\n" and r.returncode != 0, r
     assert group.oom_killed() and group.memory_peak_bytes() <= 96 * MB
+
+
+@pytest.mark.integration
+def test_an_oom_kill_in_a_nested_group_picks_only_its_processes(make_group):
+    """A warm slot's layout: a big process in one nested group (the zygote's), a small one in another (an
+    execution's) that fills memory no process holds (memfd pages): the OOM kill takes the small one, never the big
+    one, and removing the parent removes both groups."""
+    slot = make_group(None, 32, None)
+    zygote, run = slot.nest(name="zygote"), slot.nest(96 * MB, 16, None)
+    big = subprocess.Popen(zygote.join_command([PY, "-c", "import time\nb = bytearray(200 << 20)\nb[::4096] = "
+                                                "b'x' * len(b[::4096])\nprint('ready', flush=True)\ntime.sleep(60)"],
+                                               user=NOBODY), stdout=subprocess.PIPE, text=True, env={})
+    try:
+        assert big.stdout.readline() == "ready\n"
+        r = run_in(run, "import os\nfd = os.memfd_create('x')\nfor _ in range(512):\n"
+                        "    os.write(fd, b'x' * (1 << 20))\nprint('wrote 512 MB')\n")
+        assert r.stdout == "" and (r.returncode == -signal.SIGKILL or "Errno 12" in r.stderr), r
+        assert not zygote.oom_killed() and big.poll() is None
+        assert set(slot.pids()) >= set(zygote.pids()) and zygote.pids()
+    finally:
+        big.kill()
+        big.wait()
+    assert slot.remove() and not any(path.exists() for group in (zygote, run) for path in group.dirs.values())
 
 
 @pytest.mark.integration
