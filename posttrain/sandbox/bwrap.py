@@ -4,7 +4,7 @@ What a program sees: the host's ``/usr`` read-only (plus the ``/bin``, ``/lib``.
 them), a new ``/proc``, a minimal read-only ``/dev`` with a small private ``/dev/shm``, a private size-capped
 ``/tmp``, and three generated files in ``/etc`` (passwd, group, hosts): nothing else of the host's ``/etc``, no
 ``/home``, ``/root`` or project files. The root itself is read-only. The workspace ``/work`` is a size-capped tmpfs
-made by bwrap and filled from in-memory files (``--file``), so a single execution leaves nothing on the host disk.
+filled from in-memory files (``--file``), so a single execution leaves nothing on the host disk.
 Every namespace is new (user, pid, net with only its own loopback, ipc, uts, cgroup), nested user namespaces are
 disabled, the seccomp allow-list both backends share (``seccomp.py``) closes the rest of the kernel, the
 environment is cleared, ``--new-session`` detaches the controlling terminal (no ``TIOCSTI``), and
@@ -17,6 +17,11 @@ are charged to it; no swap; past it the kernel OOM-kills, reported as ``extra["o
 (``cpus`` cores). Inside the sandbox ``prlimit`` sets per-process limits on top (so ``RLIMIT_NPROC`` counts only
 this sandbox's processes): address space from ``memory_mb``, CPU seconds from the timeout, processes, file size,
 open files, no core dumps. Where cgroups are unavailable only these per-process limits hold (logged once).
+The writable tmpfs mounts (``/work``, ``/tmp``, ``/dev/shm``) cap their inodes as well as their size, one per 4 KB
+of it (``tmpfs_inodes``): empty files cost kernel memory (an inode and a dentry, ~1 KB each) that no size cap
+counts and a cgroup charges only in part (527,347 of them once took +525 MB of slab through a 256 MB execution).
+bwrap's ``--tmpfs`` takes no ``nr_inodes``, so as root each execution's are mounted on the host (``HostMounts``)
+and bound in; elsewhere bwrap makes them, capped in size only.
 The program itself is the sandbox's pid 1 (``--as-pid-1``): no bwrap init sits above it, so nothing the program
 could take over is above or beside a trusted harness, and bwrap reaps it (no zombie is left for the host's pid 1).
 The wall-clock deadline SIGKILLs the sandbox's pid 1 (bwrap's child), so the whole namespace, orphans included,
@@ -44,6 +49,7 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import re
@@ -74,8 +80,16 @@ ETC_FILES = {
 }
 ETC_DATA = {name: text.format(uid=SANDBOX_UID, gid=SANDBOX_GID, workdir=WORKDIR).encode()
             for name, text in ETC_FILES.items()}
+MS_NOSUID, MS_NODEV = 2, 4
+_libc = ctypes.CDLL(None, use_errno=True)
 DRAIN_GRACE_S = 5.0  # how long to wait for output pipes to close once the sandbox is gone
 SHM_MB = 16
+INODE_BYTES = 4096  # a writable tmpfs holds one inode per 4 KB page of its size, as session workspaces do
+
+
+def tmpfs_inodes(size_mb: int) -> int:
+    """The inodes (files, directories, links) a writable tmpfs of ``size_mb`` may hold."""
+    return (size_mb << 20) // INODE_BYTES
 
 
 def _supports(bwrap: str, option: str) -> bool:
@@ -116,6 +130,7 @@ class BwrapSandbox(SandboxBackend):
             log.warning("bwrap: no aggregate memory/pids/CPU limit per execution, only per-process rlimits: %s",
                         self.aggregate_limits)
         self._disable_userns = _supports(bwrap, "--disable-userns")
+        self._host_mounts = os.geteuid() == 0  # the writable mounts made on the host, inodes capped (HostMounts)
         self._live: dict[subprocess.Popen, CappedBuffer] = {}  # running bwrap -> its status stream
         self._sessions: set[BwrapSession] = set()
         self._lock = threading.Lock()
@@ -129,15 +144,14 @@ class BwrapSandbox(SandboxBackend):
         return prepared
 
     def _run(self, execution: Execution, prepared: Prepared, t0: float) -> ExecutionResult:
-        """The workspace as a size-capped tmpfs filled from memfds, then ``spawn``."""
+        """The workspace as a capped tmpfs filled from memfds, then ``spawn``."""
         fds: list[int] = []
         try:
-            layout = ["--size", str(self.workspace_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR,
-                      *_tree_args(WORKDIR, prepared.files, fds, "0755", "0644")]
+            layout = _tree_args(WORKDIR, prepared.files, fds, "0755", "0644")
             if prepared.trusted_files:  # on the root, which is remounted read-only once the layout is done
                 layout += ["--perms", "0111", "--dir", TRUSTED_DIR,
                            *_tree_args(TRUSTED_DIR, prepared.trusted_files, fds, "0555", "0444")]
-            return self.spawn(execution, layout, fds, t0).result()
+            return self.spawn(execution, layout, fds, t0, workspace=True).result()
         except OSError as exc:
             return self._infra(f"bwrap sandbox failed to start: {exc}", t0)
         finally:
@@ -164,9 +178,19 @@ class BwrapSandbox(SandboxBackend):
     def owner(self) -> tuple[int, int] | None:
         return (self.host_uid, self.host_gid) if os.geteuid() == 0 else None
 
-    def _command(self, execution: Execution, layout: list[str], status_fd: int, fds: list[int]) -> list[str]:
+    def writable_mounts(self) -> dict[str, int]:
+        """The writable tmpfs mounts of an execution: sandbox path -> size in MB (inodes: ``tmpfs_inodes``)."""
+        return {WORKDIR: self.workspace_mb, "/tmp": self.tmp_mb, "/dev/shm": SHM_MB}
+
+    def memory_cap(self, execution: Execution) -> int:
+        """The memory cap of an execution's cgroup, in bytes: ``memory_mb`` plus the sizes of its writable tmpfs
+        mounts (its disk, whose pages count as memory)."""
+        return (execution.memory_mb + sum(self.writable_mounts().values())) << 20
+
+    def _command(self, execution: Execution, layout: list[str], status_fd: int, fds: list[int],
+                 mounts: HostMounts | None = None) -> list[str]:
         runtime = runtime_of(execution)
-        cmd = [*self.root_args(sandbox_env(execution), status_fd, fds), *layout, "--remount-ro", "/dev",
+        cmd = [*self.root_args(sandbox_env(execution), status_fd, fds, mounts), *layout, "--remount-ro", "/dev",
                "--remount-ro", "/"]
         if self._seccomp is not None:
             fds.append(memfd("seccomp", self._seccomp))
@@ -179,9 +203,11 @@ class BwrapSandbox(SandboxBackend):
                 "--", *resolve_command(execution)]
         return cmd
 
-    def root_args(self, env: dict[str, str], status_fd: int, fds: list[int]) -> list[str]:
+    def root_args(self, env: dict[str, str], status_fd: int, fds: list[int],
+                  mounts: HostMounts | None = None) -> list[str]:
         """bwrap's flags and the sandbox's root up to the workspace: new namespaces, ``env`` only, the host's
-        ``/usr``, generated ``/etc`` files (memfds appended to ``fds``), ``/proc``, ``/dev``, private ``/tmp``."""
+        ``/usr``, generated ``/etc`` files (memfds appended to ``fds``), ``/proc``, ``/dev``, private ``/tmp`` and
+        ``/dev/shm`` (``mounts``', else bwrap's own tmpfs)."""
         cmd = [self.bwrap, "--json-status-fd", str(status_fd), "--unshare-all", "--unshare-user", "--unshare-cgroup",
                "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "sandbox",
                "--new-session", "--die-with-parent", "--as-pid-1", "--clearenv"]
@@ -201,13 +227,16 @@ class BwrapSandbox(SandboxBackend):
         for name, data in ETC_DATA.items():
             fds.append(memfd(name, data))
             cmd += ["--perms", "0644", "--ro-bind-data", str(fds[-1]), f"/etc/{name}"]
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm",
-                "--size", str(self.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
-        return cmd
+        cmd += ["--proc", "/proc", "--dev", "/dev"]
+        if mounts:
+            return cmd + mounts.bind_args(["/dev/shm", "/tmp"])
+        return cmd + ["--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm",
+                      "--size", str(self.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
 
     def spawn(self, execution: Execution, layout: list[str], fds: list[int], t0: float,
-              stdin: bytes | None = None, track: set | None = None) -> RawRun:
-        """Start bwrap, feed stdin, capture (capped) stdout, stderr and bwrap's status, enforce the deadline."""
+              stdin: bytes | None = None, track: set | None = None, workspace: bool = False) -> RawRun:
+        """Start bwrap, feed stdin, capture (capped) stdout, stderr and bwrap's status, enforce the deadline.
+        ``workspace``: mount a fresh tmpfs at ``/work`` before ``layout`` (else ``layout`` puts something there)."""
         if missing := runtime_missing(execution):
             return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
                           infra_error=missing, extra={"backend": self.name})
@@ -218,11 +247,22 @@ class BwrapSandbox(SandboxBackend):
         except OSError as exc:
             return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
                           infra_error=f"cannot make the execution's cgroup: {exc}", extra={"backend": self.name})
+        try:
+            mounts = self._mounts([WORKDIR, "/tmp", "/dev/shm"] if workspace else ["/tmp", "/dev/shm"])
+        except OSError as exc:
+            if group:
+                group.remove()
+            return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
+                          infra_error=f"cannot make the execution's tmpfs mounts: {exc}",
+                          extra={"backend": self.name})
+        if workspace:
+            layout = [*(mounts.bind_args([WORKDIR]) if mounts else
+                        ["--size", str(self.workspace_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR]), *layout]
         (in_r, in_w), (out_r, out_w), (err_r, err_w), (status_r, status_w) = os.pipe(), os.pipe(), os.pipe(), os.pipe()
         with self._lock:
             closes = self._closes
         try:
-            cmd = self._command(execution, layout, status_w, own_fds)
+            cmd = self._command(execution, layout, status_w, own_fds, mounts)
             owner = self.owner()
             drop = {"user": owner[0], "group": owner[1], "extra_groups": []} if owner and not group else {}
             if group:  # bwrap and all it starts are in the group from the first instruction; setpriv drops root
@@ -236,6 +276,8 @@ class BwrapSandbox(SandboxBackend):
                 os.close(fd)
             if group:
                 group.remove()
+            if mounts:
+                mounts.release()
             raise
         finally:
             for fd in (in_r, out_w, err_w, status_w, *own_fds):
@@ -270,6 +312,8 @@ class BwrapSandbox(SandboxBackend):
             oom_killed = group is not None and group.oom_killed()
             if group:
                 group.remove()
+            if mounts:
+                mounts.release()
         run_ms = _ms_since(t_start)
         raw = RawRun(exit_code=proc.returncode, stdout=out, stderr=err, timed_out=timed_out,
                      start_ms=(t_start - t0) * 1000, run_ms=run_ms, extra={"backend": self.name})
@@ -284,14 +328,68 @@ class BwrapSandbox(SandboxBackend):
         return raw
 
     def _group(self, execution: Execution) -> cgroup.ExecutionGroup | None:
-        """The execution's cgroup, or None where the host has none for us. Its memory cap is ``memory_mb`` plus
-        the sizes of the sandbox's tmpfs mounts (its disk, whose pages count as memory); bwrap's own process
-        outside the sandbox is one more task."""
+        """The execution's cgroup, or None where the host has none for us; its memory cap is ``memory_cap``;
+        bwrap's own process outside the sandbox is one more task."""
         if self.aggregate_limits != "cgroup":
             return None
-        mounts_mb = self.workspace_mb + self.tmp_mb + SHM_MB
-        return cgroup.ExecutionGroup.create((execution.memory_mb + mounts_mb) << 20, self.max_processes + 1,
-                                            self.cpus)
+        return cgroup.ExecutionGroup.create(self.memory_cap(execution), self.max_processes + 1, self.cpus)
+
+    def _mounts(self, paths: list[str]) -> HostMounts | None:
+        """The execution's writable mounts at ``paths``, made on the host with their inodes capped; None where we
+        cannot mount (not root, or the host refuses: then bwrap makes them, size-capped only; logged once)."""
+        if not self._host_mounts:
+            return None
+        try:
+            return HostMounts(self, paths)
+        except PermissionError as exc:
+            self._host_mounts = False
+            log.warning("bwrap: cannot mount tmpfs on the host (%s); the sandbox's writable mounts cap their size, "
+                        "not their inodes", exc)
+            return None
+
+
+class HostMounts:
+    """The writable tmpfs mounts of one execution, made on the host (as root) so that they cap their inodes too.
+
+    A directory of ours (``lifecycle.workspace_dir``: named after us, reaped with the session workspaces when we
+    died) holds a small root-owned tmpfs ``work`` with one tmpfs per sandbox path in it, owned by bwrap's user
+    (``host_uid``), capped at its size and ``tmpfs_inodes`` of it; bwrap binds each at its path. ``release()``
+    detaches them all at once (a lazy unmount of ``work``) and removes the directory."""
+
+    NAMES = {WORKDIR: ("work", 0o755), "/tmp": ("tmp", 0o1777), "/dev/shm": ("shm", 0o1777)}
+
+    def __init__(self, box: BwrapSandbox, paths: list[str]):
+        if lifecycle.once(f"workspaces:{box.workspace_root}"):
+            lifecycle.reap_workspaces(box.workspace_root)
+        self.root = lifecycle.workspace_dir(box.workspace_root)
+        self.base = self.root / "work"
+        try:
+            self.base.mkdir(mode=0o711)
+            _mount_tmpfs(self.base, 64 << 10, 16, 0o711, 0, 0)
+            sizes = box.writable_mounts()
+            for path in paths:
+                name, mode = self.NAMES[path]
+                (self.base / name).mkdir()
+                _mount_tmpfs(self.base / name, sizes[path] << 20, tmpfs_inodes(sizes[path]), mode, box.host_uid,
+                             box.host_gid)
+            os.chmod(self.root, 0o711)  # bwrap (as host_uid) must reach the mounts, nothing more
+        except BaseException:
+            self.release()
+            raise
+
+    def bind_args(self, paths: list[str]) -> list[str]:
+        """bwrap options that bind the mounts of ``paths`` at those paths."""
+        return [arg for path in paths for arg in ("--bind", str(self.base / self.NAMES[path][0]), path)]
+
+    def release(self) -> None:
+        lifecycle.release_workspace(self.root)
+
+
+def _mount_tmpfs(target: PurePosixPath, size_bytes: int, inodes: int, mode: int, uid: int, gid: int) -> None:
+    options = f"size={size_bytes},nr_inodes={inodes},mode={mode:o},uid={uid},gid={gid}".encode()
+    if _libc.mount(b"tmpfs", str(target).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount tmpfs at {target}: {os.strerror(errno)}")
 
 
 class BwrapSession(SandboxSession):

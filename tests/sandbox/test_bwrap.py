@@ -45,6 +45,34 @@ def test_program_printing_like_bwrap_is_not_infra_error():
     assert (r.exit_code, r.infra_error) == (1, "")
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="bwrap's own tmpfs takes no inode cap: only root mounts them capped")
+def test_writable_mounts_cap_their_inodes_and_are_gone_after_the_run():
+    """One inode per 4 KB of each writable tmpfs (bwrap's --tmpfs has no nr_inodes: they are mounted on the host)."""
+    box = BwrapSandbox()
+    ours = f"posttrain-sbx-{os.getpid()}-*"
+    before = set(Path(tempfile.gettempdir()).glob(ours))
+    r = box.run(Execution(files={"a.txt": "x"}, command=["bash", "-c", "stat -f -c %c /work /tmp /dev/shm; "
+                                                          "ls -ld /work /tmp /dev/shm | cut -c1-10; ls /work"],
+                          runtime="bash"))
+    assert r.stdout.split() == [str(box.workspace_mb * 256), str(box.tmp_mb * 256), "4096",
+                                "drwxrwxrwt", "drwxrwxrwt", "drwxr-xr-x", "a.txt"], r  # ls sorts its arguments
+    assert set(Path(tempfile.gettempdir()).glob(ours)) <= before  # unmounted and removed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="bwrap's own tmpfs takes no inode cap: only root mounts them capped")
+def test_empty_files_are_bounded_where_no_cgroup_charges_them():
+    """Without a cgroup nothing charges the kernel memory of empty files (an inode and a dentry each): the mounts'
+    inode caps are what bound it (once 527,347 files, +525 MB of slab, under a 256 MB memory_mb)."""
+    code = ("import os\ncount, refused = 0, []\nfor d in ('/tmp', '/dev/shm', '/work'):\n    try:\n"
+            "        while count < 200_000:\n            os.close(os.open(f'{d}/f{count}', os.O_CREAT))\n"
+            "            count += 1\n    except OSError as e:\n        refused.append(e.errno)\nprint(count, refused)\n")
+    box = BwrapSandbox(aggregate_limits=False)
+    r = box.run(py(code, memory_mb=256, timeout_s=20))
+    count, refused = r.stdout.split(" ", 1)
+    assert r.exit_code == 0 and int(count) <= (box.workspace_mb + box.tmp_mb + 16) * 256, r
+    assert refused.strip() == "[28, 28, 28]", r  # ENOSPC on each mount
+
+
 def test_limits_and_isolation_inside():
     code = ("import os, resource as r\n"
             "print(r.getrlimit(r.RLIMIT_AS)[0] >> 20, r.getrlimit(r.RLIMIT_NPROC)[0], r.getrlimit(r.RLIMIT_CORE)[0],"
