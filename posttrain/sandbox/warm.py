@@ -7,9 +7,17 @@ execution the zygote forks, and the fork builds what a plain bwrap run has, new:
 ipc and uts namespaces, capped tmpfs ``/work`` (the files), ``/tmp`` and ``/dev/shm``, a read-only ``/trusted``,
 its own ``/proc``; the program is the pid 1 of its pid namespace, with no capability, no_new_privs, the shared
 seccomp filter and the per-process rlimits, and ``python3 [-I] script.py`` runs in the forked interpreter itself.
-When it ends its namespaces and tmpfs mounts are gone, so no execution sees another's files or processes; a slot
-runs one execution at a time, and the slot's cgroup (memory cap reset to each execution's, tasks, CPU quota) caps
-that execution together with the zygote (protected from the OOM killer, so the program is the one killed).
+When it ends its namespaces and tmpfs mounts are gone (the slot replies only then), so no execution sees another's
+files or processes; a slot runs one execution at a time.
+
+Cgroups (where the host has them, ``cgroup.py``): the slot's group caps its tasks; inside it, bwrap, the zygote and
+the executor sit in a ``zygote`` group of their own, and each execution gets a fresh group beside it, joined by
+the program before it runs anything, that caps its memory (as a plain ``bwrap`` run's: ``memory_mb`` plus its
+tmpfs mounts), tasks and CPU. So an OOM kill during a run picks among the execution's own processes, never the
+zygote (whose ``oom_score_adj`` cannot be lowered without CAP_SYS_RESOURCE), and is the program's outcome (exit
+137, ``extra["oom_killed"]``); and no execution inherits a cap, or memory still charged, from the one before. The
+zygote's group caps no memory: it runs trusted code only, and the files it writes for a run are bounded by the
+workspace size (which is all the program could rewrite there without a charge of its own).
 
 What differs from ``bwrap``: the program's interpreter is the zygote's fork (``sys.flags`` are those of
 ``python3 -I``; the modules the zygote imported are already in ``sys.modules``); ``/proc/1/cmdline`` of an
@@ -48,7 +56,7 @@ from concurrent.futures import Future
 from posttrain import trusted
 from posttrain.sandbox import cgroup
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxStartError
-from posttrain.sandbox.bwrap import CHILD_PID, SHM_MB, BwrapSandbox, _kill_group, _ms_since, runtime_missing
+from posttrain.sandbox.bwrap import CHILD_PID, BwrapSandbox, _kill_group, _ms_since, runtime_missing, tmpfs_inodes
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
 from posttrain.sandbox.workspace import BASE_ENV, RUNTIMES, TRUSTED_DIR, WORKDIR, memfd, rlimits, runtime_of
 
@@ -56,12 +64,11 @@ log = logging.getLogger(__name__)
 
 ZYGOTE = trusted.source("zygote")
 ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP")  # in the slot's own user namespace only
-ZYGOTE_MB = 32  # the zygote's own memory (~20 MB resident), added to each execution's cgroup cap
 START_TIMEOUT_S = 20.0
 HOST_GRACE_S = 2.0  # a slot silent this long past an execution's deadline is killed
-TRUSTED_MB = 16
-# Run first, as us: the zygote (and its forks, until the program resets its own) is never the OOM killer's pick.
-# Lowering the score needs root; elsewhere the write fails and the slot starts anyway.
+TRUSTED_MB = 16  # the read-only /trusted tmpfs of a run with trusted files
+# Run first, as us: where we may (CAP_SYS_RESOURCE), the zygote is not the pick of a host-wide OOM kill either.
+# Elsewhere the write fails and the slot starts anyway.
 PROTECT = 'echo -1000 > /proc/self/oom_score_adj 2>/dev/null; exec "$@"'
 
 
@@ -152,15 +159,10 @@ class WarmBwrapSandbox(BwrapSandbox):
         limits = rlimits(execution, max_open_files=self.max_open_files, max_file_mb=self.max_file_mb,
                          address_space=(execution.memory_mb + runtime_of(execution).reserve_mb) << 20,
                          max_processes=self.max_processes + 2)  # + the zygote and the executor, same uid
+        mounts = {**self.writable_mounts(), TRUSTED_DIR: TRUSTED_MB}  # path -> [bytes, inodes]
         return {"files": prepared.files, "trusted_files": prepared.trusted_files, "argv": prepared.argv,
                 "env": prepared.env, "python": RUNTIMES["python"].path, "timeout_s": execution.timeout_s,
-                "rlimits": limits, "workspace_bytes": self.workspace_mb << 20, "tmp_bytes": self.tmp_mb << 20,
-                "shm_bytes": SHM_MB << 20}
-
-    def memory_cap(self, execution: Execution) -> int:
-        """The slot's cgroup cap during ``execution``: its memory, its tmpfs mounts and the zygote."""
-        mounts_mb = self.workspace_mb + self.tmp_mb + SHM_MB + (TRUSTED_MB if execution.trusted_files else 0)
-        return (execution.memory_mb + mounts_mb + ZYGOTE_MB) << 20
+                "rlimits": limits, "mounts": {path: [mb << 20, tmpfs_inodes(mb)] for path, mb in mounts.items()}}
 
 
 class Slot:
@@ -176,10 +178,16 @@ class Slot:
     @classmethod
     def start(cls, box: WarmBwrapSandbox) -> Slot:
         """Start bwrap and the zygote, hand it the seccomp filter, wait until it is ready; ``SandboxStartError``."""
-        group = None
+        group = zygote_group = None
         if box.aggregate_limits == "cgroup":
-            # + bwrap, the zygote and the executor; the memory cap is set for each execution (``run``)
-            group = cgroup.ExecutionGroup.create(None, box.max_processes + 3, box.cpus)
+            # each execution's tasks + bwrap, the zygote and the executor, which are in the zygote's group; the
+            # executions' groups (memory, tasks, CPU) are made for each one (``run``)
+            group = cgroup.ExecutionGroup.create(None, box.max_processes + 3, None)
+            try:
+                zygote_group = group.nest(name="zygote")
+            except OSError:
+                group.remove()
+                raise
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         status_r, status_w = os.pipe()
         fds: list[int] = []
@@ -189,8 +197,8 @@ class Slot:
             cmd = box.zygote_command(status_w, theirs.fileno(), fds)
             owner = box.owner()
             drop = {"user": owner[0], "group": owner[1], "extra_groups": []} if owner and not group else {}
-            if group:
-                cmd = group.join_command(cmd, user=owner)
+            if zygote_group:
+                cmd = zygote_group.join_command(cmd, user=owner)
             cmd = ["/bin/sh", "-c", PROTECT, "sh", *cmd]
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log_file, env={},
                                     pass_fds=(status_w, theirs.fileno(), *fds), start_new_session=True, cwd="/",
@@ -234,21 +242,35 @@ class Slot:
         self.uses += 1
         out, err = CappedBuffer(execution.max_output_bytes), CappedBuffer(execution.max_output_bytes)
         extra = {"backend": self.box.name}
-        oom_before = self.group.oom_kills() if self.group else 0
-        (in_r, in_w), (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe(), os.pipe()
-        request = -1
         try:
-            if self.group:
-                self.group.set_memory(self.box.memory_cap(execution))
+            run_group = self.group.nest(self.box.memory_cap(execution), self.box.max_processes, self.box.cpus) \
+                if self.group else None
+        except OSError as exc:
+            return RawRun(None, out, err, infra_error=f"cannot make the execution's cgroup: {exc}",
+                          start_ms=_ms_since(t0), extra=extra)
+        try:
+            return self._run(execution, prepared, t0, run_group, out, err, extra)
+        finally:
+            if run_group:
+                run_group.remove()  # empty by now: the program's pid namespace is gone with the executor
+
+    def _run(self, execution: Execution, prepared: Prepared, t0: float, run_group: cgroup.ExecutionGroup | None,
+             out: CappedBuffer, err: CappedBuffer, extra: dict) -> RawRun:
+        (in_r, in_w), (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe(), os.pipe()
+        request, joins = -1, []
+        try:
+            # the program joins its group through these (opened here, as us: the slot cannot open them itself)
+            for path in run_group.procs_files() if run_group else []:
+                joins.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
             request = memfd("request", json.dumps(self.box.request(execution, prepared)).encode())
-            socket.send_fds(self.sock, [b"run"], [request, in_r, out_w, err_w])
+            socket.send_fds(self.sock, [b"run"], [request, in_r, out_w, err_w, *joins])
         except OSError as exc:
             for fd in (in_w, out_r, err_r):
                 os.close(fd)
             self.broken = f"cannot hand the execution to the slot: {exc}"
             return RawRun(None, out, err, infra_error=self.broken, start_ms=_ms_since(t0), extra=extra)
         finally:
-            for fd in (request, in_r, out_w, err_w):
+            for fd in (request, in_r, out_w, err_w, *joins):
                 if fd >= 0:
                     os.close(fd)
         t_start = time.monotonic()
@@ -264,7 +286,7 @@ class Slot:
             raw.infra_error = f"warm bwrap sandbox setup failed: {reply['setup_error'][-2000:]}"
         else:
             raw.exit_code, raw.timed_out = reply["exit_code"], bool(reply["timed_out"])
-        if self.group and self.group.oom_kills() > oom_before:
+        if run_group and run_group.oom_killed():
             raw.extra["oom_killed"] = True
         return raw
 

@@ -3,25 +3,31 @@
 It runs as the pid 1 of a long-lived bwrap sandbox (``sandbox/warm.py``) that has new user, pid, net, ipc, uts and
 mount namespaces and, inside them only, the capabilities to build more (CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP
 in its own user namespace; none on the host). For each execution the host sends one message on the SOCK_SEQPACKET
-socket whose fd number is its argument: a memfd holding the JSON request and the program's three stdio pipes. Then:
+socket whose fd number is its argument: a memfd holding the JSON request, the program's three stdio pipes and
+the ``cgroup.procs`` files of the execution's own cgroup (opened by the host; none where there are no cgroups). Then:
 
 1. the zygote forks an **executor**, which unshares new mount, pid, net, ipc and uts namespaces, mounts a fresh
-   size-capped tmpfs on ``/work`` (filled with the files), ``/tmp``, ``/dev/shm`` and, for trusted files, a
-   read-only ``/trusted`` (mode 0111: entries can be opened by name, not listed); brings up the new loopback;
-2. the executor forks the **program**, the pid 1 of the new pid namespace, which mounts its own ``/proc`` (with
-   ``/proc/sys`` and friends read-only), makes itself a session leader, takes its stdio, sets its rlimits and
-   oom_score_adj, drops every capability (bounding, ambient, permitted), sets no_new_privs, installs the shared
-   seccomp filter and then runs the command: ``python3 [-I] script.py ...`` runs in this very process (the
-   interpreter start-up is what the zygote saves), anything else is exec'ed (also every run with trusted files,
-   so that they are never in the memory of a program that can read its own);
+   tmpfs, capped in size and in inodes, on ``/work`` (filled with the files), ``/tmp``, ``/dev/shm`` and, for
+   trusted files, a read-only ``/trusted`` (mode 0111: entries can be opened by name, not listed); brings up the
+   new loopback;
+2. the executor forks the **program**, the pid 1 of the new pid namespace, which first joins the execution's
+   cgroup (so the memory it charges, and an OOM kill at that cgroup's cap, are its own: the zygote and the
+   executor stay in the slot's other cgroup), then mounts its own ``/proc`` (with ``/proc/sys`` and friends
+   read-only), makes itself a session leader, takes its stdio, sets its rlimits and oom_score_adj, drops every
+   capability (bounding, ambient, permitted), sets no_new_privs, installs the shared seccomp filter and then runs
+   the command: ``python3 [-I] script.py ...`` runs in this very process (the interpreter start-up is what the
+   zygote saves), anything else is exec'ed (also every run with trusted files, so that they are never in the
+   memory of a program that can read its own);
 3. the executor waits for the program until the deadline (then SIGKILLs it: the whole pid namespace dies with its
-   pid 1), and sends the host one JSON result; when it exits, its namespaces and tmpfs mounts go with it.
+   pid 1), hands its JSON result to the zygote and exits, its namespaces and tmpfs mounts with it; the zygote
+   sends the result to the host once the executor is gone, so the next execution never meets this one's mounts.
 
 So no execution sees another's files or processes, and nothing of the zygote is visible from inside: it is in
-the parent pid namespace, it is non-dumpable, and the socket is closed before the program runs. The zygote never
+the parent pid namespace, it is non-dumpable, and the executor closes the socket as it starts. The zygote never
 reads a request itself (the executor does, after the fork), so its memory, which every program inherits, holds
-nothing of any execution. A setup failure
-is reported as ``{"setup_error": ...}`` (an infra error on the host), never as a program outcome.
+nothing of any execution but the last result. A setup failure is reported as ``{"setup_error": ...}`` (an infra
+error on the host), never as a program outcome; whatever happens once the program runs (an OOM kill included,
+which can only pick a process of the execution's cgroup) is the program's outcome.
 
 Example (what the host does, ``sandbox/warm.py``):
     $ bwrap ... --cap-add CAP_SYS_ADMIN ... python3 -I - 7 < zygote.py     # the socket is fd 7
@@ -70,9 +76,9 @@ def mount(source, target, fstype, flags, data=None):
                      data.encode() if data else None), "mount %s on %s" % (fstype or source, target))
 
 
-def tmpfs(target, size_bytes, mode, read_only=False):
-    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | (MS_RDONLY if read_only else 0),
-          "size=%d,mode=%o" % (size_bytes, mode))
+def tmpfs(target, size_inodes, mode):
+    """A fresh tmpfs at ``target``; ``size_inodes``: [bytes, inodes] it may hold (empty files cost inodes only)."""
+    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "size=%d,nr_inodes=%d,mode=%o" % (*size_inodes, mode))
 
 
 def write_tree(root, files, file_mode):
@@ -97,12 +103,12 @@ def build_namespaces(req):
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     check(libc.sethostname(b"sandbox", 7), "sethostname")
     loopback_up()
-    tmpfs("/work", req["workspace_bytes"], 0o755)
+    tmpfs("/work", req["mounts"]["/work"], 0o755)
     write_tree("/work", req["files"], 0o644)
-    tmpfs("/tmp", req["tmp_bytes"], 0o1777)
-    tmpfs("/dev/shm", req["shm_bytes"], 0o1777)
+    tmpfs("/tmp", req["mounts"]["/tmp"], 0o1777)
+    tmpfs("/dev/shm", req["mounts"]["/dev/shm"], 0o1777)
     if req["trusted_files"]:
-        tmpfs("/trusted", 16 << 20, 0o755)
+        tmpfs("/trusted", req["mounts"]["/trusted"], 0o755)
         write_tree("/trusted", req["trusted_files"], 0o444)
         for parent, _, _ in os.walk("/trusted"):
             os.chmod(parent, 0o555)
@@ -131,8 +137,19 @@ def set_limits(limits):
         resource.setrlimit(getattr(resource, name), (soft, hard))
 
 
-def become_program(req, stdio, error_w, seccomp_filter):
-    """In the program (pid 1 of the new pid namespace): its /proc, stdio, limits, privileges; then run it."""
+def join_cgroup(cgroup_fds):
+    """Move this process into the execution's cgroup: "0" (ourselves) to each ``cgroup.procs`` the host opened."""
+    for fd in cgroup_fds:
+        try:
+            os.write(fd, b"0")
+        except OSError as error:
+            raise SetupError("join the execution's cgroup: %s" % error.strerror)
+        os.close(fd)
+
+
+def become_program(req, stdio, cgroup_fds, error_w, seccomp_filter):
+    """In the program (pid 1 of the new pid namespace): its cgroup, /proc, stdio, limits, privileges; then run it."""
+    join_cgroup(cgroup_fds)  # first: what it charges from here on is the execution's, never the slot's
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # over the zygote's, which is out of reach
     for name in PROC_READ_ONLY:
         path = "/proc/" + name
@@ -226,8 +243,8 @@ def exit_status(code):
     return 1
 
 
-def execute(sock, req, stdio, seccomp_filter):
-    """The executor: build the namespaces, start the program, wait for it until the deadline, report."""
+def execute(req, stdio, cgroup_fds, seccomp_filter):
+    """The executor: build the namespaces, start the program, wait for it until the deadline; returns the result."""
     result = {"exit_code": None, "timed_out": False, "setup_error": ""}
     try:
         build_namespaces(req)
@@ -236,13 +253,12 @@ def execute(sock, req, stdio, seccomp_filter):
         if pid == 0:
             try:
                 os.close(error_r)
-                sock.close()
-                become_program(req, stdio, error_w, seccomp_filter)
+                become_program(req, stdio, cgroup_fds, error_w, seccomp_filter)
             except BaseException as error:  # noqa: B036 - reported, then this process ends
                 os.write(error_w, ("%s: %s" % (type(error).__name__, error)).encode()[:2000])
             os._exit(127)
         os.close(error_w)
-        for fd in stdio:
+        for fd in (*stdio, *cgroup_fds):
             os.close(fd)
         failure = b"".join(iter(lambda: os.read(error_r, 4096), b""))
         started = time.monotonic()
@@ -254,7 +270,7 @@ def execute(sock, req, stdio, seccomp_filter):
         result["run_ms"] = (time.monotonic() - started) * 1000
     except BaseException as error:  # noqa: B036
         result["setup_error"] = "%s: %s" % (type(error).__name__, error)
-    sock.send(json.dumps(result).encode())
+    return result
 
 
 def wait(pid, timeout_s):
@@ -283,24 +299,31 @@ def serve():
         seccomp_filter = bytes.fromhex(json.load(handle)["seccomp_hex"])
     sock.send(b'{"ready": true}')
     while True:
-        message, fds, _, _ = socket.recv_fds(sock, 64, 4)
+        message, fds, _, _ = socket.recv_fds(sock, 64, 16)
         if not message:
             return  # the host closed the slot
+        result_r, result_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
+                sock.close()
+                os.close(result_r)
                 # read here, never in the zygote: its heap (which every later fork inherits) holds no request
                 with os.fdopen(fds[0], "rb") as handle:
                     req = json.load(handle)
-                execute(sock, req, fds[1:], seccomp_filter)
+                os.write(result_w, json.dumps(execute(req, fds[1:4], fds[4:], seccomp_filter)).encode())
             finally:
                 os._exit(0)
+        os.close(result_w)
         for fd in fds:
             os.close(fd)
-        _, status = os.waitpid(pid, 0)
-        if status != 0:
-            sock.send(json.dumps({"exit_code": None, "timed_out": False,
-                                  "setup_error": "the executor died (wait status %d)" % status}).encode())
+        _, status = os.waitpid(pid, 0)  # the executor is gone, and with it its namespaces and tmpfs mounts
+        with os.fdopen(result_r, "rb") as handle:
+            result = handle.read(1 << 16)  # a few hundred bytes, written whole before the executor exited
+        if status != 0 or not result:
+            result = json.dumps({"exit_code": None, "timed_out": False,
+                                 "setup_error": "the executor died (wait status %d)" % status}).encode()
+        sock.send(result)
 
 
 if __name__ == "__main__":

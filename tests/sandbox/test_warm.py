@@ -135,6 +135,46 @@ def test_the_slot_cgroup_caps_many_processes_together():
         assert box.run(py("print(5)")).stdout == "5\n"
 
 
+@pytest.mark.skipif(bool(cgroup.limits_unavailable_reason()), reason="no cgroups for us on this host")
+def test_an_oom_kill_is_the_programs_outcome_never_the_zygotes():
+    """A small program (bash) fills its tmpfs mounts with pages and files, which are in no process's resident set:
+    at the cap the OOM killer picks the biggest process it may, the program in its execution's own cgroup (137),
+    never the zygote (bigger, and its oom_score_adj cannot be lowered without CAP_SYS_RESOURCE)."""
+    fill = ("for d in /work /tmp /dev/shm; do head -c 64M /dev/zero > $d/big; i=0; "
+            "while : 2>/dev/null > $d/f$i; do i=$((i+1)); done; done")
+    with WarmBwrapSandbox(slots=1) as box:
+        assert box.run(py("print(0)")).ok
+        [slot] = box._idle
+        for _ in range(3):
+            r = box.run(bash(fill, memory_mb=16, timeout_s=20))
+            assert (r.exit_code, r.infra_error, r.timed_out) == (137, "", False), r
+            assert r.extra.get("oom_killed"), r
+        assert box.run(py("print(1)")).stdout == "1\n" and box._idle == [slot] and slot.uses == 5
+
+
+def test_a_full_execution_leaves_nothing_charged_to_the_next():
+    """An execution fills its tmpfs mounts (pages and inodes) and exits; the next one, in the same slot, has a far
+    smaller memory cap than what the first left charged until its mounts were gone."""
+    fill = ("import os\nfor d, mb in (('/work', 60), ('/tmp', 60), ('/dev/shm', 14)):\n"
+            "    with open(d + '/big', 'wb') as f:\n        f.write(b'x' * (mb << 20))\n"
+            "    try:\n        for i in range(30000):\n            os.close(os.open(f'{d}/f{i}', os.O_CREAT))\n"
+            "    except OSError:\n        pass\nprint('full')\n")
+    with WarmBwrapSandbox(slots=1) as box:
+        for _ in range(3):
+            full = box.run(py(fill, memory_mb=256, timeout_s=20))
+            assert (full.exit_code, full.stdout, full.infra_error) == (0, "full\n", ""), full
+            small = box.run(bash("echo small", memory_mb=16))
+            assert (small.exit_code, small.stdout, small.infra_error) == (0, "small\n", ""), small
+        assert box._started == 1 and box._idle[0].uses == 6
+
+
+def test_writable_mounts_cap_their_inodes():
+    """One inode per 4 KB of each writable tmpfs: empty files cannot cost more kernel memory than their size."""
+    with WarmBwrapSandbox(slots=1) as box:
+        r = box.run(bash("stat -f -c %c /work /tmp /dev/shm"))
+    assert r.stdout.split() == [str(box.workspace_mb * 256), str(box.tmp_mb * 256), "4096"], r
+
+
 def test_slots_run_executions_at_once():
     with WarmBwrapSandbox(slots=2) as box:
         t0 = time.monotonic()
