@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.sandbox.attacks import aggregate_limits, forgery  # noqa: F401 - they register their attacks in ATTACKS
+from tests.sandbox.attacks import round2_slots  # noqa: F401 - registers its attacks in ATTACKS
 from tests.sandbox.attacks import round2_forgery  # noqa: F401 - registers its attacks in ATTACKS
 from tests.sandbox.attacks import round2_agent  # noqa: F401 - registers its attacks in ATTACKS
 from tests.sandbox.attacks.attack_programs import ADD, ATTACKS, verdict
