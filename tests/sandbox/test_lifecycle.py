@@ -121,11 +121,12 @@ def test_a_killed_caller_leaves_only_what_the_next_reaper_removes(backend):
     assert workspaces_of(child.pid) or backend == "docker"
     child.send_signal(signal.SIGKILL)
     child.wait()
-    if backend == "bwrap":  # --die-with-parent: the sandboxes die with their owner, nothing is left but its dir
+    if backend == "bwrap":  # --die-with-parent: the sandboxes die with their owner, nothing is left but its dirs
         assert wait_until(lambda: processes_with(token) == []), processes_with(token)
-        assert len(workspaces_of(child.pid)) == 1
+        assert workspaces_of(child.pid)  # the session's, and each run's tmpfs mounts (as root)
         assert lifecycle.reap_workspaces() >= 1
         assert workspaces_of(child.pid) == []
+        assert f"posttrain-sbx-{child.pid}-" not in Path("/proc/self/mountinfo").read_text()  # unmounted too
     else:  # the agents see their channel close and exit, the containers remove themselves; the reaper takes the rest
         import docker
 
