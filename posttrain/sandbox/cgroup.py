@@ -347,13 +347,16 @@ class ExecutionGroup:
         """A new group capping its processes together at ``memory_bytes`` (no swap), ``max_pids`` tasks and
         ``cpus`` cores of CPU time (None: no cap of that kind). Raises ``OSError`` where limits are unavailable."""
         cgroups = cgroups or host()
-        group = cls(cgroups.version, cgroups.new_dirs(name))
+        return cls(cgroups.version, cgroups.new_dirs(name))._limited(memory_bytes, max_pids, cpus)
+
+    def _limited(self, memory_bytes: int | None, max_pids: int | None, cpus: float | None) -> ExecutionGroup:
+        """This new group with its limits written; removed again if one cannot be."""
         try:
-            group._limit(memory_bytes, max_pids, cpus)
+            self._limit(memory_bytes, max_pids, cpus)
         except BaseException:
-            group.remove()
+            self.remove()
             raise
-        return group
+        return self
 
     def _limit(self, memory_bytes: int | None, max_pids: int | None, cpus: float | None) -> None:
         cpu = self.dirs["cpu"]
@@ -379,13 +382,8 @@ class ExecutionGroup:
             if not set(CONTROLLERS) <= set(_read(control).split()):
                 _write(control, " ".join(f"+{c}" for c in CONTROLLERS))
         name = name or _new_name()
-        group = ExecutionGroup(self.version, _make_dirs({c: path / name for c, path in self.dirs.items()}))
-        try:
-            group._limit(memory_bytes, max_pids, cpus)
-        except BaseException:
-            group.remove()
-            raise
-        return group
+        dirs = _make_dirs({c: path / name for c, path in self.dirs.items()})
+        return ExecutionGroup(self.version, dirs)._limited(memory_bytes, max_pids, cpus)
 
     def set_memory(self, memory_bytes: int) -> None:
         """Cap the group's memory at ``memory_bytes``, swap included (no swapping past the cap); a group in use may
