@@ -133,8 +133,10 @@ class BwrapSandbox(SandboxBackend):
         self._host_mounts = os.geteuid() == 0  # the writable mounts made on the host, inodes capped (HostMounts)
         self._live: dict[subprocess.Popen, CappedBuffer] = {}  # running bwrap -> its status stream
         self._sessions: set[BwrapSession] = set()
+        self._held_mounts: set[HostMounts] = set()  # made, not yet released: close() releases what a run left
         self._lock = threading.Lock()
         self._closes = 0  # close() calls so far: a run that started before one and registered after it is killed
+        lifecycle.track(self)  # at interpreter exit: kill what still runs, release the mounts its runs hold
 
     def _prepare(self, execution: Execution) -> Prepared:
         prepared = super()._prepare(execution)
@@ -173,6 +175,10 @@ class BwrapSandbox(SandboxBackend):
             session.close()
         for proc, status in live:
             _kill_sandbox(proc, status)
+        with self._lock:  # a run's thread releases its mounts when it returns, unless the interpreter exits first
+            held = list(self._held_mounts)
+        for mounts in held:
+            mounts.release()
 
     # ---- internals shared with sessions -----------------------------------------------------------------------
     def owner(self) -> tuple[int, int] | None:
@@ -361,8 +367,11 @@ class HostMounts:
     def __init__(self, box: BwrapSandbox, paths: list[str]):
         if lifecycle.once(f"workspaces:{box.workspace_root}"):
             lifecycle.reap_workspaces(box.workspace_root)
+        self.box, self.released, self._releasing = box, False, threading.Lock()
         self.root = lifecycle.workspace_dir(box.workspace_root)
         self.base = self.root / "work"
+        with box._lock:
+            box._held_mounts.add(self)
         try:
             self.base.mkdir(mode=0o711)
             _mount_tmpfs(self.base, 64 << 10, 16, 0o711, 0, 0)
@@ -382,7 +391,15 @@ class HostMounts:
         return [arg for path in paths for arg in ("--bind", str(self.base / self.NAMES[path][0]), path)]
 
     def release(self) -> None:
-        lifecycle.release_workspace(self.root)
+        """Detach the mounts and remove the directory. Once: a second call (the run's own and ``close()``'s at exit)
+        waits for the first to finish, so that the interpreter does not exit in the middle of it."""
+        with self._releasing:
+            if self.released:
+                return
+            lifecycle.release_workspace(self.root)
+            self.released = True
+        with self.box._lock:
+            self.box._held_mounts.discard(self)
 
 
 def _mount_tmpfs(target: PurePosixPath, size_bytes: int, inodes: int, mode: int, uid: int, gid: int) -> None:

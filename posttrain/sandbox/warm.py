@@ -268,7 +268,8 @@ class Slot:
             for fd in (in_w, out_r, err_r):
                 os.close(fd)
             self.broken = f"cannot hand the execution to the slot: {exc}"
-            return RawRun(None, out, err, infra_error=self.broken, start_ms=_ms_since(t0), extra=extra)
+            return RawRun(None, out, err, infra_error=f"warm bwrap slot failed: {self.broken}",
+                          start_ms=_ms_since(t0), extra=extra)
         finally:
             for fd in (request, in_r, out_w, err_w, *joins):
                 if fd >= 0:
