@@ -440,6 +440,7 @@ class BwrapSession(SandboxSession):
         lifecycle.track(self)
 
     def _exec(self, execution: Execution, stdin: bytes, trusted: bool = False) -> RawRun:
+        os.chmod(self.work, 0o700)  # a step may have locked /work (chmod 000): bwrap must chdir into it again
         return self.box.spawn(execution, ["--bind", str(self.work), WORKDIR], [], time.monotonic(), stdin=stdin,
                               track=self._running)
 

@@ -196,6 +196,14 @@ def extract(archive, top, file_mode=None):
                 os.chmod(target, member.mode & 0o777 if file_mode is None else file_mode)
 
 
+def enter_work(archive):
+    """As the programs' user: give /work back its mode (a program may have locked it: the next one starts there),
+    then unpack the workspace tar (if any) into it."""
+    os.chmod("/work", DIRS["/work"])
+    if archive:
+        extract(archive, "/work")
+
+
 def child(header, fds, exec_w, user):
     """The program's process until it executes: limits, the programs' user, its pipes. A failure is reported on
     ``exec_w`` as "setup ..." (the sandbox's: nothing ran) or "exec ERRNO ..." (the command's, as a shell would)."""
@@ -255,7 +263,7 @@ class Agent:
         except Exception as error:  # noqa: BLE001
             send(b"F", xid, ("could not write the trusted files: %s" % (describe(error),)).encode())
             return
-        error = as_user(self.user, extract, archive, "/work") if archive else ""
+        error = as_user(self.user, enter_work, archive)
         if error:
             send(b"F", xid, ("could not unpack the workspace: %s" % (error,)).encode())
             return

@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 from posttrain.agent.rollout import collect_episodes
 from posttrain.agent.runner import AgentTask, run_episodes
 from posttrain.agent.scripted import ScriptedPolicy
@@ -147,10 +145,9 @@ def chmod_000_workspace(box, host):
                                  iteration=0)
     rows = {row.env_id: row for row in scored.drop_duplicates("env_id").itertuples()}
     assert (rows[honest.id].infra_error, rows[honest.id].reward) == ("", 1.0), rows[honest.id]
-    assert rows[locker.id].reward == 0.0  # the batch survives, the locker earns nothing ...
-    if rows[locker.id].infra_error:  # ... but is still excluded where the backend cannot start in a locked /work
-        pytest.xfail("the backend does not give /work back its owner's rwx before a step (bwrap.py BwrapSession, "
-                     "trusted/container_agent.py): " + rows[locker.id].infra_error[:200])
+    # the batch survives and the locker earns nothing: a step starts in /work again (the backend gives it back its
+    # mode), so its episode is a failure of its own, not an infra error that would exclude it
+    assert (rows[locker.id].infra_error, rows[locker.id].reward) == ("", 0.0), rows[locker.id]
 
 
 # Finds the harness's result channel in its frames and writes one record nested 3000 deep under the real nonce.
