@@ -35,7 +35,7 @@ def engine(demo_policy, tmp_path_factory):
             (view / f.name).symlink_to(f)
     config = json.loads((demo_policy / "config.json").read_text())
     (view / "config.json").write_text(json.dumps({**config, "max_position_embeddings": CONTEXT}))
-    with VLLMEngine(str(view), RolloutConfig(max_model_len=CONTEXT), seed=0, version=0) as live:
+    with VLLMEngine(str(view), RolloutConfig(replicas=1, max_model_len=CONTEXT), seed=0, version=0) as live:
         yield live
 
 

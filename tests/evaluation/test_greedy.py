@@ -19,7 +19,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (make install with EXT
 def test_evaluate_policy_scores_greedy_and_sampled_completions_of_the_eval_split(tiny_policy):
     envs = {env.id: env for env in load_suite(DEMO_SUITE).envs}
     cfg = EvalConfig(limit=4, max_new_tokens=40, samples=3)
-    table = evaluate_policy(str(tiny_policy), envs, cfg, RolloutConfig(), SandboxConfig(), version=2)
+    table = evaluate_policy(str(tiny_policy), envs, cfg, RolloutConfig(replicas=1), SandboxConfig(), version=2)
 
     EvalResults.validate(table)
     ids = [e.id for e in eval_envs(envs, cfg)]
@@ -36,7 +36,7 @@ def test_sampled_eval_is_seeded_alike_for_every_version(tiny_policy):
     from posttrain.rollout import live
 
     envs = {env.id: env for env in load_suite(DEMO_SUITE).envs}
-    cfg, rollout = EvalConfig(limit=2, max_new_tokens=24, samples=4), RolloutConfig(temperature=1.0)
+    cfg, rollout = EvalConfig(limit=2, max_new_tokens=24, samples=4), RolloutConfig(replicas=1, temperature=1.0)
     first = decode_eval(live.acquire(str(tiny_policy), rollout, version=0), envs, cfg, rollout)
     again = decode_eval(live.acquire(str(tiny_policy), rollout, version=1), envs, cfg, rollout)
 

@@ -30,7 +30,7 @@ def test_vllm_engine_collects_groups_with_logprobs(tiny_policy):
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_policy))
 
     envs = [_env(1), _env(2)]
-    engine = live.acquire(str(tiny_policy), RolloutConfig(), version=3)  # the live engine test_live uses too
+    engine = live.acquire(str(tiny_policy), RolloutConfig(replicas=1), version=3)  # the live engine test_live uses too
     table, stats = collect(engine, envs, n=4, temperature=1.0, max_tokens=12, group_prefix="it1", seed=0)
     greedy_a = engine.generate([envs[0].prompt], n=1, temperature=0.0, max_tokens=8)[0][0]
     greedy_b = engine.generate([envs[0].prompt], n=1, temperature=0.0, max_tokens=8)[0][0]

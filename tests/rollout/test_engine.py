@@ -42,7 +42,7 @@ def test_vllm_generates_with_logprobs_from_saved_checkpoint(trained_checkpoint):
 
     # the process's live engine (as the loop uses it): started on the checkpoint, or swapped to it in place when an
     # earlier test left one running; either way vLLM reads the trainer's files
-    engine = live.acquire(str(trained_checkpoint), RolloutConfig(), version=1)
+    engine = live.acquire(str(trained_checkpoint), RolloutConfig(replicas=1), version=1)
     (request,) = engine.request_outputs([PROMPT], {"n": 4, "temperature": 1.0, "max_tokens": 24, "logprobs": 0,
                                                     "seed": 0})
 

@@ -47,27 +47,33 @@ def _same(a: tuple, b: tuple) -> bool:
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_policy):
-    with VLLMEngine(str(tiny_policy), RolloutConfig(max_model_len=256), seed=0) as engine:
-        yield engine
-
-
-def test_the_callers_rngs_threads_and_set_num_threads_are_untouched(tiny_policy):
+def caller_before() -> tuple:
+    """The caller's RNG states (seeded) and torch threads, taken before the module's engine starts."""
     import vllm.outputs  # noqa: F401 - what unpickling the engine's outputs imports here (its import draws from random)
 
     torch.manual_seed(11), random.seed(11), np.random.seed(11)
-    before, threads = _rng_states(), torch.get_num_threads()
-    with VLLMEngine(str(tiny_policy), RolloutConfig(max_model_len=256), seed=3) as engine:
-        assert all(info["in_process"] and info["pid"] != os.getpid() for info in engine.info)
-        engine.generate(PROMPTS, n=2, temperature=1.0, max_tokens=8)            # unseeded: the engine's own RNG
-        engine.generate(PROMPTS, n=2, temperature=1.0, max_tokens=8, seed=5)
-        engine.reload(str(tiny_policy))
-        assert _same(before, _rng_states()) and torch.get_num_threads() == threads
-        torch.set_num_threads(1)  # vLLM's worker makes this a no-op in its own process, never in ours
-        assert torch.get_num_threads() == 1
-        torch.set_num_threads(threads)
+    return _rng_states(), torch.get_num_threads()
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_policy, caller_before):
+    """One engine (a replica per core) for the module's tests; its processes must end cleanly when it closes."""
+    with VLLMEngine(str(tiny_policy), RolloutConfig(max_model_len=256), seed=0) as engine:
         processes = [host.process for host in engine.hosts]
+        yield engine
     assert [(p.is_alive(), p.exitcode) for p in processes] == [(False, 0)] * len(processes)
+
+
+def test_the_callers_rngs_threads_and_set_num_threads_are_untouched(engine, caller_before, tiny_policy):
+    before, threads = caller_before
+    assert all(info["in_process"] and info["pid"] != os.getpid() for info in engine.info)
+    engine.generate(PROMPTS, n=2, temperature=1.0, max_tokens=8)            # unseeded: the engine's own RNG
+    engine.generate(PROMPTS, n=2, temperature=1.0, max_tokens=8, seed=5)
+    engine.reload(str(tiny_policy))
+    assert _same(before, _rng_states()) and torch.get_num_threads() == threads
+    torch.set_num_threads(1)  # vLLM's worker makes this a no-op in its own process, never in ours
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(threads)
 
 
 def test_replicas_take_a_core_each_and_the_batch_comes_back_in_order(engine, tiny_policy):

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 pytest.importorskip("vllm", reason="vLLM is not installed (make install with EXTRA=cpu or gpu)")
 
-CFG = RolloutConfig()  # the same engine settings as test_collect: one engine serves both
+CFG = RolloutConfig(replicas=1)  # the same engine settings as test_collect: one engine serves both
 PROMPT = "# Write a function add_2(x) that returns x plus 2.\n"
 CONTINUATION = "def add_2(x):\n    return x + 2\n"
 TOL = 0.02  # mean |vLLM - HF| per token, both bf16; measured here ~0.001 (a stale LM head: 0.15 and more)
@@ -128,7 +128,7 @@ def test_other_engine_settings_restart_the_engine_with_the_reason_logged_then_sh
     engine = live.acquire(str(tiny_policy), CFG, version=0)
     starts = live.counters()["starts"]
     with caplog.at_level("WARNING", logger=live.__name__):
-        restarted = live.acquire(str(tiny_policy), RolloutConfig(max_model_len=192), version=0)
+        restarted = live.acquire(str(tiny_policy), RolloutConfig(replicas=1, max_model_len=192), version=0)
     assert restarted is not engine and not engine.hosts and live.counters()["starts"] == starts + 1
     assert "engine.max_model_len: 256 -> 192" in caplog.text
 

@@ -74,7 +74,7 @@ def test_agent_sample_rolls_out_and_evaluates_on_the_live_engine_and_caches(agen
 
     inputs = {"policy": FlyteDirectory(str(agent_view)), "envs": envs_to_table([*SINGLE_TURN, *AGENT_ENVS]),
               "cfg": dataclasses.replace(CFG, envs_per_iteration=2, samples_per_env=2),
-              "sandbox": SandboxConfig(), "rollout_cfg": RolloutConfig(max_model_len=CONTEXT),
+              "sandbox": SandboxConfig(), "rollout_cfg": RolloutConfig(replicas=1, max_model_len=CONTEXT),
               "policy_version": 2, "rollout": True, "evaluate": True}
     out = agent_sample(**inputs)
     scored, steps, results, eval_steps = out.scored, out.steps, out.eval_results, out.eval_steps
@@ -147,7 +147,7 @@ def test_a_suite_without_agent_envs_starts_no_engine(tiny_policy, flyte_cache):
 
     before = live.counters()
     out = agent_sample(policy=FlyteDirectory(str(tiny_policy)), envs=envs_to_table(SINGLE_TURN), cfg=CFG,
-                       sandbox=SandboxConfig(), rollout_cfg=RolloutConfig(), policy_version=0, rollout=True,
+                       sandbox=SandboxConfig(), rollout_cfg=RolloutConfig(replicas=1), policy_version=0, rollout=True,
                        evaluate=True)
     assert len(out.scored) == len(out.steps) == len(out.eval_results) == len(out.eval_steps) == 0
     assert out.stats.episodes == out.eval_stats.episodes == 0 and out.stats.engine_start_s == 0

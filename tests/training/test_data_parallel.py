@@ -91,7 +91,7 @@ def test_two_processes_train_the_weights_one_process_trains(tiny_policy, monkeyp
         from posttrain.config import RolloutConfig
         from posttrain.rollout import live
 
-        engine = live.acquire(parallel.policy.download(), RolloutConfig(), version=1)
+        engine = live.acquire(parallel.policy.download(), RolloutConfig(replicas=1), version=1)
         [[sample]] = engine.generate(["def add(a, b):"], n=1, temperature=0.0, max_tokens=4)
         assert 1 <= len(sample.token_ids) <= 4 and engine.version == 1
 

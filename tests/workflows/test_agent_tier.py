@@ -44,7 +44,8 @@ def long_policy(tiny_policy, tmp_path) -> Path:
 
 def test_the_loop_runs_the_agent_tier_beside_the_single_turn_one(tmp_path, mixed_suite, long_policy):
     cfg = {"iterations": 1, "suite": str(mixed_suite), "policy": str(long_policy),
-           "rollout": {"samples_per_env": 2, "envs_per_iteration": 2, "max_new_tokens": 24, "max_model_len": 1024},
+           "rollout": {"replicas": 1, "samples_per_env": 2, "envs_per_iteration": 2, "max_new_tokens": 24,
+                       "max_model_len": 1024},
            "train": {"micro_batch_size": 8}, "eval": {"limit": 2, "max_new_tokens": 24, "samples": 0},
            "admission": {"checks": ["consistency"]},
            "agent": {"envs_per_iteration": 2, "samples_per_env": 2, "eval_limit": 2, "max_steps": 2,

@@ -58,7 +58,7 @@ def test_evaluate_a_registered_alias_reports_strata_and_flips(tmp_path, tiny_pol
     suite = _suite(tmp_path)
     _register_champion(tiny_policy, suite)
     cfg = {"policy": "models:/posttrain-policy@champion", "suite": str(suite),
-           "eval": {"samples": 4, "pass_k": [1, 2, 4], "max_new_tokens": 24}}
+           "eval": {"samples": 4, "pass_k": [1, 2, 4], "max_new_tokens": 24}, "rollout": {"replicas": 1}}
     env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=artifacts, DS_ACCELERATOR="cpu")
     pyflyte = Path(sys.executable).parent / "pyflyte"
     proc = subprocess.run([str(pyflyte), "run", "workflows/evaluate.py", "evaluate", "--cfg", json.dumps(cfg)],

@@ -31,7 +31,8 @@ import torch
 
 from tests import ROOT, launch_env, mlflow_store
 
-CONFIG = {"iterations": 2, "rollout": {"samples_per_env": 4, "envs_per_iteration": 4, "max_new_tokens": 32},
+CONFIG = {"iterations": 2,
+          "rollout": {"replicas": 1, "samples_per_env": 4, "envs_per_iteration": 4, "max_new_tokens": 32},
           "train": {"micro_batch_size": 16}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
           "admission": {"checks": ["consistency"]}}
 MODEL = "posttrain-policy"
@@ -67,7 +68,9 @@ class Store:
                                     stderr=subprocess.STDOUT, start_new_session=True)
 
     def run(self, log: str) -> None:
-        proc = self.start(log)
+        self.finish(self.start(log), log)
+
+    def finish(self, proc: subprocess.Popen, log: str) -> None:
         assert proc.wait(timeout=1500) == 0, (self.root / log).read_text()[-6000:]
 
     def client(self):
@@ -150,7 +153,7 @@ def optimizer_state(policy: Path) -> dict:
 @pytest.mark.slow
 def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_ends(tmp_path):
     reference, resumed = Store(tmp_path / "reference"), Store(tmp_path / "resumed")
-    reference.run("run.log")
+    uninterrupted = reference.start("run.log")  # beside the other two: nothing is shared but the cores
 
     # kill the run during iteration 2, in its update (v1 -> v2): after iteration 1 was logged
     proc = resumed.start("killed.log")
@@ -167,6 +170,7 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
     assert [r.info.status for r in killed if "mlflow.parentRunId" not in r.data.tags] == ["RUNNING"]
 
     resumed.run("rerun.log")
+    reference.finish(uninterrupted, "run.log")
 
     # 1. what the killed run computed comes from the cache; nothing else does, and nothing is recomputed
     computed = [task for task, event in cache_events(resumed.root / "killed.log") if event == "set"]

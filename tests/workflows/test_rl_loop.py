@@ -48,8 +48,8 @@ def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(smoke_run):
     assert {v.tags.get("policy_version") for v in versions} == {"0", "1"}
 
 
-DYNAMIC = {"iterations": 1, "rollout": {"samples_per_env": 2, "envs_per_iteration": 4, "max_new_tokens": 32,
-                                        "dynamic_sampling": True, "max_resample_rounds": 2},
+DYNAMIC = {"iterations": 1, "rollout": {"replicas": 1, "samples_per_env": 2, "envs_per_iteration": 4,
+                                        "max_new_tokens": 32, "dynamic_sampling": True, "max_resample_rounds": 2},
            "train": {"micro_batch_size": 16}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
            "admission": {"checks": ["consistency"]}}
 

@@ -70,8 +70,8 @@ def test_a_rollout_never_waits_for_the_updates_it_may_lag_behind(tmp_path, stale
 @pytest.mark.slow
 def test_with_staleness_one_each_update_trains_on_samples_one_version_back(tmp_path):
 
-    cfg = {"iterations": 3, "max_staleness": 1, "rollout": {"samples_per_env": 2, "envs_per_iteration": 4,
-                                                               "max_new_tokens": 32},
+    cfg = {"iterations": 3, "max_staleness": 1, "rollout": {"replicas": 1, "samples_per_env": 2,
+                                                               "envs_per_iteration": 4, "max_new_tokens": 32},
            "train": {"micro_batch_size": 8, "tis_cap": 2.0}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
            "admission": {"checks": ["consistency"]}}
     client = run_rl_loop(tmp_path, "rl_loop", "--cfg", json.dumps(cfg))
