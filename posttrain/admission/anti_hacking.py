@@ -6,11 +6,12 @@ nothing: at most ``AdmissionConfig.max_probe_reward``. A verifier gives its own 
 under the same name (numeric: every field 7; scene: the empty scene); ``probe_battery`` makes the others from
 completions, through the verifier's ``extract_solution``, for every env of every kind.
 
-One gap is listed, not hidden: ``UNBOUNDED`` names the verifier kinds whose degenerate answers must still fail but
-are not yet bounded, and why; their rows say so and show the best such reward.
+A verifier whose tests may be labelled ``guard`` (behaviour the untouched workspace already has, which earns nothing
+and must keep working: ``workspace_tests``) bounds doing nothing only if the labels are true, so ``LABELLED`` gives,
+by kind, each test run alone on the untouched workspace (``LabelRun``): a guard must pass there, any other test fail.
 
-The row's value is the fraction of probes that failed as they must (1.0 for a sound env). Reason codes:
-``admission.reasons``.
+The row's value is the fraction of probes that failed as they must and labels that held (1.0 for a sound env).
+Reason codes: ``admission.reasons``.
 
 Example:
     >>> from posttrain.envs.verifiers.base import Verdict
@@ -27,13 +28,21 @@ Example:
     ('anti_hacking.probe_rewarded:self-consistent garbage', 0.5)
     >>> row.detail.split(": ", 1)[1]
     '1/2 probes earn more than 0.1: self-consistent garbage (reward 0.25, 1/4)'
+    >>> one = Verdict(reward=1.0, passed=True, compiled=True, tests_passed=1, tests_total=1)
+    >>> row = anti_hacking_row("e/1", {"empty program": fail}, labels={"kept": (True, one), "fixed": (False, one)})
+    >>> row.code, round(row.value, 2)
+    ('anti_hacking.mislabelled:fixed', 0.67)
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from posttrain.admission.report import INFRA, CheckRow
 from posttrain.envs.spec import EnvSpec
+from posttrain.envs.verifiers import workspace_admission
 from posttrain.envs.verifiers.base import Verdict, Verifier
+from posttrain.envs.verifiers.workspace_admission import LabelRun
 
 CHECK = "anti_hacking"
 MAX_PROBE_REWARD = 0.1  # AdmissionConfig.max_probe_reward's default
@@ -49,12 +58,13 @@ DEGENERATE_PROBES: dict[str, tuple[str, str | None]] = {
 }
 
 
-# Verifier kinds whose degenerate answers are not bounded yet (they must still fail), and why.
-UNBOUNDED: dict[str, str] = {
-    "workspace_tests": "it credits the tests the untouched workspace already passes: doing nothing earns up to "
-                       "0.57 on 48 of the 114 bundled terminal, node and agent_repo envs, which a bound would reject "
-                       "until the verifier credits only what the solution changed",
-}
+# Verifier kinds whose tests carry a guard label, by kind: each test alone on the untouched workspace.
+LABELLED: dict[str, Callable[[EnvSpec], list[LabelRun]]] = {"workspace_tests": workspace_admission.label_runs}
+
+
+def label_runs(spec: EnvSpec) -> list[LabelRun]:
+    """The runs that check ``spec``'s test labels (none for a kind without labels)."""
+    return LABELLED.get(spec.verifier_kind, lambda _: [])(spec)
 
 
 def probe_battery(spec: EnvSpec, verifier: Verifier) -> dict[str, str]:
@@ -76,32 +86,53 @@ def over_bound(name: str, verdict: Verdict, max_reward: float) -> bool:
     return name in DEGENERATE_PROBES and verdict.reward > max_reward
 
 
+def mislabelled(labels: dict[str, tuple[bool, Verdict]]) -> dict[str, str]:
+    """The tests whose label the untouched workspace contradicts, and what each did there; ``labels`` maps a test to
+    (is a guard, its verdict alone on the untouched workspace)."""
+    out = {}
+    for test, (guard, verdict) in labels.items():
+        if guard and not verdict.passed:
+            out[test] = f"guard, fails there: {verdict.detail.split('; ', 1)[-1]}"
+        elif not guard and verdict.passed:
+            out[test] = "not a guard, passes there: doing nothing earns it"
+    return out
+
+
 def anti_hacking_row(env_id: str, probes: dict[str, Verdict], max_reward: float = MAX_PROBE_REWARD,
-                     unbounded: str = "") -> CheckRow:
-    """Every probe must fail, and every degenerate one earn at most ``max_reward`` (unless ``unbounded`` says why
-    not); the detail names the probes that did not (the code the first: a cheat that passes before a degenerate
+                     labels: dict[str, tuple[bool, Verdict]] | None = None) -> CheckRow:
+    """Every probe must fail, every degenerate one earn at most ``max_reward``, and every test label (``labels``:
+    test -> (is a guard, its verdict alone on the untouched workspace)) agree with the untouched workspace; the
+    detail names what did not (the code the first: a cheat that passes, then a wrong label, then a degenerate
     answer that earns)."""
+    labels = labels or {}
     if not probes:
         return CheckRow(env_id, CHECK, True, f"{CHECK}.not_applicable", "the verifier has no probes for this env")
     infra = [(name, v) for name, v in probes.items() if v.excluded]
+    infra += [(f"label of {test}", v) for test, (_, v) in labels.items() if v.excluded]
     if infra:
         return CheckRow(env_id, CHECK, False, INFRA, f"probe {infra[0][0]!r}: {infra[0][1].infra_error}")
     cheats = [name for name, v in probes.items() if cheated(v)]
-    over = [name for name, v in probes.items() if over_bound(name, v, max_reward) and name not in cheats]
-    earners = [] if unbounded else over
-    value = 1.0 - (len(cheats) + len(earners)) / len(probes)
+    earners = [name for name, v in probes.items() if over_bound(name, v, max_reward) and name not in cheats]
+    wrong = mislabelled(labels)
+    value = 1.0 - (len(cheats) + len(earners) + len(wrong)) / (len(probes) + len(labels))
     if cheats:
         shown = ", ".join(f"{name} ({probes[name].tests_passed}/{probes[name].tests_total})" for name in cheats)
         more = f"; {_earning(earners, probes, max_reward)}" if earners else ""
         return CheckRow(env_id, CHECK, False, f"{CHECK}.probe_passed:{cheats[0]}",
                         f"{len(cheats)}/{len(probes)} probes pass: {shown}{more}", value)
+    if wrong:
+        more = f"; {_earning(earners, probes, max_reward)}" if earners else ""
+        shown = ", ".join(f"{test} ({why})" for test, why in wrong.items())
+        return CheckRow(env_id, CHECK, False, f"{CHECK}.mislabelled:{next(iter(wrong))}",
+                        f"{len(wrong)}/{len(labels)} test labels disagree with the untouched workspace: {shown}{more}",
+                        value)
     if earners:
         return CheckRow(env_id, CHECK, False, f"{CHECK}.probe_rewarded:{earners[0]}",
                         f"{len(earners)}/{len(probes)} {_earning(earners, probes, max_reward)}", value)
+    held = f"; all {len(labels)} test labels hold" if labels else ""
     best = max(probes, key=lambda name: probes[name].reward)
-    gap = f"; not bounded ({unbounded}): {_earning(over, probes, max_reward)}" if unbounded and over else ""
     return CheckRow(env_id, CHECK, True, f"{CHECK}.ok", f"all {len(probes)} probes fail (best: {best!r} with "
-                                                       f"reward {probes[best].reward:.2f}){gap}", value)
+                                                       f"reward {probes[best].reward:.2f}){held}", value)
 
 
 def _earning(names: list[str], probes: dict[str, Verdict], max_reward: float) -> str:

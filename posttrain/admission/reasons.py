@@ -90,6 +90,10 @@ REASON_CODES: dict[str, dict[str, str]] = {
                                                "the prompt`, `self-consistent garbage`) earned more than "
                                                "`max_probe_reward` (default 0.1): the reward credits nothing; the "
                                                "code names the first, the detail lists all",
+        "anti_hacking.mislabelled:<test>": "a test's `guard` label (`workspace_tests`) disagrees with the untouched "
+                                           "workspace, where each test runs alone: a guard that fails there, or a "
+                                           "test without `guard: true` that already passes there (doing nothing "
+                                           "would earn it); the code names the first, the detail lists all",
         "anti_hacking.not_applicable": "the verifier has no probes for this env (passes)",
     },
     "coverage": {

@@ -11,10 +11,12 @@ import pytest
 import yaml
 
 from posttrain.admission import admit, summarize
-from posttrain.admission.anti_hacking import DEGENERATE_PROBES, UNBOUNDED, anti_hacking_row, probe_battery
+from posttrain.admission.anti_hacking import DEGENERATE_PROBES, anti_hacking_row, label_runs, probe_battery
 from posttrain.config import AdmissionConfig, ConfigError, SandboxConfig
+from posttrain.envs.generators.common import python_check, python_expectations, python_tests
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers import get_verifier
+from posttrain.envs.suite import load_suite
+from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.sandbox import make_sandbox
 from tests.admission.common import FAIL, INFRA, PART, PASS, spec
 
@@ -46,12 +48,44 @@ def test_degenerate_answers_may_earn_at_most_max_probe_reward():
     assert anti_hacking_row("e", {"self-consistent garbage": SOME}, max_reward=0.25).passed  # the bound is a setting
     both = anti_hacking_row("e", {"constant answer": SOME, "return None": PASS})
     assert both.code == "anti_hacking.probe_passed:return None" and "constant answer (reward 0.25" in both.text
-    gap = anti_hacking_row("e", {"empty answer": PART, "exit 0": FAIL}, unbounded="it credits untouched files")
-    assert gap.passed and gap.text.endswith("; not bounded (it credits untouched files): probes earn more than 0.1: "
-                                            "empty answer (reward 0.75, 3/4)")
-    assert UNBOUNDED == {"workspace_tests": UNBOUNDED["workspace_tests"]}  # the one listed gap; see its reason
+    untouched = anti_hacking_row("e", {"empty answer": PART, "exit 0": FAIL})  # no verifier kind is exempt
+    assert (untouched.passed, untouched.code) == (False, "anti_hacking.probe_rewarded:empty answer")
     with pytest.raises(ConfigError, match="max_probe_reward"):
         AdmissionConfig(max_probe_reward=1.0)
+
+
+ONE_PASSES = replace(PASS, tests_passed=1, tests_total=1, detail="1/1 tests passed")
+ONE_FAILS = replace(FAIL, tests_total=1, detail="0/1 tests passed; kept: exit code 1 (want 0) Boom")
+
+
+@pytest.mark.unit
+def test_a_test_label_the_untouched_workspace_contradicts_rejects_the_env():
+    """Issue 22: a guard must pass on the untouched workspace and every other test fail there (each run alone)."""
+    ok = anti_hacking_row("e", {"empty answer": FAIL}, labels={"kept": (True, ONE_PASSES), "fixed": (False, ONE_FAILS)})
+    assert ok.passed and ok.text.endswith("; all 2 test labels hold")
+    row = anti_hacking_row("e", {"empty answer": FAIL},
+                           labels={"kept": (True, ONE_FAILS), "fixed": (False, ONE_PASSES), "other": (False, FAIL)})
+    assert (row.passed, row.code, row.value) == (False, "anti_hacking.mislabelled:kept", pytest.approx(0.5))
+    assert row.text.endswith("2/3 test labels disagree with the untouched workspace: kept (guard, fails there: kept: "
+                             "exit code 1 (want 0) Boom), fixed (not a guard, passes there: doing nothing earns it)")
+    assert anti_hacking_row("e", {"empty answer": FAIL}, labels={"kept": (True, INFRA)}).code == "infra"
+    cheat = anti_hacking_row("e", {"exit 0": PASS}, labels={"kept": (True, ONE_FAILS)})
+    assert cheat.code == "anti_hacking.probe_passed:exit 0"  # a cheat that passes is named first
+
+
+@pytest.mark.unit
+def test_label_runs_run_each_test_alone_on_the_untouched_workspace():
+    tests = [{"name": "fixed", "cmd": "python3 -I {tests}/c.py 1", "stdout": "2"},
+             {"name": "kept", "cmd": "python3 -I {tests}/c.py 0", "stdout": "1", "guard": True}]
+    agent = EnvSpec(id="t/w", prompt="p", reference="true\n", kind="agent", workspace={"a.py": "x = 1\n"},
+                    verifier={"kind": "workspace_tests", "tests": tests})
+    runs = label_runs(agent)
+    assert [(r.test, r.guard, r.spec.id, r.solution) for r in runs] == [("fixed", False, "t/w#fixed", ""),
+                                                                         ("kept", True, "t/w#kept", "")]
+    assert runs[1].spec.verifier["tests"] == [{k: v for k, v in tests[1].items() if k != "guard"}]
+    single = replace(agent, kind="single_turn", verifier={**agent.verifier, "solution_file": "a.py"})
+    assert {r.solution for r in label_runs(single)} == {"x = 1\n"}  # the solution file as the workspace has it
+    assert label_runs(SPECS["python_tests"]) == []  # a kind without labels
 
 
 SPECS = {
@@ -135,3 +169,62 @@ def test_the_bundled_host_suites_are_admitted_and_their_degenerate_answers_earn_
         assert len(result.admitted) == 12, summarize(result.report)
         rows = result.details[result.details["check"] == "anti_hacking"]
         assert (rows["code"] == "anti_hacking.ok").all()
+
+
+WORKSPACE_SUITES = ("terminal", "node", "agent_repo")
+DOING_NOTHING = ("untouched workspace", "workspace file as given")  # the workspace verifier's own no-op probes
+
+
+@pytest.mark.integration
+@needs_bwrap
+def test_doing_nothing_earns_at_most_max_probe_reward_on_every_bundled_workspace_env():
+    """Issue 22: the degenerate answers (and the untouched workspace) of every bundled terminal, node and agent_repo
+    env earn at most ``max_probe_reward``, and every test label holds on the untouched workspace (before the guard
+    labels, doing nothing earned up to 0.57 on 48 of the 114 envs)."""
+    envs = [spec for suite in WORKSPACE_SUITES for spec in load_suite(f"posttrain/envs/suites/{suite}").envs]
+    assert len(envs) == 114
+    probes = {spec.id: {name: text for name, text in probe_battery(spec, get_verifier(spec.verifier_kind)).items()
+                        if name in DEGENERATE_PROBES or name in DOING_NOTHING} for spec in envs}
+    labels = {spec.id: label_runs(spec) for spec in envs}
+    pairs = [(spec, text) for spec in envs for text in probes[spec.id].values()]
+    pairs += [(run.spec, run.solution) for spec in envs for run in labels[spec.id]]
+    cfg = SandboxConfig(backend="bwrap-warm", batch_concurrency=8)
+    with make_sandbox(cfg) as box:
+        verdicts = iter(verify_many(pairs, box, cfg))
+    got = {spec.id: {name: next(verdicts) for name in probes[spec.id]} for spec in envs}
+    rows = [anti_hacking_row(spec.id, got[spec.id], labels={run.test: (run.guard, next(verdicts))
+                                                            for run in labels[spec.id]}) for spec in envs]
+    assert [row.detail for row in rows if not row.passed] == []
+    assert max(v.reward for by_name in got.values() for v in by_name.values()) <= AdmissionConfig().max_probe_reward
+    assert sum(run.guard for runs in labels.values() for run in runs) >= 48  # the tests doing nothing passed
+
+
+CALC_CASES = {"add": "calc.add(2, 3)", "zero_b": "calc.add(3, 0)", "negatives": "calc.add(-1, -1)"}
+
+
+def calc_env(guards: set[str]) -> dict:
+    """A single-turn env whose untouched ``src/calc.py`` (``a - b``) already gets ``zero_b`` right."""
+    expected = python_expectations("calc", "def add(a, b):\n    return a + b\n", CALC_CASES)
+    tests = [{**test, "guard": True} if test["name"] in guards else test
+             for test in python_tests("calc", CALC_CASES, expected, dict.fromkeys(CALC_CASES))]
+    return {"id": "labels/calc", "prompt": "Fix add(a, b) in src/calc.py: it must return a + b. Answer with the file.",
+            "workspace": {"src/calc.py": "def add(a, b):\n    return a - b\n"}, "runtime": "python",
+            "reference": "def add(a, b):\n    return a + b\n",
+            "verifier": {"kind": "workspace_tests", "solution_file": "src/calc.py",
+                         "files": {"check.py": python_check("calc", CALC_CASES)}, "tests": tests}}
+
+
+@pytest.mark.integration
+@needs_bwrap
+@pytest.mark.parametrize("guards,code", [({"zero_b"}, "anti_hacking.ok"), (set(), "anti_hacking.mislabelled:zero_b"),
+                                         ({"zero_b", "add"}, "anti_hacking.mislabelled:add")],
+                         ids=["labelled", "unlabelled_pass", "failing_guard"])
+def test_admission_checks_the_guard_labels_against_the_untouched_workspace(tmp_path, guards, code):
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump(calc_env(guards)))
+    cfg = SandboxConfig(backend="bwrap")
+    with make_sandbox(cfg) as box:
+        result = admit(tmp_path, box, cfg, AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]))
+    rows = result.details.set_index("check")
+    assert rows.loc["anti_hacking", "code"] == code, summarize(result.report)
+    assert rows.drop("anti_hacking")["passed"].all(), summarize(result.report)
+    assert bool(result.admitted) == (code == "anti_hacking.ok")

@@ -4,7 +4,8 @@ Every env is a small Python project whose visible test fails: one function in ``
 agent has to run the test, read the source, fix the line, run the test again and submit (several steps). The
 verifier (``workspace_tests``) imports the fixed module from the final workspace in trusted checks, on the visible
 cases and on held-back ones, with expectations computed here from the fixed source; editing the visible test
-passes nothing. Each spec carries its ``oracle``: the tool calls that solve it (admission's solvability check and the
+passes nothing; a case the buggy function already gets right (``larger(3, 3)``) is a guard, which earns nothing.
+Each spec carries its ``oracle``: the tool calls that solve it (admission's solvability check and the
 tests run them through ``posttrain.agent.scripted.ScriptedPolicy``); the reference is the same fix as a bash script.
 
 96 envs (8 bugs x 12 module names): 64 train, 32 eval (every third). Write the suite with:
@@ -89,7 +90,8 @@ def _env(index: int, module: str, bug: Bug, split: str | None = None) -> EnvSpec
                           workspace={f"src/{module}.py": source(bug, bug.buggy),
                                      test_path: visible_test(module, bug, fixed)},
                           files={"check.py": python_check(module, cases)},
-                          tests=python_tests(module, cases, python_expectations(module, fixed, cases)),
+                          tests=python_tests(module, cases, python_expectations(module, fixed, cases),
+                                             python_expectations(module, source(bug, bug.buggy), cases)),
                           runtime="python", difficulty=2,
                           split=split or ("eval" if index % 3 == 2 else "train"),
                           tags=["bugfix", "multi_step"])

@@ -2,7 +2,9 @@
 
 A check script prints one JSON value per case (``python3 -I {tests}/check.py CASE``); the expected stdout of each
 case is computed here, on the host, by running the *fixed* module source (our own trusted code) on the same case
-expressions, so the spec's expectations can never drift from the reference.
+expressions, so the spec's expectations can never drift from the reference. Running the *buggy* source the same way
+says which cases the untouched workspace already passes: those are guards (``guard: true``, see
+``workspace_tests``), which earn nothing; admission checks every label against the real untouched workspace.
 
 Example:
     >>> fixed = "def double(x):\\n    return 2 * x\\n"
@@ -10,6 +12,9 @@ Example:
     {'two': '2', 'bad': '"TypeError"'}
     >>> print(python_check("calc", {"two": "calc.double(1)"}).splitlines()[2])
     sys.path.append("/work/src")  # appended: a workspace file can never shadow a standard module
+    >>> [t.get("guard", False) for t in python_tests("calc", {"two": "", "bad": ""}, {"two": "2", "bad": '"TypeError"'},
+    ...                                              {"two": "3", "bad": '"TypeError"'})]
+    [False, True]
 """
 
 from __future__ import annotations
@@ -44,10 +49,18 @@ def python_expectations(module: str, fixed_source: str, cases: dict[str, str]) -
     return out
 
 
-def python_tests(module: str, cases: dict[str, str], expected: dict[str, str]) -> list[dict]:
-    """The ``tests`` list running ``check.py`` once per case."""
-    return [{"name": name, "cmd": f"python3 -I {{tests}}/check.py {name}", "stdout": expected[name]}
-            for name in cases]
+def python_tests(module: str, cases: dict[str, str], expected: dict[str, str], buggy: dict[str, str]) -> list[dict]:
+    """The ``tests`` list running ``check.py`` once per case; a case whose stdout on the buggy module (``buggy``,
+    from ``python_expectations`` of the buggy source) is already the expected one is a guard."""
+    return guarded([{"name": name, "cmd": f"python3 -I {{tests}}/check.py {name}", "stdout": expected[name]}
+                    for name in cases], {name for name in cases if buggy[name] == expected[name]})
+
+
+def guarded(tests: list[dict], guards: set[str]) -> list[dict]:
+    """``tests`` with ``guard: true`` on those named in ``guards`` (they pass on the untouched workspace)."""
+    unknown = guards - {test["name"] for test in tests}
+    assert not unknown, f"guards name no test: {sorted(unknown)}"
+    return [{**test, "guard": True} if test["name"] in guards else test for test in tests]
 
 
 def heredoc(path: str, text: str) -> str:

@@ -16,11 +16,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import sys
+import tempfile
+from pathlib import Path
 
 from posttrain.envs.generators import main as generator_main
-from posttrain.envs.generators.common import (heredoc, python_check, python_expectations, python_tests,
+from posttrain.envs.generators.common import (guarded, heredoc, python_check, python_expectations, python_tests,
                                               workspace_spec)
 from posttrain.envs.generators import terminal_config
 
@@ -35,8 +39,9 @@ def python_fix_env(name: str, *, module: str, buggy: str, fixed: str, reference:
     """An env where ``src/<module>.py`` has a bug; checks call the fixed API on ``cases``."""
     expected = python_expectations(module, fixed, cases)
     workspace = {f"src/{module}.py": buggy, **visible_tests, **(extra or {})}
+    tests = python_tests(module, cases, expected, python_expectations(module, buggy, cases))
     return workspace_spec(suite=SUITE, name=name, prompt=prompt, workspace=workspace, reference=reference,
-                          files={"check.py": python_check(module, cases)}, tests=python_tests(module, cases, expected),
+                          files={"check.py": python_check(module, cases)}, tests=tests,
                           runtime="python", difficulty=difficulty, split=split, tags=["bugfix", *tags])
 
 
@@ -263,6 +268,7 @@ def import_env():
     words = {k: "_".join(w.lower() for w in re.findall(r"[A-Za-z0-9]+", " ".join(v))) for k, v in inputs.items()}
     tests = [{"name": name, "cmd": ["python3", "-m", "app.main", *args], "stdout": words[name]}
              for name, args in inputs.items()]
+    assert "def to_snake" not in APP_UTILS  # the untouched app.main fails to import: no test is a guard
     prompt = ("`python3 -m app.main Hello World` should print `hello_world`, but it crashes with an ImportError "
               "since app/utils.py was refactored. Fix app/main.py (keep app/utils.py's public function name "
               "`snake_case`).\n")
@@ -315,11 +321,25 @@ def report_expected(csv_text: str) -> str:
     return "\n".join(f"{r}: {t}" for r, t in sorted(sums.items()))
 
 
+def script_output(source: str, csv_text: str) -> str:
+    """What ``scripts/report.py`` with ``source`` (our own trusted code) prints for ``csv_text``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "data.csv"
+        path.write_text(csv_text)
+        namespace: dict = {"__name__": "report"}
+        exec(compile(source, "<report.py>", "exec"), namespace)  # noqa: S102 - trusted generator code
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            namespace["main"](str(path))
+    return out.getvalue().strip()
+
+
 def report_env():
-    tests = [{"name": "bundled_data", "cmd": "python3 scripts/report.py data/sales.csv",
-              "stdout": report_expected(SALES)},
-             {"name": "other_data", "cmd": "python3 scripts/report.py {tests}/hidden.csv",
-              "stdout": report_expected(HIDDEN_SALES)}]
+    data = {"bundled_data": ("data/sales.csv", SALES), "other_data": ("{tests}/hidden.csv", HIDDEN_SALES)}
+    tests = [{"name": name, "cmd": f"python3 scripts/report.py {path}", "stdout": report_expected(text)}
+             for name, (path, text) in data.items()]
+    tests = guarded(tests, {name for name, (_, text) in data.items()
+                            if script_output(REPORT_BUGGY, text) == report_expected(text)})
     prompt = ("scripts/report.py should print the total sales of each region in a CSV file (header "
               "`date,region,amount`) as `region: total` lines sorted by region name. Run on data/sales.csv it "
               "skips a row and sorts by total. Fix the script so it works for any such CSV file.\n")

@@ -1,7 +1,8 @@
 """The configuration, build and shell envs of the ``terminal`` suite (see ``terminal`` for the whole suite).
 
 Checks here run only trusted code on the workspace's files (parse an ini, JSON or .env file and print what they
-hold) or run the workspace's build and script and compare what comes out; expectations are computed here.
+hold) or run the workspace's build and script and compare what comes out; expectations are computed here, and so is
+what the untouched workspace already gets right (its guard tests), from the same parsers and the untouched scripts.
 
 Example:
     >>> [e.id for e in specs()][:2]
@@ -12,8 +13,11 @@ from __future__ import annotations
 
 import configparser
 import json
+import subprocess
+import tempfile
+from pathlib import Path
 
-from posttrain.envs.generators.common import heredoc, workspace_spec
+from posttrain.envs.generators.common import guarded, heredoc, workspace_spec
 
 SUITE = "terminal"
 
@@ -34,10 +38,12 @@ def ini_check(path: str) -> str:
 
 
 def ini_env(name: str, path: str, buggy: str, fixed: str, reference: str, task: str, split: str):
-    sections = _ini_sections(fixed)
+    sections, before = _ini_sections(fixed), _ini_sections(buggy)
     tests = [{"name": "sections", "cmd": "python3 -I {tests}/ini.py sections", "stdout": json.dumps(list(sections))}]
     tests += [{"name": f"section_{s}", "cmd": f"python3 -I {{tests}}/ini.py {s}",
                "stdout": json.dumps(values, sort_keys=True)} for s, values in sections.items()]
+    same = {f"section_{s}" for s, values in sections.items() if before.get(s) == values}
+    tests = guarded(tests, same | ({"sections"} if list(before) == list(sections) else set()))
     prompt = f"Edit {path} (an INI file read with Python's configparser): {task}\n"
     return workspace_spec(suite=SUITE, name=name, prompt=prompt, workspace={path: buggy}, reference=reference,
                           files={"ini.py": ini_check(f"/work/{path}")}, tests=tests, runtime="bash", difficulty=1,
@@ -99,9 +105,12 @@ JSON_CHECK = ("import json\nimport sys\n\nwith open('/work/settings.json', encod
 
 
 def json_env():
-    tests = [{"name": what, "cmd": f"python3 -I {{tests}}/settings.py {what}",
-              "stdout": json.dumps(sorted(SETTINGS_FIXED) if what == "keys" else SETTINGS_FIXED[what], sort_keys=True)}
-             for what in ("keys", "app", "features", "version")]
+    def shown(data, what):
+        return json.dumps(sorted(data) if what == "keys" else data.get(what), sort_keys=True)
+    whats = ("keys", "app", "features", "version")
+    tests = guarded([{"name": what, "cmd": f"python3 -I {{tests}}/settings.py {what}",
+                      "stdout": shown(SETTINGS_FIXED, what)} for what in whats],
+                    {what for what in whats if shown(SETTINGS, what) == shown(SETTINGS_FIXED, what)})
     reference = ("python3 - <<'EOF'\nimport json\nwith open('settings.json') as f:\n    data = json.load(f)\n"
                  "data['features']['new_checkout'] = True\ndata['features']['search_v2'] = True\n"
                  "data['app']['timeout_s'] = 30\ndel data['app']['legacy_mode']\n"
@@ -125,17 +134,26 @@ ENV_CHECK = ("import json\nimport sys\n\ndef parse(path):\n    values = {}\n"
              "    return values\n\nprint(json.dumps(parse(sys.argv[1]), sort_keys=True))\n")
 
 
+def _dotenv(text: str | None) -> dict[str, str] | None:
+    """What ``ENV_CHECK`` parses from a file's text (None: no such file, the check fails)."""
+    if text is None:
+        return None
+    pairs = [line.strip().partition("=") for line in text.splitlines()]
+    return {key: value for key, _, value in pairs if key and not key.startswith("#")}
+
+
 def env_file_env():
     example = {"DATABASE_URL": "", "SECRET_KEY": "", "DEBUG": "true", "PORT": "8000"}
-    tests = [{"name": "env_values", "cmd": "python3 -I {tests}/dotenv.py /work/.env",
-              "stdout": json.dumps(ENV_VALUES, sort_keys=True)},
-             {"name": "example_unchanged", "cmd": "python3 -I {tests}/dotenv.py /work/.env.example",
-              "stdout": json.dumps(example, sort_keys=True)}]
+    files = {"env_values": (".env", ENV_VALUES), "example_unchanged": (".env.example", example)}
+    workspace = {".env.example": ENV_EXAMPLE}
+    tests = guarded([{"name": name, "cmd": f"python3 -I {{tests}}/dotenv.py /work/{path}",
+                      "stdout": json.dumps(want, sort_keys=True)} for name, (path, want) in files.items()],
+                    {name for name, (path, want) in files.items() if _dotenv(workspace.get(path)) == want})
     prompt = ("Create the .env file this service reads, from the template .env.example (which must stay as it "
               "is): DATABASE_URL=postgres://app@db:5432/app, SECRET_KEY=s3cr3t-k3y, DEBUG=false and PORT=9000, "
               "one KEY=value per line, no quotes, no other keys.\n")
     reference = heredoc(".env", "".join(f"{k}={v}\n" for k, v in ENV_VALUES.items()))
-    return workspace_spec(suite=SUITE, name="config_env_file", prompt=prompt, workspace={".env.example": ENV_EXAMPLE},
+    return workspace_spec(suite=SUITE, name="config_env_file", prompt=prompt, workspace=workspace,
                           reference=reference, files={"dotenv.py": ENV_CHECK}, tests=tests, runtime="bash",
                           difficulty=1, split="eval", tags=["config", "dotenv"])
 
@@ -184,12 +202,16 @@ CONTENT_MD = "# Release 2.1\n\nFaster start-up.\n\n# Fixes\nNo more crash on emp
 HIDDEN_MD = "# A\nb\n\n#C\n"
 
 
-def rendered(header: str, content: str) -> str:
-    lines = [header.rstrip("\n")]
-    for line in content.splitlines():
-        if line.strip():
-            lines.append(f"<h1>{line[1:].strip()}</h1>" if line.startswith("#") else f"<p>{line}</p>")
-    return "\n".join(lines)
+def rendered(header: str, content: str, source: str | None = None) -> str:
+    """What tools/render.py prints: the fixed renderer's output, or that of the renderer ``source`` (trusted)."""
+    if source is not None:
+        namespace: dict = {"__name__": "render"}
+        exec(compile(source, "<render.py>", "exec"), namespace)  # noqa: S102 - our own generator code
+        render = namespace["render"]
+    else:
+        def render(line):
+            return f"<h1>{line[1:].strip()}</h1>" if line.startswith("#") else f"<p>{line}</p>"
+    return "\n".join([header.rstrip("\n"), *(render(line) for line in content.splitlines() if line.strip())])
 
 
 def build_env():
@@ -205,11 +227,17 @@ def build_env():
               "followed by the rendered content), and make tools/render.py follow its own docstring: a heading "
               "line `# text` or `#text` becomes `<h1>text</h1>` with the surrounding spaces removed. Do not "
               "change the files under src/.\n")
+    workspace = {"Makefile": MAKEFILE, "tools/render.py": RENDER_BUGGY, "src/header.html": HEADER_HTML,
+                 "src/content.md": CONTENT_MD}
+    recipe = next(line for line in MAKEFILE.splitlines() if "render.py" in line and line.startswith("\t"))
+    make_works = all(word in workspace for word in recipe.split() if word.startswith(("src/", "tools/")))
+    outputs = {"make_output": (make_works, CONTENT_MD), "clean_rebuild": (make_works, None),
+               "renderer": (True, HIDDEN_MD)}  # test: (runs the renderer at all, on what)
+    tests = guarded(tests, {name for name, (runs, md) in outputs.items() if runs and (
+        md is None or rendered(HEADER_HTML, md, RENDER_BUGGY) == rendered(HEADER_HTML, md))})
     reference = ("sed -i 's|src/contents.md|src/content.md|' Makefile\n"
                  "sed -i 's|return \"<h1>\" + line\\[1:\\] + \"</h1>\"|return \"<h1>\" + line[1:].strip() + "
                  "\"</h1>\"|' tools/render.py\n")
-    workspace = {"Makefile": MAKEFILE, "tools/render.py": RENDER_BUGGY, "src/header.html": HEADER_HTML,
-                 "src/content.md": CONTENT_MD}
     return workspace_spec(suite=SUITE, name="build_make_pass", prompt=prompt, workspace=workspace,
                           reference=reference, files={"header.html": HEADER_HTML, "other.md": HIDDEN_MD},
                           tests=tests, runtime="bash", difficulty=2, split="train", tags=["build", "make"])
@@ -247,8 +275,18 @@ FIXTURES = {
 }
 
 
+def bash_output(script: str, files: dict[str, str]) -> str:
+    """What ``script`` (our own trusted code) prints, run by bash on the host on a directory holding ``files``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in files.items():
+            (Path(tmp) / name).write_text(text)
+        done = subprocess.run(["bash", "-c", script, "count_words.sh", tmp], capture_output=True, text=True,
+                              timeout=10, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
+    return done.stdout.strip().replace(tmp + "/", "")
+
+
 def count_env():
-    tests = []
+    tests, guards = [], set()
     for name, files in FIXTURES.items():
         writes = "".join(f"printf '%b' {json.dumps(text)} > \"$d\"/{json.dumps(fname)}\n"
                          for fname, text in files.items())
@@ -256,6 +294,9 @@ def count_env():
         counts = {f: len(t.split()) for f, t in sorted(files.items()) if f.endswith(".txt")}
         expected = "".join(f"{f}: {n}\n" for f, n in counts.items()) + f"total: {sum(counts.values())}"
         tests.append({"name": name, "cmd": ["bash", "-c", script], "stdout": expected})
+        if bash_output(COUNT_BUGGY, files) == expected:
+            guards.add(name)
+    tests = guarded(tests, guards)
     prompt = ("scripts/count_words.sh DIR should print `<file name>: <number of words>` for every .txt file in DIR "
               "(sorted by name), then `total: <sum>`. It counts lines instead of words and breaks on file names "
               "with spaces. Fix it; it must also work for a directory with no .txt files (just `total: 0`).\n")

@@ -6,6 +6,8 @@ must fail, wrong-but-plausible solutions, and which files and languages are invo
   that assert nothing.
 - ``agent_only(spec)``: without a ``solution_file`` the solution is an agent's edit script.
 - ``probes(spec)`` / ``mutants(spec)``: the anti-hacking battery and the coverage check's mutants.
+- ``label_runs(spec)``: each test alone on the untouched workspace (``untouched(spec)``), with its label: admission's
+  anti-hacking check wants every guard (``guard: true``) to pass there and every other test to fail.
 
 ``probes`` and ``mutants`` read the typed config (admission asks them about valid envs only); the other hooks read
 the raw ``verifier`` mapping and skip what is malformed, since they may be asked about any spec (see ``Verifier``).
@@ -20,6 +22,8 @@ Example:
     (['verifier.files.port.py', 'verifier.tests[0].cmd'], ['port'], 'without a solution_file grade')
     >>> sorted(probes(spec))[:3], mutants(spec)
     (['delete the tests', 'exit 0', 'kill the test driver'], ['\\n'])
+    >>> [(run.test, run.guard, run.spec.id, run.solution) for run in label_runs(spec)]
+    [('port', False, 't/cfg#port', '')]
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import ast
 import json
 import re
 import shlex
+from dataclasses import replace
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from posttrain.envs import mutation
 from posttrain.envs.spec import EnvSpec
@@ -154,6 +160,34 @@ def probes(spec: EnvSpec) -> dict[str, str]:
         "lingering process rewrites the tests": lingering + "exit 0\n",
         "kill the test driver": "kill -9 $PPID 2>/dev/null\nkill -9 -1 2>/dev/null\nexit 0\n",
     }
+
+
+class LabelRun(NamedTuple):
+    """One test of an env run alone on its untouched workspace, and what its label says must happen there."""
+
+    test: str
+    guard: bool  # True: must pass (behaviour that already works); False: must fail (what the task changes)
+    spec: EnvSpec  # the env with only this test, unlabelled (id ``<env id>#<test>``)
+    solution: str  # ``untouched(spec)``
+
+
+def untouched(spec: EnvSpec) -> str:
+    """The solution that changes nothing: the empty edit script, or the ``solution_file`` as the workspace has it."""
+    solution_file = parse(WorkspaceTestsConfig, spec.verifier).solution_file
+    return spec.workspace.get(solution_file, "") if solution_file else ""
+
+
+def label_runs(spec: EnvSpec) -> list[LabelRun]:
+    """Every test of ``spec`` as a ``LabelRun``: its verdict says whether that test passes on the untouched
+    workspace, which must agree with its ``guard`` label."""
+    config = spec.verifier
+    runs = []
+    for test in parse(WorkspaceTestsConfig, config).tests:
+        raw = next(t for t in config["tests"] if t["name"] == test.name)
+        alone = {**config, "tests": [{key: value for key, value in raw.items() if key != "guard"}]}
+        runs.append(LabelRun(test.name, test.guard, replace(spec, id=f"{spec.id}#{test.name}", verifier=alone),
+                             untouched(spec)))
+    return runs
 
 
 def script_commands(script: str) -> list[str]:

@@ -7,8 +7,8 @@ read the typed config without importing each other.
 Example:
     >>> from posttrain.envs.verifiers.typed_config import parse
     >>> config = parse(WorkspaceTestsConfig, {"kind": "workspace_tests", "tests": [{"name": "t", "cmd": "true"}]})
-    >>> config.files, config.solution_file, config.tests[0].exit_code, config.deadlines(9.0)
-    ({}, None, 0, (3.0, 6.0))
+    >>> config.files, config.solution_file, config.tests[0].exit_code, config.tests[0].guard, config.deadlines(9.0)
+    ({}, None, 0, False, (3.0, 6.0))
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ class WorkspaceTest:
                                                              "files' directory")]
     stdout: Annotated[str, Rule(doc="expected stdout (trailing whitespace ignored), compared on the host")] = None
     exit_code: Annotated[int, Rule(low=0, high=255, doc="expected exit code")] = 0
+    guard: Annotated[bool, Rule(doc="behaviour the untouched workspace already has and the solution must keep: "
+                                    "it earns nothing, and failing it makes the reward 0")] = False
 
 
 @dataclass

@@ -24,8 +24,16 @@ Spec config::
       tests:                         # one process each, cwd /work; {tests} is the trusted files' directory
         - {name: median_odd, cmd: "python3 -I {tests}/check.py", stdout: "2"}
         - {name: config_ok, cmd: "bash {tests}/check_config.sh", exit_code: 0}
+        - {name: mean_kept, cmd: "python3 -I {tests}/check_mean.py", stdout: "2", guard: true}
       solution_timeout_s: 5          # optional (default: a third of the env's timeout, at most 10 s)
       test_timeout_s: 5              # optional (default: the rest of the timeout shared by the tests, >= 2 s)
+
+Reward: the fraction of the *target* tests (those without ``guard: true``) that pass, and 0 if any *guard* test
+fails; ``passed`` iff every test passes. A guard is behaviour the untouched workspace already has and the solution
+must keep (SWE-bench's PASS_TO_PASS; the targets are its FAIL_TO_PASS): crediting it would pay for doing nothing,
+and breaking it is a regression, not partial progress. Admission checks the labels against the untouched workspace
+(``workspace_admission.label_runs``): each guard passes there, each target fails. A spec whose tests are all guards
+is invalid.
 
 Strength: a test with ``stdout`` is a value comparison decided on the host; an exit-code-only test that runs
 workspace code can be passed by code that exits 0 early, so use those only for checks that run trusted code
@@ -66,7 +74,7 @@ from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, first_rec
 from posttrain.envs.verifiers.typed_config import clip, parse
 from posttrain.envs.verifiers.workspace_admission import (agent_only, mutants, own_files, probes, solution_language,
                                                           test_sources, vacuous_tests)
-from posttrain.envs.verifiers.workspace_config import WorkspaceTestsConfig, command_argv
+from posttrain.envs.verifiers.workspace_config import WorkspaceTest, WorkspaceTestsConfig, command_argv
 from posttrain.sandbox.base import Execution, ExecutionResult
 from posttrain.sandbox.workspace import SANDBOX_UID, TRUSTED_DIR, node_heap_mb
 
@@ -77,13 +85,32 @@ FENCE = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.DOTALL)
 
 
 def check_config(spec: EnvSpec) -> Problems:
-    """Test names are unique."""
+    """Test names are unique, and not every test is a guard (the reward would always be 0)."""
     problems, names = [], set()
-    for i, test in enumerate(parse(WorkspaceTestsConfig, spec.verifier).tests):
+    tests = parse(WorkspaceTestsConfig, spec.verifier).tests
+    for i, test in enumerate(tests):
         if test.name in names:
             problems.append((f"verifier.tests[{i}].name", f"must be unique, {test.name!r} is used twice"))
         names.add(test.name)
+    if all(test.guard for test in tests):
+        problems.append(("verifier.tests", f"all {len(tests)} tests have guard: true; at least one must be a target "
+                                           "(no guard) that the untouched workspace fails, or nothing earns reward"))
     return problems
+
+
+def reward(passed: list[bool], guards: list[bool]) -> float:
+    """The fraction of the target (non-guard) tests passed, 0 if a guard test failed; without guards, the fraction
+    of all tests. ``passed[i]`` / ``guards[i]``: test ``i`` passed / is a guard.
+
+    >>> reward([True, True, False], [True, False, False]), reward([False, True, True], [True, False, False])
+    (0.5, 0.0)
+    >>> reward([True, False], [False, False])
+    0.5
+    """
+    if any(guard and not ok for ok, guard in zip(passed, guards)):
+        return 0.0
+    targets = [ok for ok, guard in zip(passed, guards) if not guard]
+    return sum(targets) / len(targets) if targets else float(all(passed))
 
 
 def extract_solution(completion: str) -> str:
@@ -128,8 +155,24 @@ def _normalize(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.strip().splitlines())
 
 
+def _failure(test: WorkspaceTest, record: dict | None) -> str:
+    """Why ``test`` failed given the driver's record of it, or "" if it passed."""
+    if record is None:
+        return f"{test.name}: no result"
+    if record.get("timed_out"):
+        return f"{test.name}: timed out"
+    if record.get("exit") != test.exit_code:
+        tail = str(record.get("stderr", "")).strip().splitlines()[-1:] or [""]
+        return f"{test.name}: exit code {record.get('exit')} (want {test.exit_code}) {tail[0][:100]}"
+    if test.stdout is not None and _normalize(str(record.get("stdout", ""))) != _normalize(test.stdout):
+        return (f"{test.name}: printed {clip(json.dumps(str(record.get('stdout', ''))))}, "
+                f"expected {clip(json.dumps(test.stdout))}")
+    return ""
+
+
 def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
-    """Each test passes iff the driver saw the expected exit code (and stdout, when the spec gives one)."""
+    """Each test passes iff the driver saw the expected exit code (and stdout, when the spec gives one); the reward
+    is ``reward`` of those outcomes."""
     tests = parse(WorkspaceTestsConfig, spec.verifier).tests
     total = len(tests)
     if result.infra_error:
@@ -141,21 +184,11 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     syntax = phases.get("syntax")
     compiled = syntax is None or syntax.get("ok") is True
     outcomes = first_record_per_index(records, "test", total)
-    passed, failures = 0, []
-    for index, test in enumerate(tests):
-        record = outcomes.get(index)
-        if record is None:
-            failures.append(f"{test.name}: no result")
-        elif record.get("timed_out"):
-            failures.append(f"{test.name}: timed out")
-        elif record.get("exit") != test.exit_code:
-            tail = str(record.get("stderr", "")).strip().splitlines()[-1:] or [""]
-            failures.append(f"{test.name}: exit code {record.get('exit')} (want {test.exit_code}) {tail[0][:100]}")
-        elif test.stdout is not None and _normalize(str(record.get("stdout", ""))) != _normalize(test.stdout):
-            failures.append(f"{test.name}: printed {clip(json.dumps(str(record.get('stdout', ''))))}, "
-                            f"expected {clip(json.dumps(test.stdout))}")
-        else:
-            passed += 1
+    why = [_failure(test, outcomes.get(index)) for index, test in enumerate(tests)]
+    ok = [not failure for failure in why]
+    passed = sum(ok)
+    failures = [f"guard {failure}" for failure, test in zip(why, tests) if failure and test.guard]  # reward 0: first
+    failures += [failure for failure, test in zip(why, tests) if failure and not test.guard]
     if not compiled:
         detail = f"solution script does not parse: {str(syntax.get('error', ''))[:160]}"
     elif phases.get("solution", {}).get("ended") is False:
@@ -166,9 +199,9 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     else:
         detail = f"{passed}/{total} tests passed" + (" (timed out)" if result.timed_out else "")
         detail += f"; {failures[0]}" if failures else ""
-    return Verdict(reward=passed / total, passed=passed == total, compiled=compiled, tests_passed=passed,
-                   tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out, detail=detail,
-                   sandbox_ms=result.start_ms + result.run_ms)
+    return Verdict(reward=reward(ok, [test.guard for test in tests]), passed=passed == total, compiled=compiled,
+                   tests_passed=passed, tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out,
+                   detail=detail, sandbox_ms=result.start_ms + result.run_ms)
 
 
 VERIFIER = Verifier(kind="workspace_tests", config=WorkspaceTestsConfig, extract_solution=extract_solution,

@@ -69,6 +69,29 @@ def test_host_decides_from_exit_codes_and_stdout():
     assert v.detail.startswith("no driver output (timed out)") and v.timed_out
 
 
+GUARDED = EnvSpec(**{**SPEC.__dict__, "verifier": {**SPEC.verifier, "tests": [
+    {**test, "guard": True} if test["name"] == "compiles" else test for test in SPEC.verifier["tests"]]}})
+
+
+@pytest.mark.parametrize("outcomes,want", [
+    ((True, True, True), (1.0, True)),
+    ((True, False, True), (0.5, False)),  # one of the two targets
+    ((False, False, True), (0.0, False)),  # the untouched workspace: only the guard passes, which earns nothing
+    ((True, True, False), (0.0, False)),  # every target, but the guard broke: a regression earns nothing
+])
+def test_guards_earn_nothing_and_breaking_one_earns_zero(outcomes, want):
+    """Issue 22: the reward is the fraction of the target tests passed, 0 if a guard fails; passed = every test."""
+    right = [{"exit": 0, "stdout": "5"}, {"exit": 0, "stdout": ""}, {"exit": 0}]
+    wrong = {"exit": 1, "stdout": "", "stderr": "SyntaxError"}
+    lines = [{"test": i, **(ok_record if ok else wrong)} for i, (ok, ok_record) in enumerate(zip(outcomes, right))]
+    v = score(GUARDED, ExecutionResult(exit_code=0, stdout=records({"phase": "syntax", "ok": True}, *lines)), N)
+    assert (v.reward, v.passed, v.tests_passed) == (*want, sum(outcomes)), v.detail
+    if not outcomes[2]:
+        assert "; guard compiles: exit code 1" in v.detail  # the broken guard is the failure shown
+    unguarded = score(SPEC, ExecutionResult(exit_code=0, stdout=records(*lines)), N)
+    assert unguarded.reward == pytest.approx(sum(outcomes) / 3)  # without guards: the fraction of all tests
+
+
 def test_leftovers_that_cannot_be_ended_fail_and_a_misplaced_driver_is_infra():
     left = records({"phase": "syntax", "ok": True}, {"phase": "solution", "exit": 0, "ended": False},
                    {"phase": "done"})
@@ -91,6 +114,9 @@ def test_leftovers_that_cannot_be_ended_fail_and_a_misplaced_driver_is_infra():
     ({"tests": [{"name": "a", "cmd": "x"}], "solution_file": "/etc/passwd"}, "verifier.solution_file"),
     ({"tests": [{"name": "a", "cmd": "x"}], "solution_timeout_s": 0}, "verifier.solution_timeout_s"),
     ({"tests": [{"name": "a", "cmd": "x"}], "stdout": "5"}, "verifier.stdout"),
+    ({"tests": [{"name": "a", "cmd": "x", "guard": "yes"}]}, "verifier.tests[0].guard"),
+    ({"tests": [{"name": "a", "cmd": "x", "guard": True}, {"name": "b", "cmd": "y", "guard": True}]},
+     "verifier.tests"),
 ])
 def test_validate_names_the_field(verifier, field):
     spec = EnvSpec(id="t/x", prompt="p", reference="", verifier={"kind": "workspace_tests", **verifier})
