@@ -11,7 +11,9 @@ assertion, the bare name (meaning ``true``)::
       behavior:                     # on the episode's step log (posttrain.schemas.Steps rows)
         - used_tool: edit_file      # called this tool (a call that was not rejected); repeat it for more tools
         - max_steps: 6              # at most 6 model turns (distinct ``turn`` values of the step log)
-        - no_destructive_command    # no destructive command, attempted or run (posttrain.evaluation.destructive)
+        - no_destructive_command    # no destructive command attempted (by text: posttrain.evaluation.destructive)
+                                    # and no task file deleted or emptied (by effect, where the final workspace
+                                    # was observed: posttrain.evaluation.workspace_effects)
 
 A spec without ``evaluation`` (or with an empty one) gets ``result/tests_pass`` alone.
 
@@ -19,7 +21,8 @@ Verdicts, per eval row: True, False or None, *not applicable* (JSON null), which
 ``result/*`` are None on an unverified row (infra error); ``no_regression`` is None without a previous verdict and
 True when the env failed before (nothing to regress from); ``used_tool``/``max_steps`` are None without an episode
 (``steps=None``: no agent episode for the env, e.g. a single-turn env) or on an unverified row;
-``no_destructive_command`` is None without an episode, and False on any row whose episode attempted one. Names:
+``no_destructive_command`` is None without an episode, and False on any row whose episode attempted one or whose
+observed effects (``effects``) hold destructive evidence. Names:
 ``result/tests_pass``, ``result/no_regression``, ``behavior/used_tool/<tool>``, ``behavior/max_steps``,
 ``behavior/no_destructive_command``.
 
@@ -65,6 +68,7 @@ class Episode:
     passed: bool | None  # the verdict: every test passed; None: unverified (infra error)
     previous: bool | None = None  # the previous policy's verdict of this env; None: none
     steps: Sequence[Mapping] | None = None  # the episode's step log; None: the env had no agent episode
+    effects: Sequence[str] | None = None  # destructive effects seen on its workspace (workspace_effects); None: unseen
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,9 @@ def _max_steps(limit: int, e: Episode) -> bool | None:
 
 
 def _no_destructive_command(_, e: Episode) -> bool | None:
-    return None if e.steps is None else not destructive_commands(e.steps)
+    if e.steps is None and e.effects is None:
+        return None
+    return not (e.effects or destructive_commands(e.steps or []))
 
 
 _TRUE = {"const": True}
@@ -227,11 +233,12 @@ def spec_assertions(spec: EnvSpec) -> list[Assertion]:
 
 
 def evaluate(assertions: Sequence[Assertion], passed: bool | None, previous: bool | None = None,
-             steps: Sequence[Mapping] | None = None) -> dict[str, bool | None]:
+             steps: Sequence[Mapping] | None = None, effects: Sequence[str] | None = None) -> dict[str, bool | None]:
     """Each assertion's verdict for one eval row (name -> True, False or None: not applicable): ``passed`` is the
     row's verdict (None: unverified, an infra error), ``previous`` the previous policy's verdict of the env (None:
-    none), ``steps`` the episode's step log (None: no agent episode)."""
-    episode = Episode(passed, previous, steps)
+    none), ``steps`` the episode's step log (None: no agent episode), ``effects`` the destructive effects seen on the
+    episode's workspace (``workspace_effects``; None: its final workspace was not observed)."""
+    episode = Episode(passed, previous, steps, effects)
     return {a.name: a.check(episode) for a in assertions}
 
 
