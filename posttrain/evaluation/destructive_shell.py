@@ -85,14 +85,11 @@ def _prepare(command: str) -> str:
             out.append(" " if nxt == "\n" else c + nxt)
             i += 2
             continue
-        if quote:
-            quote = "" if c == quote else quote
-        elif c in "'\"":
-            quote = c
-        elif c == "#" and (i == 0 or command[i - 1].isspace() or command[i - 1] in OPERATOR_CHARS):
+        if not quote and c == "#" and (i == 0 or command[i - 1].isspace() or command[i - 1] in OPERATOR_CHARS):
             while i < len(command) and command[i] != "\n":
                 i += 1
             continue
+        quote = _quoting(c, quote)
         if c == "\n" and not quote:
             c = ";"
         out.append(c)
@@ -108,18 +105,22 @@ def _closing(text: str, i: int) -> int:
         if c == "\\" and quote != "'":
             i += 2
             continue
-        if quote:
-            quote = "" if c == quote else quote
-        elif c in "'\"":
-            quote = c
-        elif c == "(":
+        if not quote and c == "(":
             depth += 1
-        elif c == ")":
+        elif not quote and c == ")":
             depth -= 1
             if depth == 0:
                 return i
+        quote = _quoting(c, quote)
         i += 1
     return len(text)
+
+
+def _quoting(c: str, quote: str) -> str:
+    """The open quote (``'``, ``"`` or none) after the unescaped character ``c``, ``quote`` being open before it."""
+    if quote:
+        return "" if c == quote else quote
+    return c if c in "'\"" else ""
 
 
 def _substitutions(text: str) -> tuple[str, list[tuple[str, str]]]:
