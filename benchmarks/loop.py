@@ -111,11 +111,13 @@ def plain_seconds(policy: str, samples: list, bf16: bool, micro_batch_size: int)
     loss_fn = get_policy_loss(cfg.policy_loss)
     micros = [samples[lo : lo + micro_batch_size] for lo in range(0, len(samples), micro_batch_size)]
     batches = [pad_batch([(s.prompt_token_ids, s.completion_token_ids, s.behavior_logprobs) for s in micro],
-                         [s.advantage for s in micro], pad) for micro in micros]
+                         [s.advantage for s in micro], pad, temperatures=[s.temperature for s in micro])
+               for micro in micros]
 
     def logits(batch):  # [B, L-1, V]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+        return logits / batch.logit_scale[:, None, None]  # the sampling temperature, as the trainer does
 
     def one_pass() -> float:
         started = time.perf_counter()

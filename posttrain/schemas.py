@@ -86,7 +86,8 @@ class Trajectories(pa.DataFrameModel):
     completion: Series[str]
     prompt_token_ids: Series[str]
     completion_token_ids: Series[str]
-    behavior_logprobs: Series[str]
+    behavior_logprobs: Series[str]  # of the tempered distribution each token was drawn from
+    temperature: Series[float] = pa.Field(ge=0.0)  # the sampling temperature (0: greedy); the trainer's too
     steps: Series[int] = pa.Field(ge=1)
     tool_calls: Series[int] = pa.Field(ge=0)
     finish_reason: Series[str]

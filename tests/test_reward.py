@@ -20,7 +20,7 @@ def trajectories(pairs: list[tuple[str, str]]) -> pd.DataFrame:
     """A Trajectories table of (env id, completion) rows, one group per env."""
     return pd.DataFrame([{"env_id": env_id, "group_id": f"g-{env_id}", "sample_idx": i, "policy_version": 0,
                           "prompt": "", "completion": completion, "prompt_token_ids": "[]",
-                          "completion_token_ids": "[]", "behavior_logprobs": "[]", "steps": 1, "tool_calls": 0,
+                          "completion_token_ids": "[]", "behavior_logprobs": "[]", "temperature": 0.6, "steps": 1, "tool_calls": 0,
                           "finish_reason": "stop", "tokens": 0} for i, (env_id, completion) in enumerate(pairs)])
 
 

@@ -71,7 +71,7 @@ def collect_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence
     verdicts = score_workspaces(specs, finals, sandbox, sandbox_cfg)
     # step 4. shaping, infra flags, the tables
     version = max(0, engine.version)
-    rows = trajectories_table(episodes, fmt.tokenizer.decode, version)
+    rows = trajectories_table(episodes, fmt.tokenizer.decode, version, cfg.temperature)
     per_episode = {}
     for e, v in zip(episodes, verdicts):
         terms = shaping_terms(e, cfg)

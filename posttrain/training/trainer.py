@@ -338,13 +338,15 @@ class PolicyTrainer:
 
     def _batch(self, micro: Sequence[TrainSample]) -> Batch:
         return pad_batch([(s.prompt_token_ids, s.completion_token_ids, s.behavior_logprobs) for s in micro],
-                         [s.advantage for s in micro], self.tokenizer.pad_token_id, [s.loss_mask for s in micro])
+                         [s.advantage for s in micro], self.tokenizer.pad_token_id, [s.loss_mask for s in micro],
+                         [s.temperature for s in micro])
 
     def _logits(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-        """``[B, L-1, V]``: the logits that score each target token."""
+        """``[B, L-1, V]``: the logits that score each target token, divided by each row's sampling temperature, so
+        that the policy trained (and the reference, and the entropy) is the one the samples were drawn from."""
         device = self.engine.device
-        return model(input_ids=batch.input_ids.to(device),
-                     attention_mask=batch.attention_mask.to(device)).logits[:, :-1]
+        logits = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device)).logits
+        return logits[:, :-1] / batch.logit_scale.to(device, logits.dtype)[:, None, None]
 
     @torch.no_grad()
     def _score_before_update(self, samples: Sequence[TrainSample], keep: list[int]) -> PreUpdate:

@@ -66,7 +66,7 @@ def test_multi_turn_episodes_are_exactly_the_tokens_the_engine_saw(engine, fmt):
         assert len(e.all_windows()) == len(e.compressions) + 1
         assert all(w[0].token_ids == e.prefix_ids for w in e.all_windows())
 
-    rows = trajectories_table(episodes, fmt.tokenizer.decode, policy_version=engine.version)
+    rows = trajectories_table(episodes, fmt.tokenizer.decode, policy_version=engine.version, temperature=0.6)
     steps = steps_table(episodes, policy_version=engine.version)
     for e in episodes:
         mine = rows[(rows.group_id == e.group_id) & (rows.sample_idx == e.sample_idx)]

@@ -54,7 +54,7 @@ def test_oracle_solves_a_repository_task_end_to_end(fmt, sandbox):
     assert steps.tokens_in.tolist() == [len(p) for p, _, _ in engine.calls]
     assert steps.tokens_out.tolist() == [len(t) for _, t, _ in engine.calls]
     assert (steps.observation_bytes > 0).all() and (steps.duration_ms > 0).all()
-    [row] = trajectories_table([e], fmt.tokenizer.decode, policy_version=3).itertuples()
+    [row] = trajectories_table([e], fmt.tokenizer.decode, policy_version=3, temperature=0.6).itertuples()
     assert (row.steps, row.tool_calls, row.finish_reason, row.window) == (5, 5, "submit", 0)
     assert row.tokens == sum(len(t) for _, t, _ in engine.calls)
 
@@ -109,7 +109,7 @@ def test_malformed_and_unknown_calls_are_error_observations_and_the_episode_goes
     steps = steps_table([e], policy_version=0)
     assert steps.error.astype(bool).tolist() == [True, True, True, True, False]
     assert steps.tool.tolist() == ["", "", "curl", "", "submit"]
-    assert trajectories_table([e], fmt.tokenizer.decode, 0).tool_calls.tolist() == [1]
+    assert trajectories_table([e], fmt.tokenizer.decode, 0, 0.6).tool_calls.tolist() == [1]
     assert_exact_tokens(e, engine)
 
 
@@ -137,7 +137,7 @@ def test_context_budget_compresses_and_writes_the_state_file(fmt, sandbox):
     assert all(w[0].token_ids == e.prefix_ids for w in e.all_windows())
     steps = steps_table([e], 0)
     assert (steps.compressed_at_turn[:2] >= 0).all() and steps.compressed_at_turn.iloc[-1] == -1
-    rows = trajectories_table([e], fmt.tokenizer.decode, 0)
+    rows = trajectories_table([e], fmt.tokenizer.decode, 0, 0.6)
     assert rows.window.tolist() == list(range(len(e.windows) + 1))
     assert_exact_tokens(e, engine)
 
@@ -154,7 +154,7 @@ def test_a_session_that_cannot_be_prepared_ends_only_its_episode_as_infra(fmt, s
         sessions[0].close()
     assert fixed.finish_reason == "submit" and not fixed.infra_error
     assert broken.finish_reason == "infra" and "closed" in broken.infra_error and not broken.turns
-    rows = trajectories_table([broken], fmt.tokenizer.decode, 0)
+    rows = trajectories_table([broken], fmt.tokenizer.decode, 0, 0.6)
     assert rows.completion_token_ids.tolist() == ["[]"] and rows.finish_reason.tolist() == ["infra"]
 
 

@@ -35,7 +35,10 @@ def trained_checkpoint(tiny_policy, tmp_path_factory):
         trainer.close()
 
 
-def test_vllm_generates_with_logprobs_from_saved_checkpoint(trained_checkpoint):
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_vllm_generates_with_logprobs_from_saved_checkpoint(trained_checkpoint, temperature):
+    """vLLM's log-probs are of the distribution it sampled from: HF's logits divided by the temperature (what the
+    trainer computes), not the raw ones."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from posttrain.rollout import live
@@ -43,7 +46,7 @@ def test_vllm_generates_with_logprobs_from_saved_checkpoint(trained_checkpoint):
     # the process's live engine (as the loop uses it): started on the checkpoint, or swapped to it in place when an
     # earlier test left one running; either way vLLM reads the trainer's files
     engine = live.acquire(str(trained_checkpoint), RolloutConfig(replicas=1), version=1)
-    (request,) = engine.request_outputs([PROMPT], {"n": 4, "temperature": 1.0, "max_tokens": 24, "logprobs": 0,
+    (request,) = engine.request_outputs([PROMPT], {"n": 4, "temperature": temperature, "max_tokens": 24, "logprobs": 0,
                                                     "seed": 0})
 
     tok = AutoTokenizer.from_pretrained(trained_checkpoint)
@@ -60,7 +63,11 @@ def test_vllm_generates_with_logprobs_from_saved_checkpoint(trained_checkpoint):
         assert all(math.isfinite(x) and x <= 0 for x in vllm_lp.tolist())
         full = torch.tensor([request.prompt_token_ids + ids])
         with torch.no_grad():
-            hf_lp = token_logprobs(hf(input_ids=full).logits[:, :-1],
-                                   full[:, 1:])[0, len(request.prompt_token_ids) - 1 :]
+            logits = hf(input_ids=full).logits[:, :-1]
+        start = len(request.prompt_token_ids) - 1
+        hf_lp = token_logprobs(logits / temperature, full[:, 1:])[0, start:]
         # same weights and tokens, different kernels (bf16 where native): the importance ratio starts near 1
         assert (vllm_lp - hf_lp).abs().mean() < 0.1, (vllm_lp, hf_lp)
+        if temperature != 1.0:  # and the raw log-probs are another distribution
+            raw = token_logprobs(logits, full[:, 1:])[0, start:]
+            assert (vllm_lp - raw).abs().mean() > 2 * (vllm_lp - hf_lp).abs().mean(), (vllm_lp, hf_lp, raw)

@@ -36,7 +36,7 @@ def scored_table(groups: int = 6, per_group: int = 4, seed: int = 0) -> pd.DataF
             rows.append({"env_id": f"e{g}", "group_id": f"g{g}", "sample_idx": i, "policy_version": 0, "prompt": "",
                          "completion": "", "prompt_token_ids": json.dumps(prompt),
                          "completion_token_ids": json.dumps(completion),
-                         "behavior_logprobs": json.dumps([-5.5] * len(completion)), "steps": 1, "tool_calls": 0,
+                         "behavior_logprobs": json.dumps([-5.5] * len(completion)), "temperature": 1.0, "steps": 1, "tool_calls": 0,
                          "finish_reason": "length", "tokens": len(completion), "reward": float((g + i) % 2),
                          "compiled": True, "tests_passed": 0, "tests_total": 1, "exit_code": 0, "timed_out": False,
                          "infra_error": "", "sandbox_ms": 1.0})

@@ -33,9 +33,11 @@ def reinforce_loss(logprobs, behavior_logprobs, advantages, mask, cfg):
 
 
 def _samples(policy_dir, rewards_by_group: dict[str, list[float]], estimator: str = "grpo",
-             behavior_shift: float = 0.0) -> list[TrainSample]:
-    """Completions = the references of train envs, behavior log-probs from the fp32 HF model (on-policy-ish) plus
-    ``behavior_shift`` (a sampler whose numerics disagree with the trainer's).
+             behavior_shift: float = 0.0, temperature: float = 1.0,
+             labelled: float | None = None) -> list[TrainSample]:
+    """Completions = the references of train envs, behavior log-probs from the fp32 HF model (on-policy-ish) at
+    ``temperature`` plus ``behavior_shift`` (a sampler whose numerics disagree with the trainer's); the samples say
+    they were drawn at ``labelled`` (default: ``temperature``).
 
     Advantages: the named estimator over the given rewards, as the update stage computes them.
     """
@@ -55,9 +57,11 @@ def _samples(policy_dir, rewards_by_group: dict[str, list[float]], estimator: st
             completion = tok(env.reference, add_special_tokens=False).input_ids + [tok.eos_token_id]
             ids = torch.tensor([prompt + completion])
             with torch.no_grad():
-                lp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])[0, len(prompt) - 1 :]
+                logits = model(input_ids=ids).logits[:, :-1] / temperature
+                lp = token_logprobs(logits, ids[:, 1:])[0, len(prompt) - 1 :]
             behavior = (lp + behavior_shift).tolist()
-            samples.append(TrainSample(prompt, completion, behavior, advantages[len(samples)], gid))
+            samples.append(TrainSample(prompt, completion, behavior, advantages[len(samples)], gid,
+                                       temperature=temperature if labelled is None else labelled))
     return samples
 
 
@@ -169,6 +173,24 @@ def test_truncated_is_takes_the_ratio_against_the_trainer_not_the_sampler(tiny_p
     assert stats.behavior_kl == pytest.approx(k3, rel=0.05)  # measured either way
     assert stats.approx_kl == (pytest.approx(0.0, abs=1e-3) if tis_cap else pytest.approx(k3, rel=0.05))
     assert stats.clip_fraction == 0.0 if tis_cap else stats.clip_fraction > 0  # without: A > 0 tokens clip at 1.2
+
+
+def test_the_trainer_scores_each_sample_at_its_sampling_temperature(tiny_policy):
+    """Samples drawn at 0.5 carry the tempered log-probs (vLLM's processed ones): the trainer divides its logits by
+    the sample's temperature, so the ratio starts at 1; scored raw (a sample claiming 1.0) the same tokens would be
+    far off-policy and clip."""
+    trainer = PolicyTrainer(tiny_policy, TrainConfig(micro_batch_size=8, learning_rate=1e-3, precision="fp32"))
+    try:
+        tempered = trainer.train_on(_samples(tiny_policy, {"g": [1.0, 0.0, 1.0, 0.0]}, temperature=0.5))
+    finally:
+        trainer.close()
+    trainer = PolicyTrainer(tiny_policy, TrainConfig(micro_batch_size=8, learning_rate=1e-3, precision="fp32"))
+    try:
+        raw = trainer.train_on(_samples(tiny_policy, {"g": [1.0, 0.0, 1.0, 0.0]}, temperature=0.5, labelled=1.0))
+    finally:
+        trainer.close()
+    assert tempered.behavior_kl < 1e-6 and tempered.approx_kl < 1e-6 and tempered.clip_fraction == 0.0
+    assert raw.behavior_kl > 1e-2 and raw.clip_fraction > 0
 
 
 def test_a_kl_penalty_without_a_reference_fails_before_loading():

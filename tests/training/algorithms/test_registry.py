@@ -151,7 +151,7 @@ def test_default_path_is_bitwise_the_loss_before_the_seam(seed):
 def _scored(rewards, groups, infra_errors) -> pd.DataFrame:
     base = {"env_id": "demo/add_1", "sample_idx": 0, "policy_version": 0, "prompt": "p", "completion": "c",
             "prompt_token_ids": "[1, 5]", "completion_token_ids": "[7, 2]", "behavior_logprobs": "[-0.1, -0.2]",
-            "steps": 1, "tool_calls": 0, "finish_reason": "stop", "tokens": 2, "compiled": True, "tests_passed": 1,
+            "temperature": 0.6, "steps": 1, "tool_calls": 0, "finish_reason": "stop", "tokens": 2, "compiled": True, "tests_passed": 1,
             "tests_total": 1, "exit_code": 0, "timed_out": False, "sandbox_ms": 1.0}
     return pd.DataFrame([{**base, "reward": r, "group_id": g, "infra_error": e}
                          for r, g, e in zip(rewards, groups, infra_errors)], index=[7, 3, 5, 1, 0])
@@ -176,8 +176,8 @@ def test_train_rows_rejects_an_advantage_on_an_infra_error_row():
 
 def test_train_samples_decode_rows():
     rows = with_advantages(_scored([1.0, 0.0, 1.0, 1.0, 1.0], list("aabbb"), [""] * 5), TrainConfig(advantage_eps=0))
-    assert train_samples(rows)[:2] == [TrainSample([1, 5], [7, 2], [-0.1, -0.2], 1.0, "a"),
-                                       TrainSample([1, 5], [7, 2], [-0.1, -0.2], -1.0, "a")]
+    assert train_samples(rows)[:2] == [TrainSample([1, 5], [7, 2], [-0.1, -0.2], 1.0, "a", temperature=0.6),
+                                       TrainSample([1, 5], [7, 2], [-0.1, -0.2], -1.0, "a", temperature=0.6)]
 
 
 @pytest.mark.parametrize("kwargs, message", [
