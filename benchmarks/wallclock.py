@@ -41,6 +41,11 @@ Target (issue 21): in the same wall time, posttrain's eval pass@1 >= TRL's, at e
     python benchmarks/wallclock.py                   # 960 s of TRL, 400 loop iterations: ~45 min on 2 quiet cores
     python benchmarks/wallclock.py --seconds 60 --every 30 --iterations 2 --eval-every 1      # a quick check
     python benchmarks/wallclock.py --mlflow-uri sqlite:////tmp/run/mlflow.db                 # an existing loop run
+    python benchmarks/wallclock.py --trl-from /tmp/bench-wallclock-x --cfg '{"train": {"epochs": 2}}'  # a variant
+
+``--cfg`` merges loop settings over the benchmark's (a variant of posttrain); ``--trl-from`` takes TRL's side (its
+checkpoints and their seconds, ``trl.json``) from an earlier run's folder instead of training TRL again; its
+checkpoints are evaluated again, beside posttrain's versions, by the same evaluator.
 
 TRL is a benchmark-only dependency (``pip install -e ".[bench]"``). The last line printed is one JSON object.
 """
@@ -255,6 +260,14 @@ def means(rows: list[dict]) -> dict:
     return {side: {name: mean(f"{side}_{name}") for name in ("greedy", "sampled")} for side in ("posttrain", "trl")}
 
 
+def merged(base: dict, override: dict) -> dict:
+    """``base`` with ``override``'s keys replaced, nested dicts merged key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=960.0, help="TRL's training seconds")
@@ -264,6 +277,8 @@ def main() -> None:
                         help="the loop's own evaluation: every N-th version (0: v0 and the last only)")
     parser.add_argument("--mlflow-uri", help="read an earlier rl_loop run from this store instead of running one")
     parser.add_argument("--run-id", help="with --mlflow-uri: that rl_loop run (default: the latest)")
+    parser.add_argument("--cfg", default="{}", help="loop settings (JSON) merged over the benchmark's")
+    parser.add_argument("--trl-from", help="an earlier run's folder: reuse its TRL checkpoints (trl.json)")
     parser.add_argument("--side", choices=["trl", "eval"], help=argparse.SUPPRESS)
     parser.add_argument("--policy", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -280,18 +295,22 @@ def main() -> None:
     loop_wall_s = None
     uri = args.mlflow_uri
     if uri is None:
-        cfg = {"iterations": args.iterations, "eval": {"every": args.eval_every},
-               "admission": {"checks": ["consistency"]}}
+        cfg = merged({"iterations": args.iterations, "eval": {"every": args.eval_every},
+                      "admission": {"checks": ["consistency"]}}, json.loads(args.cfg))
         loop_wall_s, uri = loop.run_loop(work, cfg)
     run_id, versions = loop_versions(uri, args.run_id)
     in_loop = [{k: point[k] for k in ("version", "seconds", "greedy", "sampled")}
                for point in versions if "greedy" in point]
     # 2. TRL: train for the budget, saving checkpoints
     script = [sys.executable, __file__, "--policy", policy]
-    trl = rl_step.child(script + ["--side", "trl", "--seconds", str(args.seconds), "--every", str(args.every),
-                                  "--out", str(work / "trl")])
-    if "error" in trl:
-        raise SystemExit(f"TRL failed: {trl['error']}")
+    if args.trl_from:
+        trl = json.loads((Path(args.trl_from) / "trl.json").read_text())
+    else:
+        trl = rl_step.child(script + ["--side", "trl", "--seconds", str(args.seconds), "--every", str(args.every),
+                                      "--out", str(work / "trl")])
+        if "error" in trl:
+            raise SystemExit(f"TRL failed: {trl['error']}")
+        (work / "trl.json").write_text(json.dumps(trl))
     # 3. at 0 s and each TRL checkpoint time, posttrain's latest version by then: its weights, from its iteration run
     points = [{"dir": policy, "seconds": 0.0, "step": 0, "round": 0}] + trl.pop("checkpoints")
     chosen = {}
@@ -315,10 +334,11 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "wallclock", "cpus": os.cpu_count(), "seconds": args.seconds, "every": args.every,
         "posttrain": {"mlflow_uri": uri, "run_id": run_id, "iterations": args.iterations if loop_wall_s else None,
+                      "cfg": json.loads(args.cfg),
                       "eval_every": args.eval_every if loop_wall_s else None, "versions": len(versions) - 1,
                       "training_s": end_s, "workflow_wall_s": round(loop_wall_s, 1) if loop_wall_s else None,
                       "curve": ours, "in_loop_curve": in_loop},
-        "trl": {**trl, "curve": theirs},
+        "trl": {**trl, "curve": theirs, "from": args.trl_from},
         "at_trl_checkpoints": rows,
         "mean_pass_at_1": means(rows),
         "target": "posttrain pass@1 >= TRL's at every TRL checkpoint time (training seconds)",
