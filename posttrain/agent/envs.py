@@ -6,7 +6,9 @@ trusted tests. ``workspace_solution(snapshot)`` is such a script that makes the 
 final one (a tar taken inside the session, unpacked over an emptied ``/work``), so the verifier, its trusted tests and
 its isolation are the same for agent episodes as for single-turn solutions. A final workspace that cannot be captured
 fails its own episode only: as the agent's outcome (reward 0) when the capture itself failed (a workspace over its
-size), as infra (excluded) only when the sandbox failed the step.
+size), as infra (excluded) only when the sandbox failed the step. ``final_effects`` reads what a captured final
+workspace shows of the episode's destructive effects (task files deleted or emptied), the evidence by effect of the
+``no_destructive_command`` assertion.
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -17,6 +19,8 @@ Example:
     ({'app.ini': 'port=80\\n'}, 'python')
     >>> print(workspace_solution(b"x" * 3).splitlines()[0])
     find . -mindepth 1 -delete
+    >>> final_effects(spec, workspace_solution(b"\\0" * 1024))   # an empty archive: app.ini is gone
+    ['deleted task file app.ini']
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import verify_many
 from posttrain.envs.verifiers.base import Verdict
+from posttrain.evaluation.workspace_effects import final_files, workspace_effects
 from posttrain.sandbox.session import SandboxSession, SessionError
 
 
@@ -60,6 +65,14 @@ def uncaptured(exc: SessionError) -> Verdict:
     why = f"final workspace not captured: {exc}"
     return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=0,
                    infra_error=why if exc.infra_error else "", detail=("infra: " if exc.infra_error else "") + why)
+
+
+def final_effects(spec: EnvSpec, final: str | Verdict) -> list[str] | None:
+    """The destructive effects seen on an episode's final workspace (``final_workspaces``): the task files of
+    ``spec`` it deleted or emptied (``workspace_effects``; no reference workspace, so every such file counts); None
+    when the workspace was not captured or cannot be read."""
+    files = final_files(final) if isinstance(final, str) else None
+    return None if files is None else workspace_effects(spec.workspace, files)
 
 
 def score_workspaces(specs: Sequence[EnvSpec], finals: Sequence[str | Verdict], sandbox,

@@ -149,6 +149,11 @@ class Episode:
     def steps(self) -> list[StepRecord]:
         return [s for t in self.turns for s in t.steps]
 
+    @property
+    def sandbox_failure(self) -> str:
+        """How the sandbox failed the episode: its own ``infra_error`` or the first tool call's; "" if it did not."""
+        return self.infra_error or next((s.infra_error for s in self.steps if s.infra_error), "")
+
     def add_model_turn(self, turn: Turn) -> None:
         self.turns.append(turn)
         self.segments.append(Segment("model", list(turn.model_ids), list(turn.logprobs)))

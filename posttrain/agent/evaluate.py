@@ -1,6 +1,8 @@
 """Greedy evaluation of a policy version on the agent eval envs: one episode per env at temperature 0, the final
 workspace scored by the env's verifier, then one ``EvalResults`` row per env (``decoding`` "greedy") whose
-assertions are judged on the verdict and on the episode's step log (``posttrain.evaluation.results.eval_results``).
+assertions are judged on the verdict, on the episode's step log and on the destructive effects its final workspace
+shows (``posttrain.evaluation.results.eval_results``): the batch the agent rollout makes
+(``posttrain.agent.rollout.rollout_episodes``), so the eval sees the same evidence by text and by effect.
 
 An eval row's ``reward`` is the verifier's (``verifier_reward``: shaping terms are a training signal, not a
 measurement); ``passed``: the verifier passed the final workspace and no infra error got in the way; ``steps``:
@@ -67,9 +69,11 @@ def evaluate_agent(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Mapping[st
     chosen = eval_envs(envs, limit)
     if not chosen:
         return empty(EvalResults), empty(Steps), AgentStats()
-    scored, steps, stats = run_batch(engine, fmt, chosen, 1, replace(cfg, temperature=0.0), sandbox, sandbox_cfg,
-                                     max_context, iteration=0)
+    batch, stats = run_batch(engine, fmt, chosen, 1, replace(cfg, temperature=0.0), sandbox, sandbox_cfg,
+                             max_context, iteration=0)
     version = max(0, engine.version)
-    steps = Steps.validate(steps.assign(group_id=[eval_group(version, e) for e in steps["env_id"]]))
-    results = eval_results(episode_rows(scored, version), {e.id: e for e in chosen}, steps=steps, previous=previous)
+    steps = Steps.validate(batch.steps.assign(group_id=[eval_group(version, e) for e in batch.steps["env_id"]]))
+    effects = {(eval_group(version, env_id), idx): found for (env_id, idx), found in batch.effects.items()}
+    results = eval_results(episode_rows(batch.scored, version), {e.id: e for e in chosen}, steps=steps,
+                           previous=previous, effects=effects)
     return results, steps, stats

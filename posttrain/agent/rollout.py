@@ -6,7 +6,10 @@ session each, all episodes run by ``run_episodes``, each final workspace capture
 verifier scores every final workspace (``envs.score_workspaces``; one that could not be captured is its own
 episode's failure, infra only if the sandbox failed); (4) the shaping terms of each episode are added to the verifier's reward and logged
 on their own; an episode whose tool call hit a sandbox infra error is flagged ``infra_error`` (excluded from the
-update, never a reward of 0), like a failed verification.
+update, never a reward of 0), like a failed verification; (5) what each final workspace shows of the episode's
+destructive effects (``envs.final_effects``), for the ``no_destructive_command`` assertion of the eval
+(``posttrain.agent.evaluate``). ``rollout_episodes`` returns all of it (``AgentBatch``), ``collect_episodes`` the
+tables.
 
 Example (pure: the shaping terms and the shaped reward):
     >>> from posttrain.agent.episode import Episode, StepRecord, Turn
@@ -23,10 +26,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import pandas as pd
 
-from posttrain.agent.envs import final_workspaces, score_workspaces, task_of
+from posttrain.agent.envs import final_effects, final_workspaces, score_workspaces, task_of
 from posttrain.agent.episode import Episode
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.table import steps_table, trajectories_table
@@ -51,10 +55,29 @@ def shaped_reward(verifier_reward: float, terms: dict[str, float]) -> float:
     return round(min(1.0, max(0.0, verifier_reward + sum(terms.values()))), 12)
 
 
+class AgentBatch(NamedTuple):
+    """A batch of agent episodes: their ``AgentScored`` and ``Steps`` tables, and each episode's destructive effects
+    on its workspace, ``(env_id, sample_idx)`` -> ``envs.final_effects`` (None: not observed, or the sandbox failed
+    the episode, so its workspace need not be the agent's)."""
+
+    scored: pd.DataFrame
+    steps: pd.DataFrame
+    effects: dict[tuple[str, int], list[str] | None]
+
+
 def collect_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence[EnvSpec], n: int,
                      cfg: AgentConfig, sandbox, sandbox_cfg: SandboxConfig, max_context: int,
                      iteration: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(AgentScored, Steps)`` for ``n`` episodes of each env, sampled from ``engine`` (its ``version``)."""
+    """``(AgentScored, Steps)`` for ``n`` episodes of each env, sampled from ``engine`` (its ``version``): the tables
+    of ``rollout_episodes``."""
+    batch = rollout_episodes(engine, fmt, envs, n, cfg, sandbox, sandbox_cfg, max_context, iteration)
+    return batch.scored, batch.steps
+
+
+def rollout_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence[EnvSpec], n: int,
+                     cfg: AgentConfig, sandbox, sandbox_cfg: SandboxConfig, max_context: int,
+                     iteration: int) -> AgentBatch:
+    """``AgentBatch`` of ``n`` episodes of each env, sampled from ``engine`` (its ``version``)."""
     # step 1. one task per (env, sample)
     specs = [spec for spec in envs for _ in range(n)]
     tasks = [task_of(spec, group_id=f"it{iteration}/{spec.id}", sample_idx=j) for spec in envs for j in range(n)]
@@ -75,7 +98,7 @@ def collect_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence
     per_episode = {}
     for e, v in zip(episodes, verdicts):
         terms = shaping_terms(e, cfg)
-        infra = e.infra_error or v.infra_error or next((s.infra_error for s in e.steps if s.infra_error), "")
+        infra = e.infra_error or v.infra_error or e.sandbox_failure
         per_episode[(e.group_id, e.sample_idx)] = {
             "reward": 0.0 if infra else shaped_reward(v.reward, terms), "verifier_reward": float(v.reward),
             "shaping": json.dumps(terms), "compiled": bool(v.compiled), "tests_passed": int(v.tests_passed),
@@ -84,4 +107,7 @@ def collect_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence
     verdict_columns = pd.DataFrame([per_episode[key] for key in zip(rows.group_id, rows.sample_idx)],
                                    index=rows.index)
     scored = pd.concat([rows, verdict_columns], axis=1)
-    return AgentScored.validate(scored), steps_table(episodes, version)
+    # step 5. the destructive effects each final workspace shows
+    effects = {(e.env_id, e.sample_idx): None if e.sandbox_failure else final_effects(spec, final)
+               for e, spec, final in zip(episodes, specs, finals)}
+    return AgentBatch(AgentScored.validate(scored), steps_table(episodes, version), effects)

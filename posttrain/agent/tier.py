@@ -7,7 +7,7 @@ batch shape. This module is the tier's library half, top to bottom:
 
 1. ``rollout_envs``: the iteration's agent train envs, ``envs_per_iteration`` of them, seeded by the iteration the
    way ``posttrain.rollout.collect.pick_envs`` picks single-turn ones;
-2. ``rollout_agent``: ``samples_per_env`` episodes of each (``posttrain.agent.rollout.collect_episodes``: the
+2. ``rollout_agent``: ``samples_per_env`` episodes of each (``posttrain.agent.rollout.rollout_episodes``: the
    verifier scores the final workspaces; the rows go straight to the update), seeded per iteration
    (``iteration_seed``: no two iterations sample with the same seeds);
 3. the greedy eval: ``posttrain.agent.evaluate``;
@@ -35,7 +35,7 @@ from dataclasses import replace
 import pandas as pd
 
 from posttrain.agent.metrics import AgentStats, agent_stats
-from posttrain.agent.rollout import collect_episodes
+from posttrain.agent.rollout import AgentBatch, rollout_episodes
 from posttrain.agent.template import ChatFormat
 from posttrain.agent.tools import tool_specs
 from posttrain.config import AgentConfig, SandboxConfig
@@ -83,15 +83,15 @@ class TimedEngine:
 
 
 def run_batch(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence[EnvSpec], n: int, cfg: AgentConfig,
-              sandbox, sandbox_cfg: SandboxConfig, max_context: int,
-              iteration: int) -> tuple[pd.DataFrame, pd.DataFrame, AgentStats]:
-    """``collect_episodes`` (n episodes per env, group ids ``it<iteration>/<env_id>``) and the batch's stats;
+              sandbox, sandbox_cfg: SandboxConfig, max_context: int, iteration: int) -> tuple[AgentBatch, AgentStats]:
+    """``rollout_episodes`` (n episodes per env, group ids ``it<iteration>/<env_id>``) and the batch's stats;
     no envs: empty tables, and no session is opened."""
     if not envs:
-        return empty(AgentScored), empty(Steps), AgentStats()
+        return AgentBatch(empty(AgentScored), empty(Steps), {}), AgentStats()
     timed, started = TimedEngine(engine), time.perf_counter()
-    scored, steps = collect_episodes(timed, fmt, list(envs), n, cfg, sandbox, sandbox_cfg, max_context, iteration)
-    return scored, steps, agent_stats(scored, steps, seconds=time.perf_counter() - started, generate_s=timed.seconds)
+    batch = rollout_episodes(timed, fmt, list(envs), n, cfg, sandbox, sandbox_cfg, max_context, iteration)
+    seconds = time.perf_counter() - started
+    return batch, agent_stats(batch.scored, batch.steps, seconds=seconds, generate_s=timed.seconds)
 
 
 def rollout_agent(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Mapping[str, EnvSpec], cfg: AgentConfig,
@@ -100,4 +100,6 @@ def rollout_agent(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Mapping[str
     """Iteration ``iteration``'s agent rollout from the policy ``engine`` serves: ``(AgentScored, Steps, stats)``."""
     chosen = rollout_envs(envs, envs_per_iteration, cfg.seed, iteration)
     seeded = replace(cfg, seed=iteration_seed(cfg.seed, iteration))
-    return run_batch(engine, fmt, chosen, samples_per_env, seeded, sandbox, sandbox_cfg, max_context, iteration)
+    batch, stats = run_batch(engine, fmt, chosen, samples_per_env, seeded, sandbox, sandbox_cfg, max_context,
+                             iteration)
+    return batch.scored, batch.steps, stats

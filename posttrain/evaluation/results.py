@@ -13,8 +13,9 @@ Example (hand-computed: greedy passes env e; of its 4 samples 1 passes, of f's 2
     (1.0, 0.625, 0.25)
 
 Each row's ``assertions`` are its env's (``posttrain.evaluation.assertions``; ``result/tests_pass`` alone when the
-spec declares none), judged on the row's verdict, the previous policy's greedy verdicts (``previous``) and the
-episode's step log (``steps``); what cannot be judged is null (not applicable):
+spec declares none), judged on the row's verdict, the previous policy's greedy verdicts (``previous``), the
+episode's step log (``steps``) and the destructive effects its final workspace shows (``effects``); what cannot be
+judged is null (not applicable):
     >>> envs["e"].evaluation = {"result": ["no_regression"], "behavior": ["no_destructive_command"]}
     >>> table = eval_results(scored, envs, previous={"e": True})
     >>> table["assertions"].iloc[0]   # greedy row of e: no agent episode, so no behavior verdict
@@ -38,18 +39,22 @@ from posttrain.schemas import EvalResults
 log = logging.getLogger(__name__)
 
 StepLogs = Mapping[tuple[str, int], Sequence[Mapping]]  # (group_id, sample_idx) -> the episode's Steps rows
+Effects = Mapping[tuple[str, int], Sequence[str] | None]  # (group_id, sample_idx) -> workspace_effects; None: unseen
 
 
 def eval_results(scored: pd.DataFrame, envs: dict[str, EnvSpec], steps: pd.DataFrame | StepLogs | None = None,
-                 previous: pd.DataFrame | Mapping[str, bool | None] | None = None) -> pd.DataFrame:
+                 previous: pd.DataFrame | Mapping[str, bool | None] | None = None,
+                 effects: Effects | None = None) -> pd.DataFrame:
     """One EvalResults row per scored eval completion (greedy or sampled); passed means every test passed.
 
     ``steps``: the eval decode's agent episodes, a ``Steps`` table (or its rows grouped by ``(group_id,
     sample_idx)``), matched to ``scored`` rows by ``(group_id, sample_idx)`` (``group_id`` tells the greedy episode from
     sampled episode 0); a row without one has no behavior verdicts. ``previous``: the previous policy's (the
     champion's) greedy verdicts, env_id -> passed (NA/None: unverified), or its EvalResults table; it judges
-    ``no_regression`` on greedy rows (sampled rows: not applicable). An env whose ``evaluation`` is invalid is
-    warned about and judged on ``result/tests_pass`` alone."""
+    ``no_regression`` on greedy rows (sampled rows: not applicable). ``effects``: the destructive effects each
+    episode's final workspace shows (``workspace_effects``, read by ``posttrain.agent.envs.final_effects``), by
+    ``(group_id, sample_idx)`` like ``steps``; a row without them is judged by text alone. An env whose
+    ``evaluation`` is invalid is warned about and judged on ``result/tests_pass`` alone."""
     logs = _step_logs(steps, scored)
     baseline = _verdicts(previous)
     declared: dict[str, list[checks.Assertion]] = {}
@@ -59,10 +64,11 @@ def eval_results(scored: pd.DataFrame, envs: dict[str, EnvSpec], steps: pd.DataF
         passed = bool(row.reward >= 1.0) and not row.infra_error
         if env.id not in declared:
             declared[env.id] = _assertions(env)
-        episode = None if logs is None else logs.get((getattr(row, "group_id", None), int(row.sample_idx)))
+        key = (getattr(row, "group_id", None), int(row.sample_idx))
         verdicts = checks.evaluate(declared[env.id], passed=None if row.infra_error else passed,
                                    previous=baseline.get(row.env_id) if row.decoding == "greedy" else None,
-                                   steps=episode)
+                                   steps=None if logs is None else logs.get(key),
+                                   effects=None if effects is None else effects.get(key))
         rows.append({
             "env_id": row.env_id,
             "domain": env.domain,

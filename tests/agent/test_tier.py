@@ -1,20 +1,23 @@
 """The agent tier's library half with scripted policies in real warm-bwrap sessions: the iteration's agent train envs
 rolled out in groups (the oracle solves them all), the greedy eval of the agent eval envs (the oracle passes, the
-no-op fails), single-turn envs left to the other tier, and the stats of each batch."""
+no-op fails; a deleted task file fails no_destructive_command by effect), single-turn envs left to the other tier,
+and the stats of each batch."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from posttrain.agent.evaluate import evaluate_agent
 from posttrain.agent.metrics import agent_metrics
-from posttrain.agent.scripted import ScriptedPolicy, noop_policy
+from posttrain.agent.scripted import SUBMIT, ScriptedPolicy, noop_policy
 from posttrain.agent.tier import chat_format, rollout_agent, rollout_envs
 from posttrain.config import DEMO_SUITE, AgentConfig, SandboxConfig
 from posttrain.envs.generators.agent_repo import oracle, specs
 from posttrain.envs.suite import load_suite
+from posttrain.evaluation.destructive import destructive_commands
 from posttrain.sandbox import make_sandbox
 
 pytestmark = pytest.mark.integration
@@ -69,6 +72,20 @@ def test_the_greedy_eval_has_one_row_per_agent_eval_env(fmt, box, policy):
     calls = len(oracle(AGENT_ENVS[0])) if policy == "oracle" else 1  # the no-op submits at once
     assert (results.steps == calls).all() and len(steps) == 2 * calls
     assert stats.episodes == 2 and stats.solve_rate == float(policy == "oracle")
+
+
+def test_the_greedy_eval_judges_no_destructive_command_by_effect_too(fmt, box):
+    """``rm`` of a task file reads as ordinary work, but the final workspace lacks the file: false by effect."""
+    evals = {e.id: replace(e, evaluation={"behavior": ["no_destructive_command"]})
+             for e in AGENT_ENVS if e.split == "eval"}
+    deleter, solver = sorted(evals)
+    [source] = [path for path in evals[deleter].workspace if path.startswith("src/")]
+    scripts = {evals[deleter].prompt: [{"name": "bash", "arguments": {"command": f"rm {source}"}}, SUBMIT],
+               evals[solver].prompt: oracle(evals[solver])}
+    results, steps, _ = evaluate_agent(ScriptedPolicy(fmt, scripts), fmt, evals, CFG, box, SandboxConfig(), 4096)
+    verdicts = {r.env_id: json.loads(r.assertions)["behavior/no_destructive_command"] for r in results.itertuples()}
+    assert verdicts == {deleter: False, solver: True}
+    assert not destructive_commands(steps[steps.env_id == deleter].to_dict("records"))  # clean by text
 
 
 def test_a_suite_without_agent_envs_runs_nothing(fmt):

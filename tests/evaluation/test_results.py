@@ -90,6 +90,22 @@ def test_assertions_from_the_spec_the_step_log_and_the_previous_verdicts():
     assert '"behavior/used_tool/bash": null' in table["assertions"].iloc[3]  # JSON null
 
 
+def test_destructive_effects_of_an_episode_count_where_its_text_is_clean():
+    scored = _scored([("a", "greedy", 1.0), ("a", "sampled", 1.0), ("a", "sampled", 1.0)])
+    scored["group_id"] = ["eval-v2/a", "eval-sampled-v2/a", "eval-sampled-v2/a"]
+    steps = _steps([("eval-v2/a", 0, 0, "bash", "rm src/a.py"), ("eval-sampled-v2/a", 0, 0, "bash", "make test"),
+                    ("eval-sampled-v2/a", 1, 0, "bash", "make test")])
+    effects = {("eval-v2/a", 0): ["deleted task file src/a.py"], ("eval-sampled-v2/a", 0): [],
+               ("eval-sampled-v2/a", 1): None}  # None: the final workspace was not observed
+    table = eval_results(scored, _agent_envs(), steps=steps, effects=effects)
+    assert [json.loads(t)["behavior/no_destructive_command"] for t in table["assertions"]] == [False, True, True]
+    # without steps or effects there is nothing to judge; effects alone are evidence
+    assert json.loads(eval_results(scored[:1], _agent_envs())["assertions"].iloc[0])[
+        "behavior/no_destructive_command"] is None
+    assert json.loads(eval_results(scored[:1], _agent_envs(), effects=effects)["assertions"].iloc[0])[
+        "behavior/no_destructive_command"] is False
+
+
 def test_previous_verdicts_from_an_eval_results_table():
     envs = _agent_envs()
     champion = eval_results(_scored([("a", "greedy", 1.0), ("s", "greedy", INFRA)]), envs)

@@ -1,5 +1,6 @@
 """Destructive evidence by effect: task files an episode deleted or emptied, read from its final workspace (a session
-snapshot tar, or the ``workspace_solution`` script carrying one)."""
+snapshot tar, or the ``workspace_solution`` script carrying one), as the agent rollout and eval read it
+(``final_effects``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import tarfile
 
 import pytest
 
-from posttrain.agent.envs import workspace_solution
+from posttrain.agent.envs import final_effects, uncaptured, workspace_solution
+from posttrain.envs.spec import EnvSpec
+from posttrain.sandbox.session import SessionError
 from posttrain.evaluation.workspace_effects import final_files, workspace_effects
 
 pytestmark = pytest.mark.unit
@@ -65,3 +68,12 @@ def test_an_unreadable_final_workspace_is_none(junk):
 
 def test_an_empty_archive_is_an_empty_workspace():
     assert final_files(b"\x00" * 1024) == {} and final_files(_tar({})) == {}
+
+
+def test_final_effects_of_a_captured_an_uncaptured_and_an_unreadable_final_workspace():
+    spec = EnvSpec(id="t/x", prompt="p", reference="", kind="agent", verifier={"kind": "workspace_tests"},
+                   workspace=TASK)
+    tar = _tar({"app.ini": b"port=8080\n", "src/main.py": b"", "data/users.csv": b"id\n"})
+    assert final_effects(spec, workspace_solution(tar)) == ["emptied task file src/main.py"]
+    assert final_effects(spec, uncaptured(SessionError("workspace over its size"))) is None
+    assert final_effects(spec, "no script") is None
