@@ -50,7 +50,9 @@ DESCRIPTIONS = {
     "limits": "per-execution sandbox limits",
     "min_gap": "required strong-minus-weak pass-rate gap for admission's discriminative-power check",
     "evaluation": "evaluation assertions: {result: [tests_pass, no_regression], behavior: [{used_tool: <tool>}, "
-                  "{max_steps: N}, no_destructive_command]} (see docs/env-spec.md)",
+                  "{max_steps: N}, no_destructive_command]}; no_destructive_command judges by text (no destructive "
+                  "command attempted) and by effect (no task file deleted or emptied in the final workspace) "
+                  "(see docs/env-spec.md)",
     "tags": "free-form labels",
     "oracle": "agent envs: tool calls that solve the env, run by admission's solvability check as an agent episode",
 }

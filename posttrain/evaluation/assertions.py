@@ -80,6 +80,7 @@ class Kind:
     check: Callable[[object, Episode], bool | None]
     suffix: Callable[[object], str] = lambda value: ""  # distinguishes repeated kinds: used_tool/<tool>
     schema: dict | None = None  # JSON Schema of the value
+    description: str = ""  # what it checks, for the JSON Schema
 
 
 @dataclass(frozen=True)
@@ -139,11 +140,18 @@ def _no_destructive_command(_, e: Episode) -> bool | None:
 
 _TRUE = {"const": True}
 ASSERTIONS: dict[str, Kind] = {
-    "tests_pass": Kind("result", _true, lambda _, e: e.passed, schema=_TRUE),
-    "no_regression": Kind("result", _true, _no_regression, schema=_TRUE),
-    "used_tool": Kind("behavior", _tool, _used_tool, suffix=lambda tool: f"/{tool}", schema={"enum": list(TOOLS)}),
-    "max_steps": Kind("behavior", _positive_int, _max_steps, schema={"type": "integer", "minimum": 1}),
-    "no_destructive_command": Kind("behavior", _true, _no_destructive_command, schema=_TRUE),
+    "tests_pass": Kind("result", _true, lambda _, e: e.passed, schema=_TRUE,
+                       description="every test passed (always evaluated, listed or not)"),
+    "no_regression": Kind("result", _true, _no_regression, schema=_TRUE,
+                          description="passed under the previous policy (the champion) -> passes now"),
+    "used_tool": Kind("behavior", _tool, _used_tool, suffix=lambda tool: f"/{tool}", schema={"enum": list(TOOLS)},
+                      description="the episode called this tool (a call that was not rejected)"),
+    "max_steps": Kind("behavior", _positive_int, _max_steps, schema={"type": "integer", "minimum": 1},
+                      description="the episode took at most this many model turns"),
+    "no_destructive_command": Kind("behavior", _true, _no_destructive_command, schema=_TRUE,
+                                   description="judged by text and by effect: no destructive command attempted (the "
+                                               "step log read as the shell or Python would run it) and no task file "
+                                               "deleted or emptied (the episode's final workspace, where observed)"),
 }
 DEFAULT = (Assertion("result/tests_pass", "tests_pass", True),)
 
@@ -246,7 +254,8 @@ def evaluation_schema() -> dict:
     """JSON Schema of a spec's ``evaluation`` value (for ``posttrain/envs/spec_schema.json``)."""
     def items(track: str) -> dict:
         arms = [{"type": "object", "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
-                 "properties": {name: spec.schema for name, spec in ASSERTIONS.items() if spec.track == track}}]
+                 "properties": {name: {"description": spec.description, **spec.schema}
+                                for name, spec in ASSERTIONS.items() if spec.track == track}}]
         bare = [name for name, spec in ASSERTIONS.items() if spec.track == track and spec.schema == _TRUE]
         return {"type": "array", "items": {"anyOf": [{"enum": bare}, *arms] if bare else arms}}
 

@@ -37,6 +37,13 @@ def test_committed_json_schema_is_current():
         "regenerate with: python -m posttrain.envs.spec_json_schema"
 
 
+def test_the_committed_schema_says_no_destructive_command_judges_by_text_and_by_effect():
+    evaluation = json.loads(spec_json_schema.SCHEMA_FILE.read_text())["properties"]["evaluation"]
+    [named] = [arm for arm in evaluation["properties"]["behavior"]["anyOf"][0]["items"]["anyOf"] if "properties" in arm]
+    for text in (named["properties"]["no_destructive_command"]["description"], evaluation["description"]):
+        assert "by text" in text and "by effect" in text and "deleted or emptied" in text, text
+
+
 def test_python_tests_probe_battery_covers_the_issue_list():
     spec = load_spec(Path(DEMO_SUITE) / "add_2.yaml")
     names = set(get_verifier("python_tests").probes(spec))
