@@ -292,19 +292,24 @@ class Slot:
         return raw
 
     def _reply(self, deadline: float) -> dict | None:
-        """The executor's JSON verdict, or None (the slot is broken) if none comes by ``deadline``."""
+        """The executor's JSON verdict, or None (the slot is broken) if none comes by ``deadline`` or what comes is
+        no verdict: the parse is bounded (one 64 KiB message) and caught, nesting too deep included."""
         try:
             self.sock.settimeout(max(0.05, deadline - time.monotonic()))
             data = self.sock.recv(65536)
-            return json.loads(data) if data else None
-        except (OSError, ValueError) as exc:
-            self.broken = f"no verdict from the slot: {exc}"
+            reply = json.loads(data) if data else None
+        except (OSError, ValueError, RecursionError) as exc:
+            self.broken = f"no verdict from the slot: {type(exc).__name__}: {exc}"
             return None
         finally:
             try:
                 self.sock.settimeout(None)
             except OSError:
                 pass
+        if reply is not None and not _is_verdict(reply):
+            self.broken = f"no verdict from the slot: {data[:200]!r}"
+            return None
+        return reply
 
     def healthy(self) -> bool:
         return not self.broken and self.proc.poll() is None
@@ -355,6 +360,17 @@ class _Spawner:
                 future.set_result(fn())
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 future.set_exception(exc)
+
+
+def _is_verdict(reply: object) -> bool:
+    """Whether ``reply`` is a verdict the executor writes (``trusted/zygote.py``): a setup error, or an exit code
+    (None when it timed out) and whether it timed out."""
+    if not isinstance(reply, dict):
+        return False
+    if reply.get("setup_error"):
+        return isinstance(reply["setup_error"], str)
+    code = reply.get("exit_code")
+    return isinstance(reply.get("timed_out"), bool) and (code is None or type(code) is int)
 
 
 def _child_pid(status_r: int, proc: subprocess.Popen) -> int:
