@@ -9,11 +9,13 @@ episodes in real sandbox sessions of the configured backend, and the env's own v
 Steps, top to bottom (``run_scripted``): (1) the episodes are split into rounds whose task prompts differ (a scripted
 policy tells its tasks apart by their prompt) and batches of ``AdmissionConfig.agent_batch``; (2) each batch runs
 together (``agent.runner.run_episodes``: one batched turn, tool calls concurrent), one session per episode; (3) each
-final workspace is snapshotted and its session closed (so scoring holds no docker container); (4) every workspace of
-the check is scored in one ``SandboxBatches`` batch (``agent.envs.workspace_solution``, the same solution
-``score_final_workspaces`` builds). A session that cannot start or a tool call that hits a sandbox failure makes the
-verdict infra, never a reward of 0. The scripted policies speak the engine protocol (token ids in and out) through
-any tokenizer; admission has no policy of its own, so ``chat_format`` trains a small byte-level one.
+final workspace is captured as the agent rollout captures it (``agent.envs.final_workspaces``) and its session closed
+(so scoring holds no docker container); (4) every captured workspace of the check is scored in one
+``SandboxBatches`` batch. A session that cannot start or a tool call that hits a sandbox failure makes the verdict
+infra, never a reward of 0; a final workspace that cannot be captured fails its own episode
+(``agent.envs.uncaptured``: infra only if the sandbox failed). The scripted policies speak the engine protocol
+(token ids in and out) through any tokenizer; admission has no policy of its own, so ``chat_format`` trains a small
+byte-level one.
 
 Example:
     >>> spec = EnvSpec(id="t/fix", prompt="Fix a.py", kind="agent", reference="", verifier={"kind": "workspace_tests"},
@@ -32,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from posttrain.admission.batch import SandboxBatches
-from posttrain.agent.envs import task_of, workspace_solution
+from posttrain.agent.envs import final_workspaces, task_of
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import SUBMIT, ScriptedPolicy
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
@@ -97,7 +99,7 @@ def _rounds(jobs: Sequence[tuple[EnvSpec, list]], size: int) -> list[list[int]]:
 def _episode_batch(jobs: Sequence[tuple[EnvSpec, list]], sandbox, sandbox_cfg: SandboxConfig,
                    agent_cfg: AgentConfig) -> list[str | Verdict]:
     """Run one episode per job (distinct prompts) together: the final workspace of each as a verifier solution, or
-    an infra verdict."""
+    its verdict (infra, or a workspace that could not be captured)."""
     fmt = chat_format()
     policy = ScriptedPolicy(fmt, {spec.prompt: calls for spec, calls in jobs})
     sessions = []
@@ -106,12 +108,10 @@ def _episode_batch(jobs: Sequence[tuple[EnvSpec, list]], sandbox, sandbox_cfg: S
             sessions.append(sandbox.session(timeout_s=min(spec.limits.timeout_s, sandbox_cfg.timeout_s),
                                             memory_mb=min(spec.limits.memory_mb, sandbox_cfg.memory_mb)))
         episodes = run_episodes(policy, fmt, [task_of(spec) for spec, _ in jobs], sessions, agent_cfg, MAX_CONTEXT)
-        out: list[str | Verdict] = []
-        for episode, session in zip(episodes, sessions):
-            infra = episode.infra_error or next((s.infra_error for s in episode.steps if s.infra_error), "")
-            out.append(_infra(f"agent episode: {infra}") if infra else workspace_solution(session.snapshot().data))
-        return out
-    except Exception as error:  # noqa: BLE001 - a session that does not start or snapshot is the sandbox's fault
+        finals = final_workspaces(sessions)
+        return [_infra(f"agent episode: {e.sandbox_failure}") if e.sandbox_failure else final
+                for e, final in zip(episodes, finals)]
+    except Exception as error:  # noqa: BLE001 - a session that does not start is the sandbox's fault
         return [_infra(f"agent episode: {type(error).__name__}: {error}")] * len(jobs)
     finally:
         for session in sessions:

@@ -10,13 +10,15 @@ import pytest
 import yaml
 
 from posttrain.admission import admit
-from posttrain.admission.agent_episodes import NOOP, TEST_EDITING, agent_probes, run_scripted, visible_tests
+from posttrain.admission.agent_episodes import (NOOP, TEST_EDITING, agent_probes, oracle_calls, run_scripted,
+                                                visible_tests)
 from posttrain.admission.anti_hacking import label_runs
 from posttrain.admission.batch import SandboxBatches
 from posttrain.config import AdmissionConfig, DockerPoolConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.suite import load_suite
 from posttrain.sandbox import SandboxStartError, make_sandbox
+from posttrain.sandbox.session import SessionError
 from tests.sandbox.cases import docker_reason
 
 AGENT_REPO = Path("posttrain/envs/suites/agent_repo")
@@ -84,6 +86,43 @@ def test_a_session_that_cannot_start_is_infra_never_a_reward_of_zero():
                             [(spec, [{"name": "submit", "arguments": {}}])] * 2)
     assert [v.excluded for v in verdicts] == [True, True]
     assert "daemon gone" in verdicts[0].infra_error and batches.executions["solvability"] == 0
+
+
+class FirstCaptureFails:
+    """Sessions of a real sandbox; the first one cannot capture its final workspace, as one over its size cannot
+    (the episode's own failure, not the sandbox's)."""
+
+    def __init__(self, box):
+        self.box, self.opened = box, 0
+
+    def session(self, **kwargs):
+        session = self.box.session(**kwargs)
+        self.opened += 1
+        if self.opened == 1:
+            session.snapshot = self.refuse
+        return session
+
+    @staticmethod
+    def refuse():
+        raise SessionError("snapshot(): workspace archive over 2 bytes")
+
+
+@pytest.mark.integration
+@needs_bwrap
+def test_a_final_workspace_that_cannot_be_captured_fails_its_own_episode_only():
+    envs = load_suite(AGENT_REPO).envs[:2]
+    cfg = SandboxConfig(backend="bwrap-warm")
+    box = make_sandbox(cfg)
+    try:
+        batches = SandboxBatches(box, cfg)
+        verdicts = run_scripted(batches, "solvability", FirstCaptureFails(box), cfg, AdmissionConfig(),
+                                [(spec, oracle_calls(spec)) for spec in envs])
+    finally:
+        box.close()
+    uncaptured, scored = verdicts
+    assert not uncaptured.excluded and uncaptured.reward == 0.0, uncaptured  # the agent's outcome, never infra
+    assert "final workspace not captured: snapshot(): workspace archive over 2 bytes" in uncaptured.detail
+    assert scored.passed and batches.executions["solvability"] == 1  # the other episode of the batch is scored
 
 
 @pytest.mark.integration
