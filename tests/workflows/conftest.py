@@ -1,20 +1,27 @@
 """Fixtures of the workflow tests: one smoke run (``pyflyte run workflows/rl_loop.py rl_smoke``) logging over HTTP
 to a real ``mlflow server`` on 127.0.0.1, shared by the tests that read it (its lineage in ``test_rl_loop.py``, its
-review in a browser in ``test_mlflow_browser.py``): one ~2-minute run instead of one per test."""
+review in a browser in ``test_mlflow_browser.py``, and the whole demo suite's admission by every check in
+``test_rl_loop.py``): one run instead of one per test. It is ``make smoke``'s config but for admission, which runs
+every check (``make smoke`` runs three) so that no other test admits the 400-odd demo envs again."""
 
 from __future__ import annotations
 
 import socket
+import json
 import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
 
+from posttrain.config import ADMISSION_CHECKS, LoopConfig
 from tests import ROOT, launch_env, mlflow_store, stop_process_group
+
+SMOKE_CFG = asdict(LoopConfig.smoke())
+SMOKE_CFG["admission"]["checks"] = list(ADMISSION_CHECKS)
 
 
 def free_port() -> int:
@@ -60,14 +67,16 @@ class SmokeRun:
 
 @pytest.fixture(scope="session")
 def smoke_run(mlflow_server, tmp_path_factory):
-    """``make smoke``'s workflow, run once (fresh cache) against ``mlflow_server``; asserts it succeeded."""
+    """``make smoke``'s workflow (admission by every check: ``SMOKE_CFG``), run once (fresh cache) against
+    ``mlflow_server``; asserts it succeeded."""
     from mlflow.tracking import MlflowClient
 
     artifacts = tmp_path_factory.mktemp("smoke-artifacts")
     env = launch_env(MLFLOW_TRACKING_URI=mlflow_server, POSTTRAIN_ARTIFACT_ROOT=artifacts.as_uri(),
                      DS_ACCELERATOR="cpu")
     pyflyte = Path(sys.executable).parent / "pyflyte"
-    proc = subprocess.run([str(pyflyte), "run", "--overwrite-cache", "workflows/rl_loop.py", "rl_smoke"],
+    proc = subprocess.run([str(pyflyte), "run", "--overwrite-cache", "workflows/rl_loop.py", "rl_smoke",
+                           "--cfg", json.dumps(SMOKE_CFG)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     return SmokeRun(mlflow_server, MlflowClient(tracking_uri=mlflow_server))

@@ -10,6 +10,8 @@ import json
 import pandas as pd
 import pytest
 
+from posttrain.config import ADMISSION_CHECKS, DEMO_SUITE
+from posttrain.envs.suite import load_suite
 from tests import run_rl_loop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -46,6 +48,22 @@ def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(smoke_run):
     assert suite.dataset.name == "demo_python" and len(suite.dataset.digest) == 32
     versions = client.search_model_versions("name='posttrain-policy'")
     assert {v.tags.get("policy_version") for v in versions} == {"0", "1"}
+
+
+def test_the_smoke_run_admitted_every_bundled_demo_env_by_every_check(smoke_run, tmp_path):
+    """The bundled demo suite stays admissible: each of its 400-odd envs passes every admission check in the
+    smoke run (``conftest.SMOKE_CFG``; ``tests/admission/test_checks.py`` admits a sample of every shape and split)."""
+    client = smoke_run.client
+    runs = client.search_runs([client.get_experiment_by_name("posttrain").experiment_id])
+    [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    report = pd.read_parquet(client.download_artifacts(parent.info.run_id, "tables/admission_report.parquet",
+                                                       str(tmp_path)))
+    envs = load_suite(DEMO_SUITE).envs
+    assert len(envs) >= 400 and set(report["check"]) == set(ADMISSION_CHECKS)
+    assert len(report) == len(ADMISSION_CHECKS) * len(envs)
+    assert set(report["env_id"]) == {spec.id for spec in envs}
+    failed = report[~report["passed"]]
+    assert failed.empty, failed[["env_id", "check", "detail"]].to_string()
 
 
 DYNAMIC = {"iterations": 1, "rollout": {"replicas": 1, "samples_per_env": 2, "envs_per_iteration": 4,
