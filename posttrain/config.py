@@ -248,6 +248,9 @@ class TrainConfig(Validated):
     micro_batch_size: int = 32  # sequences per forward/backward pass
     grad_accum_steps: int = 1  # micro batches per optimizer step (DeepSpeed gradient_accumulation_steps)
     epochs: int = 1  # passes over one iteration's scored rollouts
+    # optimizer steps an epoch takes at least, as far as its samples allow: micro batches shrink below
+    # micro_batch_size when few groups are learnable (PPO's mini-batches per rollout batch); 0: by micro_batch_size
+    min_steps: int = 0
     nproc_per_node: int = 1  # data-parallel processes per node of the update; > 1: torch elastic (tasks.update)
     nnodes: int = 1  # nodes of the update; > 1: a Kubeflow PyTorchJob on a cluster (each node its own pod and disk)
     # DeepSpeed ZeRO stage 0-3 (3 partitions the weights too); -1 (auto): 2 on several processes, 0 on one (where
@@ -275,7 +278,7 @@ class TrainConfig(Validated):
 
     PATH = "train."
     RULES = {"learning_rate": above(0), "clip_eps": above(0), "micro_batch_size": at_least(1), "epochs": at_least(1),
-             "grad_accum_steps": at_least(1), "lr_warmup_steps": at_least(0), "nproc_per_node": at_least(1),
+             "min_steps": at_least(0), "grad_accum_steps": at_least(1), "lr_warmup_steps": at_least(0), "nproc_per_node": at_least(1),
              "nnodes": at_least(1),
              "clip_eps_low": check(lambda eps: 0 <= eps < 1, "in [0, 1)"), "clip_eps_high": at_least(0),
              "zero_stage": one_of((-1, 0, 1, 2, 3)), "precision": one_of("posttrain.precision:PRECISIONS"),

@@ -29,9 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from posttrain.config import TrainConfig
 
 
 @dataclass
@@ -113,6 +117,20 @@ def accumulation_weights(masks: Sequence[Tensor], mode: str) -> list[float]:
         raise ValueError(f"TrainConfig.loss_aggregation: no accumulation weights for {mode!r}")
     total = sum(counts)
     return [count / total for count in counts]
+
+
+def micro_size(num_samples: int, cfg: TrainConfig, world_size: int = 1) -> int:
+    """Sequences per micro batch: ``cfg.micro_batch_size``, or fewer when ``cfg.min_steps`` asks for more optimizer
+    steps than that gives (each step takes ``grad_accum_steps * world_size`` micro batches), never below 1.
+
+    >>> from posttrain.config import TrainConfig
+    >>> micro_size(256, TrainConfig(min_steps=8)), micro_size(17, TrainConfig(min_steps=8)), micro_size(17, TrainConfig())
+    (32, 3, 32)
+    """
+    per_step = cfg.grad_accum_steps * world_size
+    if not cfg.min_steps or num_samples == 0:
+        return cfg.micro_batch_size
+    return max(1, min(cfg.micro_batch_size, -(-num_samples // (cfg.min_steps * per_step))))
 
 
 def shard_steps(num_micros: int, per_step: int, world_size: int) -> list[list[list[int]]]:

@@ -58,7 +58,7 @@ from posttrain.config import TrainConfig
 from posttrain.training.algorithms import aggregate, check_aggregation, get_policy_loss
 from posttrain.training.algorithms.objective import per_token_objective
 from posttrain.training.algorithms.tis import behavior_mismatch
-from posttrain.training.batching import Batch, accumulation_weights, lockstep, pad_batch, shard_steps
+from posttrain.training.batching import Batch, accumulation_weights, lockstep, micro_size, pad_batch, shard_steps
 from posttrain.training.checkpoints import POLICY_META, load_train_state, read_state_meta, save_train_state
 from posttrain.training.logprobs import completion_values, place_completion_values, token_entropy, token_logprobs
 
@@ -267,7 +267,8 @@ class PolicyTrainer:
         """One update on scored rollouts that carry their advantages.
 
         Groups whose advantages are all zero are skipped (and counted). The rest are scored once without gradient
-        when a term needs it (``_score_before_update``); then each epoch shuffles them into micro batches and takes
+        when a term needs it (``_score_before_update``); then each epoch shuffles them into micro batches (of
+        ``micro_size``) and takes
         one optimizer step per ``grad_accum_steps`` of them per rank (the last step of an epoch may have fewer).
         Under data parallelism every rank gets all samples, shuffles them alike and runs its own share of each step's
         micro batches (``batching.shard_steps``), so W ranks with A accumulation steps take the steps one process takes
@@ -288,7 +289,7 @@ class PolicyTrainer:
             gen = torch.Generator().manual_seed(self._epoch_seed)
             self._epoch_seed += 1
             order = [keep[i] for i in torch.randperm(len(keep), generator=gen).tolist()]
-            size = self.cfg.micro_batch_size
+            size = micro_size(len(order), self.cfg, world)
             micros = [order[lo : lo + size] for lo in range(0, len(order), size)]
             batches = [(micro, self._batch([samples[i] for i in micro])) for micro in micros]
             batches = [(micro, batch) for micro, batch in batches if batch.num_tokens]

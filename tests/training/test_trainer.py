@@ -193,6 +193,21 @@ def test_the_trainer_scores_each_sample_at_its_sampling_temperature(tiny_policy)
     assert raw.behavior_kl > 1e-2 and raw.clip_fraction > 0
 
 
+def test_min_steps_splits_few_learnable_samples_into_that_many_optimizer_steps(tiny_policy):
+    """8 learnable samples fit one micro batch of 32 (one step); ``min_steps=4`` makes 4 steps of 2, every sample
+    trained once."""
+    samples = _samples(tiny_policy, {"a": [1.0, 0.0, 1.0, 0.0], "b": [0.0, 1.0, 0.0, 1.0]})
+    stats = {}
+    for min_steps in (0, 4):
+        trainer = PolicyTrainer(tiny_policy, TrainConfig(learning_rate=1e-3, precision="fp32", min_steps=min_steps))
+        try:
+            stats[min_steps] = trainer.train_on(samples)
+        finally:
+            trainer.close()
+    assert (stats[0].steps, stats[4].steps) == (1, 4)
+    assert stats[0].num_tokens == stats[4].num_tokens == sum(len(s.completion_token_ids) for s in samples)
+
+
 def test_a_kl_penalty_without_a_reference_fails_before_loading():
     with pytest.raises(ValueError, match="kl_coef > 0 needs reference_dir"):
         PolicyTrainer("/no/such/policy", TrainConfig(kl_coef=0.1))
