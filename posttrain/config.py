@@ -278,7 +278,8 @@ class TrainConfig(Validated):
 
     PATH = "train."
     RULES = {"learning_rate": above(0), "clip_eps": above(0), "micro_batch_size": at_least(1), "epochs": at_least(1),
-             "min_steps": at_least(0), "grad_accum_steps": at_least(1), "lr_warmup_steps": at_least(0), "nproc_per_node": at_least(1),
+             "min_steps": at_least(0), "grad_accum_steps": at_least(1), "lr_warmup_steps": at_least(0),
+             "nproc_per_node": at_least(1),
              "nnodes": at_least(1),
              "clip_eps_low": check(lambda eps: 0 <= eps < 1, "in [0, 1)"), "clip_eps_high": at_least(0),
              "zero_stage": one_of((-1, 0, 1, 2, 3)), "precision": one_of("posttrain.precision:PRECISIONS"),

@@ -124,7 +124,8 @@ def micro_size(num_samples: int, cfg: TrainConfig, world_size: int = 1) -> int:
     steps than that gives (each step takes ``grad_accum_steps * world_size`` micro batches), never below 1.
 
     >>> from posttrain.config import TrainConfig
-    >>> micro_size(256, TrainConfig(min_steps=8)), micro_size(17, TrainConfig(min_steps=8)), micro_size(17, TrainConfig())
+    >>> eight = TrainConfig(min_steps=8)
+    >>> micro_size(256, eight), micro_size(17, eight), micro_size(17, TrainConfig())
     (32, 3, 32)
     """
     per_step = cfg.grad_accum_steps * world_size
