@@ -161,7 +161,7 @@ class EngineHost:
 
     def request_close(self) -> None:
         """Ask the engine process to shut vLLM down and end, without waiting (``close`` waits): several hosts shut
-        down at once instead of one after another (~4 s each here)."""
+        down at once instead of one after another (~1.5 s each here)."""
         with self._lock:
             if self.process.is_alive() and not self._closing:
                 try:
@@ -298,6 +298,20 @@ def serve(conn, model_path: str, engine_kwargs: dict, cpus: list[int] | None = N
             conn.send(("ok", None))
         except (BrokenPipeError, OSError):
             pass
+    _exit_at_once()
+
+
+def _exit_at_once() -> None:
+    """End the engine process without the interpreter's teardown of vLLM and torch (~3.5 s here, paid at every
+    engine stop and restart): vLLM is already shut down, and what the process holds (its KV cache, its weights) goes
+    with it. Logs and standard streams are flushed first."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 def _prepare(engine_kwargs: dict, cpus: list[int] | None) -> dict:
