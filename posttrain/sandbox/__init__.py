@@ -46,13 +46,14 @@ def make_sandbox(config_or_backend_name: SandboxConfig | str) -> Sandbox:
     limits = {"max_processes": cfg.max_processes, "workspace_mb": cfg.workspace_mb, "tmp_mb": cfg.tmp_mb,
               "cpus": cfg.cpus, "session_output_bytes": cfg.session_output_bytes}  # what every backend applies
     if cfg.backend == "bwrap":
-        from posttrain.sandbox.bwrap import BwrapSandbox
+        from posttrain.sandbox.bwrap import BwrapSandbox, uid_range
 
-        return BwrapSandbox(**limits)
+        return BwrapSandbox(host_uids=uid_range(cfg), **limits)
     if cfg.backend == "bwrap-warm":
+        from posttrain.sandbox.bwrap import uid_range
         from posttrain.sandbox.warm import WarmBwrapSandbox
 
-        return WarmBwrapSandbox(slots=cfg.global_concurrency, **limits)
+        return WarmBwrapSandbox(slots=cfg.global_concurrency, host_uids=uid_range(cfg), **limits)
     from posttrain.sandbox.docker import DockerPool  # imports the docker SDK only when asked
 
     return DockerPool(cfg.docker, memory_mb=cfg.memory_mb, **limits)

@@ -8,8 +8,10 @@ filled from in-memory files (``--file``), so a single execution leaves nothing o
 Every namespace is new (user, pid, net with only its own loopback, ipc, uts, cgroup), nested user namespaces are
 disabled, the seccomp allow-list both backends share (``seccomp.py``) closes the rest of the kernel, the
 environment is cleared, ``--new-session`` detaches the controlling terminal (no ``TIOCSTI``), and
-``--die-with-parent`` ties the sandbox to us. As host root, bwrap itself runs as an unprivileged host uid
-(``host_uid``), so even an escape lands on nobody.
+``--die-with-parent`` ties the sandbox to us. As host root, bwrap itself runs as an unprivileged host uid of the
+execution's own (``uids.py``: leased from ``host_uids`` while it runs, one per session and warm slot for their
+lives), so even an escape lands on nobody, and no concurrent sandbox shares its per-user kernel limits (inotify
+instances, message-queue bytes, ...). Not as root, bwrap runs as us, and every sandbox shares our uid's limits.
 
 Limits: each execution gets its own cgroup (``cgroup.py``, where the host allows: root, cgroup v1 or v2) that caps
 the whole process tree together: memory (``memory_mb`` plus the sizes of the tmpfs mounts, whose pages and inodes
@@ -60,10 +62,12 @@ import time
 from pathlib import PurePosixPath
 from typing import Sequence
 
+from posttrain.config import SandboxConfig
 from posttrain.sandbox import cgroup, lifecycle, seccomp
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
 from posttrain.sandbox.session import SandboxSession
+from posttrain.sandbox.uids import UidLease, UidPool
 from posttrain.sandbox.workspace import (SANDBOX_GID, SANDBOX_UID, TRUSTED_DIR, WORKDIR, memfd, prlimit_args,
                                          resolve_command, runtime_of, sandbox_env)
 
@@ -87,6 +91,11 @@ SHM_MB = 16
 INODE_BYTES = 4096  # a writable tmpfs holds one inode per 4 KB page of its size, as session workspaces do
 
 
+def uid_range(cfg: SandboxConfig) -> range:
+    """The host uids a config gives its bwrap sandboxes (``host_uid_first``, ``host_uids``)."""
+    return range(cfg.host_uid_first, cfg.host_uid_first + cfg.host_uids)
+
+
 def tmpfs_inodes(size_mb: int) -> int:
     """The inodes (files, directories, links) a writable tmpfs of ``size_mb`` may hold."""
     return (size_mb << 20) // INODE_BYTES
@@ -105,19 +114,20 @@ class BwrapSandbox(SandboxBackend):
     name = "bwrap"
 
     def __init__(self, *, bwrap: str = "/usr/bin/bwrap", prlimit: str = "/usr/bin/prlimit",
-                 host_uid: int = 65534, host_gid: int = 65534, max_processes: int = 64,
+                 host_uids: range | None = None, max_processes: int = 64,
                  max_open_files: int = 256, max_file_mb: int = 64, workspace_mb: int = 64, tmp_mb: int = 64,
                  extra_ro_binds: Sequence[tuple[str, str]] = (), workspace_root: str | None = None,
                  use_seccomp: bool = True, session_output_bytes: int = 16384, cpus: float = 1.0,
                  aggregate_limits: bool = True):
-        """``host_uid``/``host_gid``: who bwrap runs as when we are root (ignored otherwise).
+        """``host_uids``: the host uids (and gids) bwrap runs as when we are root, one per sandbox at a time
+        (``uids.py``; ignored otherwise); None: ``SandboxConfig``'s default range.
         ``extra_ro_binds``: (host path, sandbox path) pairs bound read-only, e.g. a Python prefix outside /usr.
         ``workspace_root``: where session workspaces are made (default: the system temp dir); as root, every
-        directory above it must be searchable by ``host_uid`` (the workspace itself is made so).
+        directory above it must be searchable by every uid of ``host_uids`` (the workspace itself is made so).
         ``cpus``, ``aggregate_limits``: each execution gets a cgroup capping its memory, tasks and CPU time
         together (``cgroup.py``) where the host allows; elsewhere only the per-process rlimits hold."""
         self.bwrap, self.prlimit = bwrap, prlimit
-        self.host_uid, self.host_gid = host_uid, host_gid
+        self._uids = UidPool(host_uids or uid_range(SandboxConfig())) if os.geteuid() == 0 else None
         self.max_processes, self.max_open_files, self.max_file_mb = max_processes, max_open_files, max_file_mb
         self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
         self.extra_ro_binds = list(extra_ro_binds)
@@ -181,8 +191,10 @@ class BwrapSandbox(SandboxBackend):
             mounts.release()
 
     # ---- internals shared with sessions -----------------------------------------------------------------------
-    def owner(self) -> tuple[int, int] | None:
-        return (self.host_uid, self.host_gid) if os.geteuid() == 0 else None
+    def lease_uid(self) -> UidLease | None:
+        """The host uid one sandbox (a run, a session, a warm slot) runs as, its own until released (``uids.py``);
+        None when we are not root: bwrap then runs as us."""
+        return self._uids.lease() if self._uids else None
 
     def writable_mounts(self) -> dict[str, int]:
         """The writable tmpfs mounts of an execution: sandbox path -> size in MB (inodes: ``tmpfs_inodes``)."""
@@ -240,24 +252,37 @@ class BwrapSandbox(SandboxBackend):
                       "--size", str(self.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
 
     def spawn(self, execution: Execution, layout: list[str], fds: list[int], t0: float,
-              stdin: bytes | None = None, track: set | None = None, workspace: bool = False) -> RawRun:
+              stdin: bytes | None = None, track: set | None = None, workspace: bool = False,
+              lease: UidLease | None = None) -> RawRun:
         """Start bwrap, feed stdin, capture (capped) stdout, stderr and bwrap's status, enforce the deadline.
-        ``workspace``: mount a fresh tmpfs at ``/work`` before ``layout`` (else ``layout`` puts something there)."""
+        ``workspace``: mount a fresh tmpfs at ``/work`` before ``layout`` (else ``layout`` puts something there).
+        ``lease``: the host uid to run as (a session's); by default one is leased for this run alone."""
         if missing := runtime_missing(execution):
             return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
                           infra_error=missing, extra={"backend": self.name})
         fds = list(fds)
         own_fds: list[int] = []
         try:
+            own_lease = None if lease else self.lease_uid()
+        except OSError as exc:
+            return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
+                          infra_error=f"no host uid for the execution: {exc}", extra={"backend": self.name})
+        lease = lease or own_lease
+        owner = (lease.uid, lease.gid) if lease else None
+        try:
             group = self._group(execution)
         except OSError as exc:
+            if own_lease:
+                own_lease.release()
             return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
                           infra_error=f"cannot make the execution's cgroup: {exc}", extra={"backend": self.name})
         try:
-            mounts = self._mounts([WORKDIR, "/tmp", "/dev/shm"] if workspace else ["/tmp", "/dev/shm"])
+            mounts = self._mounts([WORKDIR, "/tmp", "/dev/shm"] if workspace else ["/tmp", "/dev/shm"], owner)
         except OSError as exc:
             if group:
                 group.remove()
+            if own_lease:
+                own_lease.release()
             return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
                           infra_error=f"cannot make the execution's tmpfs mounts: {exc}",
                           extra={"backend": self.name})
@@ -269,7 +294,6 @@ class BwrapSandbox(SandboxBackend):
             closes = self._closes
         try:
             cmd = self._command(execution, layout, status_w, own_fds, mounts)
-            owner = self.owner()
             drop = {"user": owner[0], "group": owner[1], "extra_groups": []} if owner and not group else {}
             if group:  # bwrap and all it starts are in the group from the first instruction; setpriv drops root
                 cmd = group.join_command(cmd, user=owner)
@@ -284,6 +308,8 @@ class BwrapSandbox(SandboxBackend):
                 group.remove()
             if mounts:
                 mounts.release()
+            if own_lease:
+                own_lease.release()
             raise
         finally:
             for fd in (in_r, out_w, err_w, status_w, *own_fds):
@@ -320,6 +346,8 @@ class BwrapSandbox(SandboxBackend):
                 group.remove()
             if mounts:
                 mounts.release()
+            if own_lease:  # bwrap has exited, and the cgroup (where there is one) is empty
+                own_lease.release()
         run_ms = _ms_since(t_start)
         raw = RawRun(exit_code=proc.returncode, stdout=out, stderr=err, timed_out=timed_out,
                      start_ms=(t_start - t0) * 1000, run_ms=run_ms, extra={"backend": self.name})
@@ -340,13 +368,14 @@ class BwrapSandbox(SandboxBackend):
             return None
         return cgroup.ExecutionGroup.create(self.memory_cap(execution), self.max_processes + 1, self.cpus)
 
-    def _mounts(self, paths: list[str]) -> HostMounts | None:
-        """The execution's writable mounts at ``paths``, made on the host with their inodes capped; None where we
-        cannot mount (not root, or the host refuses: then bwrap makes them, size-capped only; logged once)."""
-        if not self._host_mounts:
+    def _mounts(self, paths: list[str], owner: tuple[int, int] | None) -> HostMounts | None:
+        """The execution's writable mounts at ``paths``, made on the host (owned by ``owner``) with their inodes
+        capped; None where we cannot mount (not root, or the host refuses: then bwrap makes them, size-capped only;
+        logged once)."""
+        if not self._host_mounts or owner is None:
             return None
         try:
-            return HostMounts(self, paths)
+            return HostMounts(self, paths, owner)
         except PermissionError as exc:
             self._host_mounts = False
             log.warning("bwrap: cannot mount tmpfs on the host (%s); the sandbox's writable mounts cap their size, "
@@ -359,12 +388,12 @@ class HostMounts:
 
     A directory of ours (``lifecycle.workspace_dir``: named after us, reaped with the session workspaces when we
     died) holds a small root-owned tmpfs ``work`` with one tmpfs per sandbox path in it, owned by bwrap's user
-    (``host_uid``), capped at its size and ``tmpfs_inodes`` of it; bwrap binds each at its path. ``release()``
-    detaches them all at once (a lazy unmount of ``work``) and removes the directory."""
+    (``owner``, the execution's host uid and gid), capped at its size and ``tmpfs_inodes`` of it; bwrap binds each
+    at its path. ``release()`` detaches them all at once (a lazy unmount of ``work``) and removes the directory."""
 
     NAMES = {WORKDIR: ("work", 0o755), "/tmp": ("tmp", 0o1777), "/dev/shm": ("shm", 0o1777)}
 
-    def __init__(self, box: BwrapSandbox, paths: list[str]):
+    def __init__(self, box: BwrapSandbox, paths: list[str], owner: tuple[int, int]):
         if lifecycle.once(f"workspaces:{box.workspace_root}"):
             lifecycle.reap_workspaces(box.workspace_root)
         self.box, self.released, self._releasing = box, False, threading.Lock()
@@ -379,9 +408,8 @@ class HostMounts:
             for path in paths:
                 name, mode = self.NAMES[path]
                 (self.base / name).mkdir()
-                _mount_tmpfs(self.base / name, sizes[path] << 20, tmpfs_inodes(sizes[path]), mode, box.host_uid,
-                             box.host_gid)
-            os.chmod(self.root, 0o711)  # bwrap (as host_uid) must reach the mounts, nothing more
+                _mount_tmpfs(self.base / name, sizes[path] << 20, tmpfs_inodes(sizes[path]), mode, *owner)
+            os.chmod(self.root, 0o711)  # bwrap (as the owner) must reach the mounts, nothing more
         except BaseException:
             self.release()
             raise
@@ -410,7 +438,8 @@ def _mount_tmpfs(target: PurePosixPath, size_bytes: int, inodes: int, mode: int,
 
 
 class BwrapSession(SandboxSession):
-    """A bwrap session: the workspace is a host directory (tmpfs when root) bound at ``/work`` in every step."""
+    """A bwrap session: the workspace is a host directory (tmpfs when root) bound at ``/work`` in every step; every
+    step runs as the session's own host uid (leased for its life)."""
 
     backend = "bwrap"
 
@@ -422,18 +451,26 @@ class BwrapSession(SandboxSession):
         self._running: set[subprocess.Popen] = set()
         if lifecycle.once(f"workspaces:{box.workspace_root}"):
             lifecycle.reap_workspaces(box.workspace_root)
-        self.root = lifecycle.workspace_dir(box.workspace_root)
+        self.lease = box.lease_uid()
+        try:
+            self.root = lifecycle.workspace_dir(box.workspace_root)
+        except BaseException:
+            if self.lease:
+                self.lease.release()
+            raise
         self.work = self.root / "work"
         try:
             self.work.mkdir(mode=0o700)  # no other host user may read the workspace
-            owner = box.owner()
+            owner = (self.lease.uid, self.lease.gid) if self.lease else None
             self.quota = owner is not None and lifecycle.mount_tmpfs(self.work, box.workspace_mb, *owner)
             if owner and not self.quota:
                 os.chown(self.work, *owner)
             if owner:
-                os.chmod(self.root, 0o711)  # bwrap (as host_uid) must reach the workspace, nothing more
+                os.chmod(self.root, 0o711)  # bwrap (as the session's uid) must reach the workspace, nothing more
         except BaseException:
             lifecycle.release_workspace(self.root)
+            if self.lease:
+                self.lease.release()
             raise
         with box._lock:
             box._sessions.add(self)
@@ -442,7 +479,7 @@ class BwrapSession(SandboxSession):
     def _exec(self, execution: Execution, stdin: bytes, trusted: bool = False) -> RawRun:
         os.chmod(self.work, 0o700)  # a step may have locked /work (chmod 000): bwrap must chdir into it again
         return self.box.spawn(execution, ["--bind", str(self.work), WORKDIR], [], time.monotonic(), stdin=stdin,
-                              track=self._running)
+                              track=self._running, lease=self.lease)
 
     def _release(self) -> None:
         with self.box._lock:
@@ -451,6 +488,8 @@ class BwrapSession(SandboxSession):
         for proc, status in running:
             _kill_sandbox(proc, status)
         lifecycle.release_workspace(self.root)
+        if self.lease:
+            self.lease.release()
 
 
 def _tree_args(root: str, files: list[tuple[str, str]], fds: list[int], dir_perms: str, file_perms: str) -> list[str]:

@@ -27,7 +27,8 @@ The deadline is kept inside the slot by the trusted fork that waits for the prog
 another pid namespace); if a slot stays silent ``HOST_GRACE_S`` past it, the host kills the slot (an infra
 error) and starts another. Slots start on demand up to ``slots`` (one long-lived thread starts them all, since
 ``--die-with-parent`` follows the thread that started bwrap), are replaced after ``max_uses`` executions, and are
-stopped by ``close()``.
+stopped by ``close()``. As root, each slot runs as a host uid of its own (``uids.py``), leased from its start until
+it is gone: the slot's executions (one at a time) share it, concurrent ones in other slots never do.
 
 Example:
     >>> from posttrain.sandbox.warm import WarmBwrapSandbox
@@ -58,6 +59,7 @@ from posttrain.sandbox import cgroup
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxStartError
 from posttrain.sandbox.bwrap import CHILD_PID, BwrapSandbox, _kill_group, _ms_since, runtime_missing, tmpfs_inodes
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
+from posttrain.sandbox.uids import UidLease
 from posttrain.sandbox.workspace import BASE_ENV, RUNTIMES, TRUSTED_DIR, WORKDIR, memfd, rlimits, runtime_of
 
 log = logging.getLogger(__name__)
@@ -169,8 +171,8 @@ class Slot:
     """One warm sandbox: bwrap + zygote in their own cgroup, serving one execution at a time."""
 
     def __init__(self, box: WarmBwrapSandbox, proc: subprocess.Popen, sock: socket.socket,
-                 group: cgroup.ExecutionGroup | None, zygote_pid: int):
-        self.box, self.proc, self.sock, self.group = box, proc, sock, group
+                 group: cgroup.ExecutionGroup | None, zygote_pid: int, lease: UidLease | None = None):
+        self.box, self.proc, self.sock, self.group, self.lease = box, proc, sock, group, lease
         self.zygote_pid = zygote_pid  # the host pid of the slot's pid 1
         self.uses = 0
         self.broken = ""
@@ -179,14 +181,18 @@ class Slot:
     def start(cls, box: WarmBwrapSandbox) -> Slot:
         """Start bwrap and the zygote, hand it the seccomp filter, wait until it is ready; ``SandboxStartError``."""
         group = zygote_group = None
+        lease = box.lease_uid()  # an OSError: the caller's infra error
         if box.aggregate_limits == "cgroup":
             # each execution's tasks + bwrap, the zygote and the executor, which are in the zygote's group; the
             # executions' groups (memory, tasks, CPU) are made for each one (``run``)
-            group = cgroup.ExecutionGroup.create(None, box.max_processes + 3, None)
             try:
+                group = cgroup.ExecutionGroup.create(None, box.max_processes + 3, None)
                 zygote_group = group.nest(name="zygote")
             except OSError:
-                group.remove()
+                if group:
+                    group.remove()
+                if lease:
+                    lease.release()
                 raise
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         status_r, status_w = os.pipe()
@@ -195,7 +201,7 @@ class Slot:
         proc = None
         try:
             cmd = box.zygote_command(status_w, theirs.fileno(), fds)
-            owner = box.owner()
+            owner = (lease.uid, lease.gid) if lease else None
             drop = {"user": owner[0], "group": owner[1], "extra_groups": []} if owner and not group else {}
             if zygote_group:
                 cmd = zygote_group.join_command(cmd, user=owner)
@@ -219,13 +225,15 @@ class Slot:
             if reply != b'{"ready": true}':
                 raise SandboxStartError(f"zygote did not start: {reply[:200]!r}; {_tail(log_file)}")
             ours.settimeout(None)
-            return cls(box, proc, ours, group, zygote_pid)
+            return cls(box, proc, ours, group, zygote_pid, lease)
         except (OSError, SandboxStartError) as exc:
             ours.close()
             if proc is not None:
                 _kill(proc)
             if group:
                 group.remove()
+            if lease:
+                lease.release()
             if isinstance(exc, SandboxStartError):
                 raise
             raise SandboxStartError(f"{exc}; {_tail(log_file)}") from exc
@@ -325,7 +333,8 @@ class Slot:
             self.group.kill(timeout_s=2.0)
 
     def close(self) -> None:
-        """Stop the slot: the zygote exits when its socket closes; whatever is left is killed, the cgroup removed."""
+        """Stop the slot: the zygote exits when its socket closes; whatever is left is killed, the cgroup removed,
+        and then the slot's host uid given back."""
         self.sock.close()
         try:
             self.proc.wait(timeout=2.0)
@@ -334,6 +343,8 @@ class Slot:
             _kill(self.proc)
         if self.group:
             self.group.remove()
+        if self.lease:
+            self.lease.release()
 
 
 class _Spawner:

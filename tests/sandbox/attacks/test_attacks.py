@@ -13,6 +13,7 @@ from tests.sandbox.attacks import aggregate_limits, forgery  # noqa: F401 - they
 from tests.sandbox.attacks import round2_slots  # noqa: F401 - registers its attacks in ATTACKS
 from tests.sandbox.attacks import round2_forgery  # noqa: F401 - registers its attacks in ATTACKS
 from tests.sandbox.attacks import round2_agent  # noqa: F401 - registers its attacks in ATTACKS
+from tests.sandbox.attacks import round2_users  # noqa: F401 - registers its attacks in ATTACKS
 from tests.sandbox.attacks.attack_programs import ADD, ATTACKS, verdict
 
 pytestmark = pytest.mark.integration
