@@ -1,8 +1,14 @@
-"""Fixtures of the workflow tests: one smoke run (``pyflyte run workflows/rl_loop.py rl_smoke``) logging over HTTP
-to a real ``mlflow server`` on 127.0.0.1, shared by the tests that read it (its lineage in ``test_rl_loop.py``, its
-review in a browser in ``test_mlflow_browser.py``, and the whole demo suite's admission by every check in
-``test_rl_loop.py``): one run instead of one per test. It is ``make smoke``'s config but for admission, which runs
-every check (``make smoke`` runs three) so that no other test admits the 400-odd demo envs again."""
+"""Fixtures of the workflow tests, each one ``pyflyte run`` shared by the tests that read it (a run costs ~45 s here
+before its first iteration: the CLI's imports and a vLLM engine start):
+
+- ``smoke_run``: ``pyflyte run workflows/rl_loop.py rl_smoke`` logging over HTTP to a real ``mlflow server`` on
+  127.0.0.1, read by its lineage and the whole demo suite's admission by every check in ``test_rl_loop.py`` and its
+  review in a browser in ``test_mlflow_browser.py``. It is ``make smoke``'s config but for admission, which runs
+  every check (``make smoke`` runs three) so that no other test admits the 400-odd demo envs again, and one engine
+  replica (``make smoke`` starts one per core; ``tests/rollout`` covers several).
+- ``stale_tiers_run``: both tiers (single-turn demo envs and ``agent_repo`` episodes) for three iterations with
+  ``max_staleness = 1``, read by ``test_agent_tier.py`` and ``test_staleness.py``.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +23,22 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import ADMISSION_CHECKS, LoopConfig
-from tests import ROOT, launch_env, mlflow_store, stop_process_group
+from posttrain.config import ADMISSION_CHECKS, DEMO_SUITE, LoopConfig
+from tests import ROOT, launch_env, mlflow_store, run_rl_loop, stop_process_group
 
 SMOKE_CFG = asdict(LoopConfig.smoke())
 SMOKE_CFG["admission"]["checks"] = list(ADMISSION_CHECKS)
+SMOKE_CFG["rollout"]["replicas"] = 1
+
+# 12 single-turn demo envs beside the agent_repo suite; v0 rolls out iterations 1 and 2, v1 iteration 3
+STALE_TIERS_CFG = {"iterations": 3, "max_staleness": 1,
+                   "rollout": {"replicas": 1, "samples_per_env": 2, "envs_per_iteration": 2, "max_new_tokens": 24,
+                               "max_model_len": 1024},
+                   "train": {"micro_batch_size": 8, "tis_cap": 2.0},
+                   "eval": {"limit": 2, "max_new_tokens": 24, "samples": 0},
+                   "admission": {"checks": ["consistency"]},
+                   "agent": {"envs_per_iteration": 2, "samples_per_env": 2, "eval_limit": 2, "max_steps": 2,
+                             "max_new_tokens": 24, "temperature": 1.0}}
 
 
 def free_port() -> int:
@@ -80,3 +97,41 @@ def smoke_run(mlflow_server, tmp_path_factory):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
     return SmokeRun(mlflow_server, MlflowClient(tracking_uri=mlflow_server))
+
+
+@dataclass
+class StaleTiersRun:
+    client: object  # an MlflowClient of the run's store
+    folder: Path  # a scratch folder for downloads
+
+    def iterations(self) -> dict[int, object]:
+        """The nested MLflow run of each iteration (0: the baseline), by iteration."""
+        runs = self.client.search_runs([self.client.get_experiment_by_name("posttrain").experiment_id])
+        return {int(r.data.tags["posttrain.iteration"]): r for r in runs if "posttrain.iteration" in r.data.tags}
+
+    def table(self, run, name: str):
+        """``tables/<name>.parquet`` of an iteration run, as a DataFrame."""
+        import pandas as pd
+
+        folder = self.folder / run.info.run_id / name
+        return pd.read_parquet(self.client.download_artifacts(run.info.run_id, f"tables/{name}.parquet", str(folder)))
+
+
+@pytest.fixture(scope="session")
+def stale_tiers_run(tiny_policy, tmp_path_factory) -> StaleTiersRun:
+    """``STALE_TIERS_CFG`` through ``pyflyte run`` on a suite of 12 demo envs and every ``agent_repo`` env, from a
+    copy of the tiny policy whose ``max_position_embeddings`` is raised to 1024 (same weights): its 256 positions
+    cannot hold an episode (as ``tests/agent/test_exact_tokens.py`` does)."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("stale-tiers")
+    suite = folder / "mixed"
+    shutil.copytree(Path(DEMO_SUITE).parent / "agent_repo", suite)
+    for spec in sorted(Path(DEMO_SUITE).glob("*.yaml"))[:12]:
+        shutil.copy(spec, suite / spec.name)
+    policy = folder / "policy"
+    shutil.copytree(tiny_policy, policy)
+    config = json.loads((policy / "config.json").read_text())
+    (policy / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 1024}))
+    cfg = {**STALE_TIERS_CFG, "suite": str(suite), "policy": str(policy)}
+    return StaleTiersRun(run_rl_loop(folder, "rl_loop", "--cfg", json.dumps(cfg)), folder / "downloads")

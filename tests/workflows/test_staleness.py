@@ -5,14 +5,12 @@ reverse."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from posttrain.config import EvalConfig, LoopConfig
-from tests import run_rl_loop
 
 
 def compiled_iterations(cfg: LoopConfig, policy_dir: Path, envs: pd.DataFrame | None = None) -> list:
@@ -68,20 +66,16 @@ def test_a_rollout_never_waits_for_the_updates_it_may_lag_behind(tmp_path, stale
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_with_staleness_one_each_update_trains_on_samples_one_version_back(tmp_path):
-
-    cfg = {"iterations": 3, "max_staleness": 1, "rollout": {"replicas": 1, "samples_per_env": 2,
-                                                               "envs_per_iteration": 4, "max_new_tokens": 32},
-           "train": {"micro_batch_size": 8, "tis_cap": 2.0}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
-           "admission": {"checks": ["consistency"]}}
-    client = run_rl_loop(tmp_path, "rl_loop", "--cfg", json.dumps(cfg))
-    runs = client.search_runs([client.get_experiment_by_name("posttrain").experiment_id])
-    by_iteration = {int(r.data.tags["posttrain.iteration"]): r for r in runs if "posttrain.iteration" in r.data.tags}
+def test_with_staleness_one_each_update_trains_on_samples_one_version_back(stale_tiers_run):
+    """``conftest.stale_tiers_run``: three iterations with ``max_staleness = 1``, both tiers; every trained row, of
+    either tier, comes from the version the staleness bound names."""
+    by_iteration = stale_tiers_run.iterations()
     for k, expected in ((1, 0.0), (2, 1.0), (3, 1.0)):  # iteration k made v_k from v_{k-1}, sampled by v_{k-2}
         run = by_iteration[k]
         assert run.data.metrics["train/staleness_max"] == expected, (k, run.data.metrics)
-        table = pd.read_parquet(client.download_artifacts(run.info.run_id, "tables/scored.parquet", str(tmp_path)))
-        assert set(table["policy_version"]) == {max(0, k - 2)}
+        table = stale_tiers_run.table(run, "scored")
+        assert set(table["policy_version"]) == {max(0, k - 2)}, k
+        assert table["loss_mask"].notna().any() and table["loss_mask"].isna().any(), k  # both tiers trained
 
 
 @pytest.mark.integration
