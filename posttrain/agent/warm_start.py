@@ -116,7 +116,7 @@ def main_agent_policy(out_dir: str | os.PathLike, suite: str = AGENT_SUITE, cfg:
     from posttrain.envs.generators.agent_repo import warm_up_specs
     from posttrain.envs.suite import load_suite, suite_digest
     from posttrain.sandbox import make_sandbox
-    from posttrain.training.demo_policy import train_tokenizer
+    from posttrain.training.demo_policy import building, train_tokenizer
 
     warm_up = warm_up_specs() if warm_up is None else list(warm_up)
     agent_cfg = AgentConfig(temperature=0.0)
@@ -124,14 +124,15 @@ def main_agent_policy(out_dir: str | os.PathLike, suite: str = AGENT_SUITE, cfg:
                "warm_up": hashlib.sha256(json.dumps([[e.prompt, e.workspace, e.oracle] for e in warm_up],
                                                     sort_keys=True).encode()).hexdigest(),
                "agent_config": asdict(agent_cfg), "template": hashlib.sha256(AGENT_TEMPLATE.encode()).hexdigest()}
-    if built_from(out_dir, cfg, sources):
-        return Path(out_dir)
-    train = [e for e in load_suite(suite).envs if e.split == "train" and e.kind == "agent" and e.oracle] + warm_up
-    single = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
-    scratch = ChatFormat(train_tokenizer([t for pair in single for t in pair], 384), tool_specs(agent_cfg.tools))
-    box = make_sandbox(sandbox_cfg or SandboxConfig())
-    try:
-        pairs = oracle_pairs(train, [e.oracle for e in train], scratch, box, agent_cfg)
-    finally:
-        box.close()
-    return build_agent_policy(out_dir, cfg, single, pairs, sources)
+    with building(out_dir):
+        if built_from(out_dir, cfg, sources):
+            return Path(out_dir)
+        train = [e for e in load_suite(suite).envs if e.split == "train" and e.kind == "agent" and e.oracle] + warm_up
+        single = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
+        scratch = ChatFormat(train_tokenizer([t for pair in single for t in pair], 384), tool_specs(agent_cfg.tools))
+        box = make_sandbox(sandbox_cfg or SandboxConfig())
+        try:
+            pairs = oracle_pairs(train, [e.oracle for e in train], scratch, box, agent_cfg)
+        finally:
+            box.close()
+        return build_agent_policy(out_dir, cfg, single, pairs, sources)

@@ -20,13 +20,15 @@ Example:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -167,6 +169,24 @@ def main_demo_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig | None = 
 
     cfg = cfg or DemoPolicyConfig()
     pairs = [(env.prompt, env.reference) for env in load_suite(suite).envs if env.split == "train"]
-    if is_complete(out_dir, cfg, pairs):
-        return Path(out_dir)
-    return build_demo_policy(out_dir, cfg, pairs)
+    with building(out_dir):
+        if is_complete(out_dir, cfg, pairs):
+            return Path(out_dir)
+        return build_demo_policy(out_dir, cfg, pairs)
+
+
+@contextmanager
+def building(out_dir: str | os.PathLike) -> Iterator[None]:
+    """Hold the build lock of ``out_dir`` (``.<name>.lock`` beside it): one builder of a policy folder at a time on
+    a machine. A second caller (two test workers, two local runs) waits, then finds the first one's policy complete
+    instead of deleting it while it is being written or read.
+
+    >>> import tempfile
+    >>> with building(Path(tempfile.mkdtemp()) / "policy"):
+    ...     pass
+    """
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -45,3 +45,27 @@ def test_tokenizer_trained_on_train_split_covers_the_eval_split():
         assert set(ids) <= seen and tok.decode(ids, skip_special_tokens=True) == text, text
     longest = max(len(tok(e.prompt + e.reference).input_ids) for e in envs if e.split == "eval")
     assert longest + 1 <= cfg.max_position_embeddings  # + EOS
+
+
+def test_concurrent_callers_build_the_policy_once_and_both_get_it_whole(tmp_path, monkeypatch):
+    """Two test workers (or two local runs) asking for the demo policy at once: one builds, the other waits for the
+    build lock and reuses the complete folder instead of deleting it mid-write."""
+    import threading
+
+    from posttrain.training import demo_policy
+
+    builds, real_build = [], demo_policy.build_demo_policy
+
+    def counted(*args, **kwargs):
+        builds.append(threading.get_ident())
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(demo_policy, "build_demo_policy", counted)
+    cfg, out, got = DemoPolicyConfig(sft_steps=2, sft_batch_size=2), tmp_path / "demo-policy", []
+    callers = [threading.Thread(target=lambda: got.append(demo_policy.main_demo_policy(out, cfg))) for _ in range(2)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert len(builds) == 1 and got == [out, out]
+    assert demo_policy.is_complete(out, cfg) and policy_version(check_policy_dir(out)) == 0
