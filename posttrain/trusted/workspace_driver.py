@@ -2,7 +2,7 @@
 
 It is never a file in the workspace, so the solution cannot edit it. It reads one JSON request from stdin::
 
-    {"nonce", "solution": <bash script or null>, "solution_timeout_s", "test_timeout_s", "sandbox_uid",
+    {"nonce", "solution": <bash script or null>, "solution_timeout_s", "test_timeout_s",
      "tests_dir": <where the trusted test files are>, "tests": [{"name", "argv": [...]}], "env": {...}}
 
 The trusted test files are ``Execution.trusted_files`` under ``/trusted/<random name>``: read-only for every
@@ -13,8 +13,10 @@ them; the solution phase is never told it, and none of its processes is left whe
    a program of the same uid may ``prlimit`` or renice it where the seccomp policy does not stop that), makes
    itself non-dumpable (no same-uid process can open its ``/proc`` entries: fds, memory, environ), keeps the original
    stdout for results and points its own fd 1 at stderr. It runs only where ``kill(-1)`` reaches the sandbox's
-   programs and nothing else: as the sandbox's pid 1 (bwrap, warm slots) or as the sandbox uid (a pooled container,
-   where it becomes a child subreaper so that every orphan comes back to it); elsewhere it refuses.
+   programs and nothing else: as the sandbox's pid 1 (bwrap, warm slots) or as the programs' uid that the host chose
+   for this container (a Docker container, where it becomes a child subreaper so that every orphan comes back to it):
+   the uid of the ``sandbox`` account, which the container's root process writes at its start from the host's lease,
+   never root; elsewhere (outside a sandbox, as root, as any other uid) it refuses.
 2. Solution phase (when ``solution`` is a script): checks it with ``bash -n``, runs it with cwd ``/work`` in its own
    session with stdin from ``/dev/null`` and its output on stderr, under a deadline; then ends every other process
    (``kill(-1, SIGKILL)``, never a choice made by reading process states, which a program controls) and reaps them
@@ -32,6 +34,7 @@ Shipped with the prelude (``posttrain.trusted.source("workspace_driver")``); sta
 """
 
 import os
+import pwd
 import resource
 import shutil
 import signal
@@ -45,12 +48,20 @@ WORKDIR = "/work"
 MAX_STDOUT = 64 * 1024
 MAX_STDERR_TAIL = 2000
 PR_SET_CHILD_SUBREAPER = 36
+SANDBOX_USER = "sandbox"  # the programs' account: in a container, its root process writes it with the leased uid
 
 
-def may_end_all(sandbox_uid):
+def may_end_all():
     """Whether ``kill(-1)`` ends only the sandbox's programs: as the pid 1 of the sandbox's pid namespace (bwrap,
-    warm slots), or as the sandbox's own uid (a pooled container, whose other processes are root's)."""
-    return os.getpid() == 1 or (os.getuid() != 0 and os.getuid() == sandbox_uid)
+    warm slots), or as the uid the host chose for the programs of a container (the ``sandbox`` account's, which
+    only the container's root process writes), whose other processes are root's."""
+    if os.getpid() == 1:
+        return True
+    try:
+        chosen = pwd.getpwnam(SANDBOX_USER).pw_uid
+    except KeyError:
+        return False
+    return os.getuid() != 0 and os.getuid() == chosen
 
 
 def become_subreaper():
@@ -136,7 +147,7 @@ def run(argv, timeout_s, env, state, stdout=None):
 def main():
     state = start_state()  # before anything else runs
     request, results = start(non_dumpable=True)
-    if not may_end_all(request.get("sandbox_uid")):
+    if not may_end_all():
         results.emit({"phase": "refused", "error": "runs only as a sandbox's pid 1 or its program uid"})
         return
     become_subreaper()

@@ -38,13 +38,13 @@ is invalid.
 Strength: a test with ``stdout`` is a value comparison decided on the host; an exit-code-only test that runs
 workspace code can be passed by code that exits 0 early, so use those only for checks that run trusted code
 (reading a config file). The solution and the tests share one sandbox, one after the other: once the solution phase
-ends, the driver SIGKILLs every other process of the sandbox at once (``kill(-1)`` as the sandbox's pid 1, or as its
-program uid in a pooled container) and reaps them all before the first test starts, so nothing of the solution runs
-beside a test; it does the same after each test. The seccomp policy refuses ``ptrace`` and changing another
-process's rlimits or priority, and the driver starts every test with the limits it was itself started with. The
-driver is non-dumpable and, on bwrap, the sandbox's pid 1. The test files cannot be written by any process of the
-program's uid, and the solution phase never learns their directory. Code under test sees that directory's name in
-its test's argv, so it may read the tests.
+ends, the driver SIGKILLs every other process of the sandbox at once (``kill(-1)`` as the sandbox's pid 1, or in a
+Docker container as the program uid the host leased for it, never root) and reaps them all before the first test
+starts, so nothing of the solution runs beside a test; it does the same after each test. The seccomp policy refuses
+``ptrace`` and changing another process's rlimits or priority, and the driver starts every test with the limits it
+was itself started with. The driver is non-dumpable and, on bwrap, the sandbox's pid 1. The test files cannot be
+written by any process of the program's uid, and the solution phase never learns their directory. Code under test
+sees that directory's name in its test's argv, so it may read the tests.
 
 Example:
     >>> from posttrain.config import SandboxConfig
@@ -76,7 +76,7 @@ from posttrain.envs.verifiers.workspace_admission import (agent_only, mutants, o
                                                           test_sources, vacuous_tests)
 from posttrain.envs.verifiers.workspace_config import WorkspaceTest, WorkspaceTestsConfig, command_argv
 from posttrain.sandbox.base import Execution, ExecutionResult
-from posttrain.sandbox.workspace import SANDBOX_UID, TRUSTED_DIR, node_heap_mb
+from posttrain.sandbox.workspace import TRUSTED_DIR, node_heap_mb
 
 DRIVER = trusted.source("workspace_driver")
 COMMAND = ["python3", "-I", "-c", DRIVER]
@@ -143,7 +143,7 @@ def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str
         env["NODE_OPTIONS"] = f"--max-old-space-size={node_heap_mb(min(spec.limits.memory_mb, cfg.memory_mb))}"
     hidden = secrets.token_hex(16)  # /trusted cannot be listed: without this name the solution cannot find the tests
     request = {"nonce": nonce, "solution": script, "solution_timeout_s": solution_s, "test_timeout_s": test_s,
-               "tests_dir": f"{TRUSTED_DIR}/{hidden}", "env": env, "sandbox_uid": SANDBOX_UID,
+               "tests_dir": f"{TRUSTED_DIR}/{hidden}", "env": env,
                "tests": [{"name": t.name, "argv": command_argv(t.cmd)} for t in config.tests]}
     return Execution(files=files, command=list(COMMAND), timeout_s=total,
                      memory_mb=min(spec.limits.memory_mb, cfg.memory_mb), runtime=spec.runtime,
