@@ -54,6 +54,7 @@ def make_sandbox(config_or_backend_name: SandboxConfig | str) -> Sandbox:
         from posttrain.sandbox.warm import WarmBwrapSandbox
 
         return WarmBwrapSandbox(slots=cfg.global_concurrency, host_uids=uid_range(cfg), **limits)
+    from posttrain.sandbox.bwrap import uid_range
     from posttrain.sandbox.docker import DockerPool  # imports the docker SDK only when asked
 
-    return DockerPool(cfg.docker, memory_mb=cfg.memory_mb, **limits)
+    return DockerPool(cfg.docker, memory_mb=cfg.memory_mb, host_uids=uid_range(cfg), **limits)

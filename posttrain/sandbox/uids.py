@@ -1,5 +1,6 @@
-"""Host uids for sandboxes: as root, each running bwrap execution, session and warm slot runs as a host uid (and the
-gid of the same number) that no other one holds at the same time.
+"""Host uids for sandboxes: as root, each running bwrap execution, session and warm slot, and each Docker container
+(``docker/container.py``, root or not), runs as a host uid (and the gid of the same number) that no other one holds
+at the same time.
 
 Why: the kernel counts some resources per user, as the uid that created a sandbox's user namespace at the host's
 level (its ``ucounts``): inotify instances and watches (``fs.inotify.max_user_*``), POSIX message-queue bytes
@@ -15,10 +16,11 @@ it maps none of it (a pod with its own user namespace maps 0-65535), every sandb
 as before, and shares those limits with the others (logged once): set the range to free uids the namespace maps.
 
 Leases hold across threads and processes: a lease is an exclusive ``flock`` on ``<lock_dir>/<uid>`` (root's,
-mode 0700, by default ``/run/posttrain-sandbox-uids``), released when the lease is, or by the kernel when its
-holder dies; every process that starts sandboxes on one kernel must share the lock directory (containers with
-separate ``/run`` directories on one host need disjoint ranges instead). A uid is leased from before its sandbox
-starts until every process of it is gone (its pid namespace or cgroup emptied).
+mode 0700, by default ``/run/posttrain-sandbox-uids``; ``user_lock_dir()`` for processes that are not root),
+released when the lease is, or by the kernel when its holder dies; every process that starts sandboxes on one kernel
+must share the lock directory (containers with separate ``/run`` directories on one host need disjoint ranges
+instead). A uid is leased from before its sandbox starts until every process of it is gone (its pid namespace or
+cgroup emptied).
 
 Example:
     >>> import tempfile
@@ -117,6 +119,19 @@ class UidPool:
             raise PermissionError(errno.EPERM, f"{self.lock_dir}: the uid lock directory must be a directory of "
                                                f"ours that no one else may write to")
         self._dir_ready = True
+
+
+def user_lock_dir() -> str:
+    """``LOCK_DIR`` as root; otherwise a directory of this user's own (under ``$XDG_RUNTIME_DIR``, else
+    ``~/.cache``), whose leases hold between this user's processes only.
+
+    >>> user_lock_dir() == LOCK_DIR or user_lock_dir().endswith("/posttrain-sandbox-uids")
+    True
+    """
+    if os.geteuid() == 0:
+        return LOCK_DIR
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "posttrain-sandbox-uids")
 
 
 def mapped(uids: range) -> range:

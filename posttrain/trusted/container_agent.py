@@ -9,6 +9,11 @@ host talks to it over the container's attached stdin/stdout (``posttrain.sandbox
     agent -> host   messages: 1-byte kind, 4-byte execution id, 4-byte length, payload
                     H hello | R started | O stdout | E stderr | X exit (JSON) | C clean | F failure (text)
 
+At start, before any program exists, it writes the accounts (``write_accounts``): the image's ``/etc/passwd`` and
+``/etc/group`` link into ``/run/posttrain``, a root-owned tmpfs, which gets the image's accounts plus ``sandbox`` as
+UID:GID (the host uid leased for this container), so programs have a name and the workspace driver finds the uid the
+host chose for them.
+
 Ops: ``run`` (check the container is as it started, write the trusted files into /trusted, unpack the workspace tar
 into /work, start argv with limits, relay its capped output, enforce the deadline, kill whatever it left behind,
 report X) and ``reset`` (kill every other process, empty /work unless kept, /tmp, /dev/shm, POSIX queues, SysV IPC
@@ -45,6 +50,7 @@ HEADER = struct.Struct(">I")
 QUIET_S, GRACE_S = 0.2, 2.0  # after the program exited: wait for its pipes this long once quiet, at most GRACE_S
 DIRS = {"/work": 0o755, "/tmp": 0o1777, "/dev/shm": 0o1777}  # the programs' directories
 TRUSTED = "/trusted"  # root's, read-only for the programs (``posttrain.sandbox.workspace.TRUSTED_DIR``)
+ACCOUNTS = "/run/posttrain"  # root's tmpfs behind /etc/passwd and /etc/group (``...docker.container.ACCOUNTS``)
 LIMITS = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE, "nofile": resource.RLIMIT_NOFILE,
           "core": resource.RLIMIT_CORE, "as": resource.RLIMIT_AS}
 RLIMITS = sorted(getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_"))
@@ -107,6 +113,17 @@ def inherited():
             "affinity": sorted(os.sched_getaffinity(0)), "policy": os.sched_getscheduler(0),
             "priority": os.sched_getparam(0).sched_priority, "timer_slack": LIBC.prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0),
             "ioprio": LIBC.syscall(IOPRIO_GET, 1, 0) if IOPRIO_GET else None, "oom_score_adj": oom_score_adj}
+
+
+def write_accounts(user):
+    """The image's accounts (``/etc/posttrain``) plus the programs' user, "sandbox", into ``ACCOUNTS``."""
+    lines = {"passwd": "sandbox:x:%d:%d:sandbox:/work:/usr/sbin/nologin\n" % user, "group": "sandbox:x:%d:\n" % user[1]}
+    for name, line in lines.items():
+        with open(os.path.join("/etc/posttrain", name)) as handle:
+            accounts = handle.read()
+        with open(os.path.join(ACCOUNTS, name), "w") as handle:
+            handle.write(accounts + line)
+        os.chmod(os.path.join(ACCOUNTS, name), 0o644)
 
 
 def become(user):
@@ -381,7 +398,13 @@ def main():
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     os.set_inheritable(0, False)
-    agent = Agent((int(sys.argv[1]), int(sys.argv[2])), wake_r)
+    user = (int(sys.argv[1]), int(sys.argv[2]))
+    try:
+        write_accounts(user)
+    except OSError as error:
+        sys.exit("posttrain agent: cannot write the accounts (an image older than the backend? make sandbox-image): "
+                 + describe(error))
+    agent = Agent(user, wake_r)
     send(b"H", 0, b"posttrain-agent 2")
     while True:
         try:

@@ -16,8 +16,8 @@ vanishes, misses its deadline, cannot kill what the program left) is the program
 result is never an ``infra_error``, and ``extra["discard"]`` says why the container must not serve again.
 
 Example:
-    >>> AGENT_COMMAND[:4], AGENT_COMMAND[-2:]
-    (['python3', '-I', '-S', '-c'], ['10001', '10001'])
+    >>> agent_command(1900000000)[:4], agent_command(1900000000)[-2:]
+    (['python3', '-I', '-S', '-c'], ['1900000000', '1900000000'])
     >>> channel = AgentChannel.attach(api, container_id)                  # doctest: +SKIP
     >>> raw = agent_run(channel, 1, execution, argv, env, archive, b"", b"", limits, t0)   # doctest: +SKIP
 """
@@ -34,15 +34,18 @@ import time
 from posttrain import trusted
 from posttrain.sandbox.base import Execution, SandboxStartError
 from posttrain.sandbox.capture import CHUNK, FRAME_HEADER, CappedBuffer, RawRun
-from posttrain.sandbox.workspace import SANDBOX_GID, SANDBOX_UID
 
-AGENT_COMMAND = ["python3", "-I", "-S", "-c", trusted.source("container_agent"), str(SANDBOX_UID), str(SANDBOX_GID)]
 MSG = struct.Struct(">cII")  # kind, execution id, payload length
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 8 << 20  # the agent sends output in chunks of at most 64 KiB; anything larger is a broken channel
 KINDS = {b"H", b"R", b"O", b"E", b"X", b"C", b"F"}
 HELLO_TIMEOUT_S = 60.0
 SLACK_S = 5.0  # the host's deadline: the agent's own deadline plus this
+
+
+def agent_command(uid: int) -> list[str]:
+    """The pid 1 of a pooled container: the agent, running every program as ``uid`` and the gid of that number."""
+    return ["python3", "-I", "-S", "-c", trusted.source("container_agent"), str(uid), str(uid)]
 
 
 class AgentClosed(SandboxStartError):

@@ -27,6 +27,7 @@ from posttrain.sandbox.capture import RawRun
 from posttrain.sandbox.docker.agent_client import AgentChannel, AgentClosed, agent_reset, agent_run
 from posttrain.sandbox.docker.container import oom_kills
 from posttrain.sandbox.docker.host_view import HostView
+from posttrain.sandbox.uids import UidLease
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class Box:
     channel: AgentChannel
     memory_mb: int  # the container's memory limit now (``run`` changes it to the execution's)
     rlimits: dict  # the agent applies these to every program: {"fsize": [soft, hard], "nofile": ..., "core": ...}
+    lease: UidLease  # the host uid its programs run as (``container.lease_uid``), held until the container is gone
     view: HostView | None = None
     uses: int = 0
     idle_since: float = 0.0

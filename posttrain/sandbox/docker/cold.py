@@ -2,13 +2,14 @@
 
 Each container is hardened as ``container.host_config`` says (no network, read-only root, tmpfs workspace,
 ``no-new-privileges``, default seccomp, memory/CPU/pids limits) and runs the launcher (``container.LAUNCHER``): as
-root with only the capabilities to change user, it unpacks ``Execution.trusted_files`` into ``/trusted`` (read-only
-for the program), then the workspace and the program run as the unprivileged ``sandbox`` user with no capability
-(docker-init, pid 1, stays root's: out of the program's reach). The archives arrive on stdin, the program's stdin
-follows them. stdout and stderr are read, capped, from an attach stream opened before start (the container logs
-nothing to disk). The deadline kills the container; the container is always removed. Anything Docker itself fails
-at (daemon unreachable, image missing, API error, files not unpacked) is an ``infra_error``; a command that does
-not exist in the image is a program failure with exit code 127, as under bwrap.
+root with only the capabilities to change user, it writes the accounts and unpacks ``Execution.trusted_files`` into
+``/trusted`` (read-only for the program), then the workspace and the program run as the unprivileged ``sandbox`` user
+with no capability (docker-init, pid 1, stays root's: out of the program's reach), a host uid leased for this
+execution alone (``container.lease_uid``) and given back once the container is removed. The archives arrive on
+stdin, the program's stdin follows them. stdout and stderr are read, capped, from an attach stream opened before
+start (the container logs nothing to disk). The deadline kills the container; the container is always removed.
+Anything Docker itself fails at (daemon unreachable, image missing, API error, files not unpacked) is an
+``infra_error``; a command that does not exist in the image is a program failure with exit code 127, as under bwrap.
 
 This is the slow path (a container start per execution, ~0.5 s): ``DockerPool`` (``pool.py``) keeps
 containers warm and is what ``make_sandbox("docker")`` returns. Containers carry owner labels
@@ -36,8 +37,12 @@ import requests
 from posttrain.sandbox import lifecycle
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, SandboxStartError
 from posttrain.sandbox.capture import CappedBuffer, FrameDemux, RawRun, feed, pump_socket
-from posttrain.sandbox.docker.container import (DOCKER_ERRORS, LAUNCHER_CAPS, READY, ROOT, archives, close_socket,
-                                                host_config, launcher_argv, make_client, oom_kills)
+from posttrain.config import SandboxConfig
+from posttrain.sandbox.bwrap import uid_range
+from posttrain.sandbox.docker.container import (DOCKER_ERRORS, LAUNCHER_CAPS, READY, ROOT, UID_LABEL, archives,
+                                                close_socket, host_config, lease_uid, launcher_argv, make_client,
+                                                oom_kills, remove_container)
+from posttrain.sandbox.uids import UidPool, user_lock_dir
 from posttrain.sandbox.workspace import WORKDIR, prlimit_args
 
 DRAIN_GRACE_S = 5.0  # how long to wait for the attach stream to end once the container stopped
@@ -50,9 +55,12 @@ class DockerSandbox(SandboxBackend):
 
     def __init__(self, image: str = "posttrain-sandbox:latest", *, base_url: str | None = None,
                  cpus: float = 1.0, max_processes: int = 64, max_open_files: int = 256, max_file_mb: int = 64,
-                 workspace_mb: int = 64, tmp_mb: int = 64, api_timeout_s: float = 60.0):
+                 workspace_mb: int = 64, tmp_mb: int = 64, api_timeout_s: float = 60.0,
+                 host_uids: range | None = None):
         """``base_url``: the daemon socket (default: ``DOCKER_HOST`` or the local socket); the client is made
-        lazily, so constructing a sandbox never fails, and an unreachable daemon is each run's ``infra_error``."""
+        lazily, so an unreachable daemon is each run's ``infra_error``. ``host_uids``: the host uids programs run
+        as, one per container (None: ``SandboxConfig``'s default range; one that holds a user of this host is
+        refused here, ``ValueError``)."""
         self.image, self.base_url, self.cpus = image, base_url, cpus
         self.max_processes, self.max_open_files, self.max_file_mb = max_processes, max_open_files, max_file_mb
         self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
@@ -60,6 +68,7 @@ class DockerSandbox(SandboxBackend):
         self._client: docker.APIClient | None = None
         self._live: set[str] = set()
         self._lock = threading.Lock()
+        self._uids = UidPool(host_uids or uid_range(SandboxConfig()), lock_dir=user_lock_dir())
         lifecycle.track(self)
 
     def _run(self, execution: Execution, prepared: Prepared, t0: float) -> ExecutionResult:
@@ -67,16 +76,22 @@ class DockerSandbox(SandboxBackend):
         argv = prlimit_args("/usr/bin/prlimit", execution, max_open_files=self.max_open_files,
                             max_file_mb=self.max_file_mb) + ["--", *prepared.argv]
         archive, trusted = archives(prepared)
-        cid = None
+        cid, lease = None, None
         try:
             api = self._api()
-            cid = self._create(api, execution, launcher_argv(len(trusted), len(archive), argv), prepared.env)
+            lease = lease_uid(api, self._uids)
+            cid = self._create(api, execution, launcher_argv(len(trusted), len(archive), lease.uid, argv),
+                               prepared.env, lease.uid)
             return self._start_and_wait(api, cid, execution, trusted + archive, t0).result()
         except (SandboxStartError, OSError, *DOCKER_ERRORS) as exc:
             return self._infra(f"docker sandbox failed: {type(exc).__name__}: {exc}", t0)
         finally:
             if cid is not None:
                 self._remove(cid)
+            with self._lock:
+                gone = cid not in self._live
+            if lease is not None and gone:  # else it may still run: its uid stays leased while we live
+                lease.release()
 
     def close(self) -> None:
         """Remove containers still running (from other threads) and close the client."""
@@ -93,11 +108,13 @@ class DockerSandbox(SandboxBackend):
                 self._client = make_client(self.base_url, self.api_timeout_s)
             return self._client
 
-    def _create(self, api: docker.APIClient, execution: Execution, argv: list[str], env: dict[str, str]) -> str:
-        config = host_config(api, memory_mb=execution.memory_mb, cpus=self.cpus, max_processes=self.max_processes,
-                             max_open_files=self.max_open_files, max_file_mb=self.max_file_mb,
-                             workspace_mb=self.workspace_mb, tmp_mb=self.tmp_mb, caps=LAUNCHER_CAPS)
-        labels = {**lifecycle.owner_labels(), "posttrain.kind": "cold"}
+    def _create(self, api: docker.APIClient, execution: Execution, argv: list[str], env: dict[str, str],
+                uid: int) -> str:
+        config = host_config(api, uid=uid, memory_mb=execution.memory_mb, cpus=self.cpus,
+                             max_processes=self.max_processes, max_open_files=self.max_open_files,
+                             max_file_mb=self.max_file_mb, workspace_mb=self.workspace_mb, tmp_mb=self.tmp_mb,
+                             caps=LAUNCHER_CAPS)
+        labels = {**lifecycle.owner_labels(), "posttrain.kind": "cold", UID_LABEL: str(uid)}
         with self._lock:  # registered before it exists, so close() from another thread cannot miss it
             container = api.create_container(
                 self.image, argv, user=ROOT, working_dir=WORKDIR, hostname="sandbox", environment=env,
@@ -142,14 +159,10 @@ class DockerSandbox(SandboxBackend):
         return result
 
     def _remove(self, cid: str, client: docker.APIClient | None = None) -> None:
-        """Force-remove a container; a container already gone is fine, other failures leave it labelled."""
+        """Force-remove a container; it stays in ``_live`` unless it is known gone (the daemon is gone: the next
+        process's reaper finds it by its labels)."""
         client = client or self._client
-        try:
-            if client is not None:
-                client.remove_container(cid, force=True)
-        except DOCKER_ERRORS:
-            pass  # already removed, or the daemon is gone: the next process's reaper finds it by its labels
-        finally:
+        if client is not None and remove_container(client, cid):
             with self._lock:
                 self._live.discard(cid)
 

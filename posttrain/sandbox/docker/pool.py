@@ -27,7 +27,7 @@ reaped by the next process (``lifecycle``).
 Sessions: ``session()`` takes one container for a multi-step agent (``session.DockerSession``).
 
 Example:
-    >>> from posttrain.config import DockerPoolConfig
+    >>> from posttrain.config import DockerPoolConfig, SandboxConfig
     >>> from posttrain.sandbox.base import Execution
     >>> with DockerPool(DockerPoolConfig(size=2)) as pool:                                   # doctest: +SKIP
     ...     pool.wait_ready(2)
@@ -49,15 +49,17 @@ from dataclasses import replace
 
 import docker
 
-from posttrain.config import DockerPoolConfig
+from posttrain.config import DockerPoolConfig, SandboxConfig
 from posttrain.sandbox import lifecycle
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, SandboxStartError
-from posttrain.sandbox.docker.agent_client import AGENT_COMMAND, AgentChannel
+from posttrain.sandbox.bwrap import uid_range
+from posttrain.sandbox.docker.agent_client import AgentChannel, agent_command
 from posttrain.sandbox.docker.box import Box
-from posttrain.sandbox.docker.container import (AGENT_CAPS, DOCKER_ERRORS, ROOT, Closing, archives, host_config,
-                                                make_client)
+from posttrain.sandbox.docker.container import (AGENT_CAPS, DOCKER_ERRORS, ROOT, UID_LABEL, Closing, archives,
+                                                host_config, lease_uid, make_client, remove_container)
 from posttrain.sandbox.docker.host_view import HostView
 from posttrain.sandbox.docker.session import DockerSession
+from posttrain.sandbox.uids import UidLease, UidPool, user_lock_dir
 from posttrain.sandbox.workspace import WORKDIR
 
 log = logging.getLogger(__name__)
@@ -71,9 +73,12 @@ class DockerPool(SandboxBackend):
 
     def __init__(self, config: DockerPoolConfig | None = None, *, memory_mb: int = 512, max_processes: int = 64,
                  max_open_files: int = 256, max_file_mb: int = 64, workspace_mb: int = 64, tmp_mb: int = 64,
-                 cpus: float = 1.0, session_output_bytes: int = 16384, host_checks: bool = True):
-        """Constructing never fails and never blocks: containers start in the background (``wait_ready``).
-        ``host_checks``: also check and kill from the host when the daemon is local (``host_view``)."""
+                 cpus: float = 1.0, session_output_bytes: int = 16384, host_checks: bool = True,
+                 host_uids: range | None = None):
+        """Constructing never blocks, and fails only on a ``host_uids`` range that holds a user of this host:
+        containers start in the background (``wait_ready``). ``host_checks``: also check and kill from the host
+        when the daemon is local (``host_view``). ``host_uids``: the host uids the containers' programs run as, one
+        per container (``container.lease_uid``); None: ``SandboxConfig``'s default range."""
         cfg = config or DockerPoolConfig()
         size = max(0, cfg.size)
         self.config = replace(cfg, size=size, max_size=max(1, cfg.max_size, size), min_idle=min(cfg.min_idle, size),
@@ -83,6 +88,7 @@ class DockerPool(SandboxBackend):
         self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
         self.session_output_bytes = session_output_bytes
         self.host_checks = host_checks
+        self._uids = UidPool(host_uids or uid_range(SandboxConfig()), lock_dir=user_lock_dir())
         self.pool_id = f"{uuid.uuid4().hex[:12]}-{next(_pool_ids)}"
         self.stats = {"created": 0, "removed": 0, "resets": 0, "reset_failures": 0, "acquired": 0, "waited": 0,
                       "create_failures": 0}
@@ -148,10 +154,10 @@ class DockerPool(SandboxBackend):
             return
         for box in boxes:
             box.channel.close()
-            self._remove_cid(client, box.cid)
-        try:  # anything created by a thread that outlived the join, found by the pool's label
+            self._remove(client, box.cid, box.lease)
+        try:  # anything created by a thread that outlived the join (which holds its uid), found by the pool's label
             for info in client.containers(all=True, filters={"label": f"posttrain.pool={self.pool_id}"}):
-                self._remove_cid(client, info["Id"])
+                self._remove(client, info["Id"], None)
         except DOCKER_ERRORS:
             pass
         client.close()
@@ -235,15 +241,17 @@ class DockerPool(SandboxBackend):
             self._starting -= 1
 
     def _create(self) -> None:
-        cid = None
+        cid, lease = None, None
         try:
             api = self._api()
-            hardened = host_config(api, memory_mb=self.memory_mb, cpus=self.cpus,
+            lease = lease_uid(api, self._uids)  # the container's own, until it is gone
+            hardened = host_config(api, uid=lease.uid, memory_mb=self.memory_mb, cpus=self.cpus,
                                    max_processes=self.max_processes, max_open_files=self.max_open_files,
                                    max_file_mb=self.max_file_mb, workspace_mb=self.workspace_mb, tmp_mb=self.tmp_mb,
                                    init=False, auto_remove=True, caps=AGENT_CAPS)
-            labels = {**lifecycle.owner_labels(), "posttrain.kind": "pool", "posttrain.pool": self.pool_id}
-            cid = api.create_container(self.config.image, AGENT_COMMAND, user=ROOT, working_dir=WORKDIR,
+            labels = {**lifecycle.owner_labels(), "posttrain.kind": "pool", "posttrain.pool": self.pool_id,
+                      UID_LABEL: str(lease.uid)}
+            cid = api.create_container(self.config.image, agent_command(lease.uid), user=ROOT, working_dir=WORKDIR,
                                        hostname="sandbox", host_config=hardened, labels=labels, stdin_open=True,
                                        environment={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})["Id"]
             channel = AgentChannel.attach(api, cid)  # before start: the agent's hello must not be missed
@@ -262,12 +270,14 @@ class DockerPool(SandboxBackend):
                 self._backoff_until = time.monotonic() + min(30.0, 2.0 ** min(self.stats["create_failures"], 5))
                 self._cond.notify_all()
             if cid is not None:
-                self._remove_cid(self._client, cid)
+                self._remove(self._client, cid, lease)
+            elif lease is not None:
+                lease.release()
             log.warning("docker pool: cannot start a container: %s", exc)
             return
         rlimits = {"fsize": [self.max_file_mb << 20] * 2, "nofile": [self.max_open_files] * 2, "core": [0, 0]}
-        box = Box(cid=cid, api=api, channel=channel, memory_mb=self.memory_mb, rlimits=rlimits, view=view,
-                  idle_since=time.monotonic())
+        box = Box(cid=cid, api=api, channel=channel, memory_mb=self.memory_mb, rlimits=rlimits, lease=lease,
+                  view=view, idle_since=time.monotonic())
         with self._cond:
             self._starting -= 1
             if self._closing:
@@ -281,7 +291,7 @@ class DockerPool(SandboxBackend):
                 self._cond.notify_all()
         if closing:
             channel.close()
-            self._remove_cid(self._client, cid)
+            self._remove(self._client, cid, lease)
 
     def _reset(self, box: Box) -> None:
         """Kill everything of the sandbox user in ``box`` and wipe it; back to idle, or removed if that fails."""
@@ -306,17 +316,19 @@ class DockerPool(SandboxBackend):
             except ValueError:
                 pass
             self._cond.notify_all()
-        if self._threads.start(self._remove_cid, self._client, box.cid, name="docker-pool-remove") is None:
-            self._remove_cid(self._client, box.cid)
+        if self._threads.start(self._remove, self._client, box.cid, box.lease, name="docker-pool-remove") is None:
+            self._remove(self._client, box.cid, box.lease)
 
-    def _remove_cid(self, client, cid: str) -> None:
-        try:
-            if client is not None:
-                client.remove_container(cid, force=True)
-                with self._cond:
-                    self.stats["removed"] += 1
-        except DOCKER_ERRORS:
-            pass  # already gone; or the daemon is unreachable and the next reaper removes it by its labels
+    def _remove(self, client, cid: str, lease: UidLease | None) -> None:
+        """Remove a container, then give its uid back. If it may not be gone (the daemon is unreachable: the next
+        reaper removes it by its labels), its uid stays leased while this process lives."""
+        if client is None or not remove_container(client, cid):
+            log.warning("docker pool: container %s may still run; its uid stays leased", cid[:12])
+            return
+        with self._cond:
+            self.stats["removed"] += 1
+        if lease is not None:
+            lease.release()
 
     def _maintain(self) -> None:
         """Background: keep ``size`` containers while in use, shrink to ``min_idle`` when idle, refill."""
@@ -341,4 +353,4 @@ class DockerPool(SandboxBackend):
                     self._cond.wait(0.5)
             for box in to_remove:
                 box.channel.close()
-                self._remove_cid(self._client, box.cid)
+                self._remove(self._client, box.cid, box.lease)

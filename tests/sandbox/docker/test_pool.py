@@ -24,6 +24,7 @@ from posttrain.sandbox.docker.container import AGENT_CAPS
 from tests.sandbox.cases import SandboxCases, SessionCases, processes_with, py
 
 IMAGE = DockerPoolConfig().image
+HOST_UIDS = range(SandboxConfig().host_uid_first, SandboxConfig().host_uid_first + SandboxConfig().host_uids)
 ABSENT = DockerPoolConfig(image="posttrain-no-such-image:absent", size=1)
 
 
@@ -137,7 +138,8 @@ def test_container_is_hardened(backend, sandbox):
     box = sandbox if backend == "pool" else DockerSandbox(IMAGE)
     r = box.run(py(HARDENING))
     lines = r.stdout.splitlines()
-    assert lines[0] == "10001 0000000000000000 0000000000000000 1 2", r  # non-root, no caps, no-new-privs, seccomp
+    uid, rest = lines[0].split(" ", 1)
+    assert int(uid) in HOST_UIDS and rest == "0000000000000000 0000000000000000 1 2", r  # a leased uid, no caps, ...
     assert lines[1:7] == ["/ 30", "/etc 30", "/usr 30", "/work writable", "/tmp writable", "/trusted 13"]
     assert lines[7] == "['lo']"  # network none
     assert lines[8] == "pid 1: uid 0"  # the agent (pool) or docker-init (cold): another user, out of reach
