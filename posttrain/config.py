@@ -192,8 +192,9 @@ class SandboxConfig(Validated):
     max_processes: int = 64  # processes (and threads) one execution may have
     cpus: float = 1.0  # CPU cores one execution may use (bwrap: its cgroup's quota; docker: its container's)
     session_output_bytes: int = 16384  # output kept per session step (stdout and stderr each); the rest is cut, marked
-    # bwrap as root: each execution, session and warm slot runs as a host uid (and gid) of its own from this range, so
-    # none shares another's per-user kernel limits (posttrain.sandbox.uids); no user, group or subuid range may be in it
+    # Each bwrap execution, session and warm slot (as root) and each Docker container runs its programs as a host uid
+    # (and gid) of its own from this range, so none shares another's per-user kernel limits
+    # (posttrain.sandbox.uids); no user, group or subuid range may be in it
     host_uid_first: int = 1_900_000_000
     host_uids: int = 65536  # uids in the range (from host_uid_first): sandboxes at once, at most
     # reward stage: one sandbox run per distinct (env, completion), shared by copies
