@@ -76,6 +76,19 @@ def test_only_the_mapped_part_of_a_range_is_used():
     assert mapped(range(4294967290, 4294967300)) == range(4294967290, 4294967295)  # (uid_t) -1 is never mapped
 
 
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether process ``pid`` is ``ancestor`` or one of its descendants (its parent chain in ``/proc``)."""
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                pid = int(stat.read().rsplit(")", 1)[1].split()[1])  # the field after the state: the parent's pid
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
 HOST_UID = "import os, time\ntime.sleep(1.0)\nprint(os.getuid())\n"  # 10001 inside; the host's is read from /proc
 
 
@@ -86,14 +99,14 @@ def test_concurrent_sandboxes_run_as_distinct_host_uids(backend):
     seen: set[int] = set()
     stop = threading.Event()
 
-    def watch():  # host uids of the sandboxes' processes while they run
+    def watch():  # host uids of this box's processes (ours: other sandboxes may run beside the test) while they run
         while not stop.is_set():
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
                     uid = os.stat(f"/proc/{pid}").st_uid
                 except OSError:
                     continue
-                if uid in range(1_900_000_000, 1_900_065_536):
+                if uid in range(1_900_000_000, 1_900_065_536) and descends_from(int(pid), os.getpid()):
                     seen.add(uid)
             time.sleep(0.05)
 
