@@ -147,14 +147,16 @@ def test_single_runs_leave_nothing_on_disk_and_sessions_clean_up(workspace_root)
 
 
 def bwrap_zombies() -> set[int]:
-    """Pids of dead bwrap processes nobody reaped yet."""
+    """Pids of dead bwrap processes of ours (this process's children: other sandboxes may run beside the test) that
+    nobody reaped yet."""
     found = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        if stat.split(" (", 1)[1].startswith("bwrap) Z"):
+        name, fields = stat.split(" (", 1)[1].rsplit(") ", 1)
+        if name == "bwrap" and fields.split()[:2] == ["Z", str(os.getpid())]:
             found.add(int(pid))
     return found
 
