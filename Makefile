@@ -66,8 +66,11 @@ smoke: setup $(STAMP) policy
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_smoke
 	@echo; echo "Review the run: make mlflow-ui, then open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
 
+# Two worker processes (pytest-xdist), tests grouped so that shared runs and the live engine start once
+# (tests/conftest.py); `PYTEST_WORKERS=0 make test` runs them in one process.
+PYTEST_WORKERS ?= 2
 test: setup $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests -n $(PYTEST_WORKERS) --dist loadscope
 
 # The unit lane: library code in-process, at most short bwrap sandboxes; no daemon, model, engine or workflow run.
 test-fast: $(STAMP)

@@ -44,11 +44,62 @@ def _shutdown_live_engine():
 
 KINDS = ("unit", "integration", "e2e")
 
+# With pytest-xdist (``make test``: ``-n 2 --dist loadscope``) tests run in groups, each group in one worker process:
+# a module's tests together (its module fixtures are built once), and modules that share a costly session fixture
+# (one ``pyflyte run`` each) or the process's live vLLM engine (~30 s per start) together, so that it is made once.
+# Groups go by module path (``worker_group``): the scheduler sees node ids only. pytest 9.2 ignores xdist's own
+# ``xdist_group`` marks (pytest-xdist#1386), hence ``pytest_xdist_make_scheduler`` below.
+SHARED_RUNS = ("smoke_run", "stale_tiers_run")  # the session fixtures whose readers must share a worker
+LIVE_ENGINE_MODULES = (
+    "tests/agent/test_exact_tokens.py", "tests/evaluation/test_greedy.py", "tests/rollout/test_collect.py",
+    "tests/rollout/test_engine.py", "tests/rollout/test_engine_host.py", "tests/rollout/test_live.py",
+    "tests/tasks/test_agent_task.py", "tests/training/test_data_parallel.py", "tests/workflows/test_admit.py",
+)
+GROUPS = {
+    **dict.fromkeys(("tests/workflows/test_rl_loop.py", "tests/workflows/test_mlflow_browser.py"), "smoke_run"),
+    **dict.fromkeys(("tests/workflows/test_agent_tier.py", "tests/workflows/test_staleness.py"), "stale_tiers_run"),
+    **dict.fromkeys(LIVE_ENGINE_MODULES, "live-engine"),
+}
+# The longest groups first (minutes of the serial suite here): groups are handed out in collection order, so a long
+# one left for last would run alone on one worker while the other idles.
+LONGEST_FIRST = ("smoke_run", "live-engine", "tests/sandbox/attacks/test_attacks.py", "tests/workflows/test_resume.py",
+                 "tests/admission/test_anti_hacking.py", "stale_tiers_run", "tests/sandbox/test_runner.py",
+                 "tests/workflows/test_evaluate.py")
+
+
+def worker_group(nodeid: str) -> str:
+    """The worker group of a test, by its node id: its module's shared group, else its module."""
+    module = nodeid.split("::", 1)[0]
+    return GROUPS.get(module, module)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadscope``, with scopes made of ``worker_group``s and handed out in collection order."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    config.option.loadscopereorder = False  # by test count otherwise
+    return GroupScheduling(config, log)
+
 
 def pytest_collection_modifyitems(config, items):
-    """Refuse to run a test whose kind is missing or ambiguous: a new test module must say what it needs."""
+    """Refuse to run a test whose kind is missing or ambiguous (a new test module must say what it needs), or a reader
+    of a shared run outside its group; put the longest groups first."""
     wrong = [f"{item.nodeid}: {kinds or 'no kind marker'}" for item in items
              if len(kinds := [k for k in KINDS if item.get_closest_marker(k)]) != 1]
     if wrong:
         raise pytest.UsageError("every test needs exactly one of the markers " + ", ".join(KINDS) + " "
                                 "(pytestmark = pytest.mark.<kind> at module level):\n  " + "\n  ".join(wrong))
+    shared = [f"{item.nodeid}: reads {name}; add its module to GROUPS[{name!r}]" for item in items
+              for name in SHARED_RUNS if name in item.fixturenames and worker_group(item.nodeid) != name]
+    if shared:
+        raise pytest.UsageError("tests of a shared run must share its worker group (tests/conftest.py):\n  "
+                                + "\n  ".join(shared))
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(worker_group(item.nodeid), len(rank)))  # stable: the rest keep their order
