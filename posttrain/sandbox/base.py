@@ -129,6 +129,19 @@ class SandboxBackend(ABC):
         pass
 
 
+INODE_BYTES = 4096  # a writable tmpfs holds one inode per 4 KB page of its size, on every backend
+
+
+def tmpfs_inodes(size_mb: int) -> int:
+    """The inodes (files, directories, links) a writable tmpfs of ``size_mb`` may hold: empty files cost kernel
+    memory (an inode and a dentry, ~1 KB each) that no size cap bounds, and that a cgroup may not charge.
+
+    >>> tmpfs_inodes(64)
+    16384
+    """
+    return (size_mb << 20) // INODE_BYTES
+
+
 def truncate(data: bytes, limit: int) -> tuple[str, bool]:
     """Decode at most ``limit`` bytes of program output, marking the cut.
 

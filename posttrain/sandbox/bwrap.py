@@ -64,7 +64,7 @@ from typing import Sequence
 
 from posttrain.config import SandboxConfig
 from posttrain.sandbox import cgroup, lifecycle, seccomp
-from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend
+from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, tmpfs_inodes
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
 from posttrain.sandbox.session import SandboxSession
 from posttrain.sandbox.uids import UidLease, UidPool
@@ -88,17 +88,11 @@ MS_NOSUID, MS_NODEV = 2, 4
 _libc = ctypes.CDLL(None, use_errno=True)
 DRAIN_GRACE_S = 5.0  # how long to wait for output pipes to close once the sandbox is gone
 SHM_MB = 16
-INODE_BYTES = 4096  # a writable tmpfs holds one inode per 4 KB page of its size, as session workspaces do
 
 
 def uid_range(cfg: SandboxConfig) -> range:
     """The host uids a config gives its bwrap sandboxes (``host_uid_first``, ``host_uids``)."""
     return range(cfg.host_uid_first, cfg.host_uid_first + cfg.host_uids)
-
-
-def tmpfs_inodes(size_mb: int) -> int:
-    """The inodes (files, directories, links) a writable tmpfs of ``size_mb`` may hold."""
-    return (size_mb << 20) // INODE_BYTES
 
 
 def _supports(bwrap: str, option: str) -> bool:

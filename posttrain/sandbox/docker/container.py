@@ -2,7 +2,7 @@
 the host uid each container's programs run as.
 
 Container config (``host_config``): no network, read-only root filesystem, tmpfs ``/work`` (owned by the programs'
-uid), ``/tmp``, ``/trusted`` and ``/run/posttrain`` (root's) with size caps, a small ``/dev/shm``, every capability
+uid), ``/tmp``, ``/dev/shm``, ``/trusted`` and ``/run/posttrain`` (root's) with size and inode caps, every capability
 dropped but the few the container's first process needs (``LAUNCHER_CAPS`` or ``AGENT_CAPS``), ``no-new-privileges``,
 the seccomp policy bwrap loads too (``seccomp.docker_security_opt()``), memory without swap, one CPU, a pid limit,
 ulimits, no logs on disk, and labels naming the owner process (``lifecycle.owner_labels``) and the programs' uid.
@@ -48,7 +48,7 @@ import docker
 import requests
 
 from posttrain.sandbox import lifecycle, seccomp
-from posttrain.sandbox.base import Prepared, SandboxStartError
+from posttrain.sandbox.base import Prepared, SandboxStartError, tmpfs_inodes
 from posttrain.sandbox.uids import SHARED_UID, UidLease, UidPool
 from posttrain.sandbox.workspace import TRUSTED_DIR, WORKDIR, tar_archive
 
@@ -104,11 +104,22 @@ def host_config(api: docker.APIClient, *, uid: int, memory_mb: int, cpus: float,
         network_mode="none", read_only=True, init=init, auto_remove=auto_remove, mem_limit=f"{memory_mb}m",
         memswap_limit=f"{memory_mb}m", pids_limit=max_processes, nano_cpus=int(cpus * 1e9), cap_drop=["ALL"],
         cap_add=list(caps), security_opt=["no-new-privileges", seccomp.docker_security_opt()],
-        ulimits=limits, log_config={"type": "none"}, shm_size=f"{shm_mb}m", oom_score_adj=500,
-        tmpfs={WORKDIR: f"size={workspace_mb}m,uid={uid},gid={uid},mode=0755,exec,nosuid,nodev",
-               "/tmp": f"size={tmp_mb}m,mode=1777,exec,nosuid,nodev",
-               TRUSTED_DIR: f"size={workspace_mb}m,mode=0700,noexec,nosuid,nodev",
-               ACCOUNTS: "size=1m,mode=0755,noexec,nosuid,nodev"})
+        ulimits=limits, log_config={"type": "none"}, oom_score_adj=500,
+        tmpfs={WORKDIR: f"{capped(workspace_mb)},uid={uid},gid={uid},mode=0755,exec,nosuid,nodev",
+               "/tmp": f"{capped(tmp_mb)},mode=1777,exec,nosuid,nodev",
+               "/dev/shm": f"{capped(shm_mb)},mode=1777,noexec,nosuid,nodev",  # in place of docker's uncapped one
+               TRUSTED_DIR: f"{capped(workspace_mb)},mode=0700,noexec,nosuid,nodev",
+               ACCOUNTS: f"{capped(1)},mode=0755,noexec,nosuid,nodev"})
+
+
+def capped(size_mb: int) -> str:
+    """The size and inode cap of a tmpfs mount of ``size_mb``: empty files cost kernel memory that no size cap
+    bounds (``base.tmpfs_inodes``), the same cap as bwrap's mounts.
+
+    >>> capped(16)
+    'size=16m,nr_inodes=4096'
+    """
+    return f"size={size_mb}m,nr_inodes={tmpfs_inodes(size_mb)}"
 
 
 def archives(prepared: Prepared) -> tuple[bytes, bytes]:
