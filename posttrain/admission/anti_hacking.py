@@ -7,8 +7,10 @@ under the same name (numeric: every field 7; scene: the empty scene); ``probe_ba
 completions, through the verifier's ``extract_solution``, for every env of every kind.
 
 A verifier whose tests may be labelled ``guard`` (behaviour the untouched workspace already has, which earns nothing
-and must keep working: ``workspace_tests``) bounds doing nothing only if the labels are true, so ``LABELLED`` gives,
-by kind, each test run alone on the untouched workspace (``LabelRun``): a guard must pass there, any other test fail.
+and must keep working: ``workspace_tests``) bounds doing nothing only if the labels are true, so its ``test_labels``
+are checked against the verdict of its ``untouched workspace`` probe, test by test (``Verdict.failures``;
+``label_outcomes``): a guard must pass there, any other test fail. One run of all the tests, as the reward runs
+them, instead of one run per test.
 
 The row's value is the fraction of probes that failed as they must and labels that held (1.0 for a sound env).
 Reason codes: ``admission.reasons``.
@@ -28,21 +30,16 @@ Example:
     ('anti_hacking.probe_rewarded:self-consistent garbage', 0.5)
     >>> row.detail.split(": ", 1)[1]
     '1/2 probes earn more than 0.1: self-consistent garbage (reward 0.25, 1/4)'
-    >>> one = Verdict(reward=1.0, passed=True, compiled=True, tests_passed=1, tests_total=1)
-    >>> row = anti_hacking_row("e/1", {"empty program": fail}, labels={"kept": (True, one), "fixed": (False, one)})
+    >>> row = anti_hacking_row("e/1", {"empty program": fail}, labels={"kept": (True, ""), "fixed": (False, "")})
     >>> row.code, round(row.value, 2)
     ('anti_hacking.mislabelled:fixed', 0.67)
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 from posttrain.admission.report import INFRA, CheckRow
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers import workspace_admission
-from posttrain.envs.verifiers.base import Verdict, Verifier
-from posttrain.envs.verifiers.workspace_admission import LabelRun
+from posttrain.envs.verifiers.base import UNTOUCHED, Verdict, Verifier
 
 CHECK = "anti_hacking"
 MAX_PROBE_REWARD = 0.1  # AdmissionConfig.max_probe_reward's default
@@ -58,13 +55,32 @@ DEGENERATE_PROBES: dict[str, tuple[str, str | None]] = {
 }
 
 
-# Verifier kinds whose tests carry a guard label, by kind: each test alone on the untouched workspace.
-LABELLED: dict[str, Callable[[EnvSpec], list[LabelRun]]] = {"workspace_tests": workspace_admission.label_runs}
+def label_outcomes(spec: EnvSpec, verifier: Verifier, probes: dict[str, Verdict]) -> dict[str, tuple[bool, str]]:
+    """Each labelled test of ``spec`` -> (is a guard, why it failed on the untouched workspace, "" if it passed), read
+    off the verdict of the verifier's ``UNTOUCHED`` probe among ``probes``; none where the verifier labels no test or
+    that verdict is an infra error (the probe itself is reported then).
 
-
-def label_runs(spec: EnvSpec) -> list[LabelRun]:
-    """The runs that check ``spec``'s test labels (none for a kind without labels)."""
-    return LABELLED.get(spec.verifier_kind, lambda _: [])(spec)
+    >>> from posttrain.envs.verifiers import get_verifier
+    >>> spec = EnvSpec(id="t/w", prompt="p", reference="true", kind="agent", workspace={"a": "1"}, runtime="bash",
+    ...                verifier={"kind": "workspace_tests", "tests": [{"name": "kept", "cmd": "true", "guard": True},
+    ...                                                                {"name": "fixed", "cmd": "false"}]})
+    >>> untouched = Verdict(reward=0.0, passed=False, compiled=True, tests_passed=1, tests_total=2,
+    ...                     failures=("", "fixed: exit code 1 (want 0)"))
+    >>> label_outcomes(spec, get_verifier("workspace_tests"), {UNTOUCHED: untouched})
+    {'kept': (True, ''), 'fixed': (False, 'fixed: exit code 1 (want 0)')}
+    """
+    labels = verifier.test_labels(spec)
+    if not labels:
+        return {}
+    if UNTOUCHED not in probes:
+        raise ValueError(f"verifier {verifier.kind!r} labels its tests but gives no {UNTOUCHED!r} probe")
+    verdict = probes[UNTOUCHED]
+    if verdict.excluded:
+        return {}
+    if len(verdict.failures) != len(labels):
+        raise ValueError(f"the {UNTOUCHED!r} verdict reports {len(verdict.failures)} tests, the spec labels "
+                         f"{len(labels)}")
+    return {name: (guard, failure) for (name, guard), failure in zip(labels, verdict.failures)}
 
 
 def probe_battery(spec: EnvSpec, verifier: Verifier) -> dict[str, str]:
@@ -86,29 +102,28 @@ def over_bound(name: str, verdict: Verdict, max_reward: float) -> bool:
     return name in DEGENERATE_PROBES and verdict.reward > max_reward
 
 
-def mislabelled(labels: dict[str, tuple[bool, Verdict]]) -> dict[str, str]:
+def mislabelled(labels: dict[str, tuple[bool, str]]) -> dict[str, str]:
     """The tests whose label the untouched workspace contradicts, and what each did there; ``labels`` maps a test to
-    (is a guard, its verdict alone on the untouched workspace)."""
+    (is a guard, why it failed on the untouched workspace or "" if it passed: ``label_outcomes``)."""
     out = {}
-    for test, (guard, verdict) in labels.items():
-        if guard and not verdict.passed:
-            out[test] = f"guard, fails there: {verdict.detail.split('; ', 1)[-1]}"
-        elif not guard and verdict.passed:
+    for test, (guard, failure) in labels.items():
+        if guard and failure:
+            out[test] = f"guard, fails there: {failure}"
+        elif not guard and not failure:
             out[test] = "not a guard, passes there: doing nothing earns it"
     return out
 
 
 def anti_hacking_row(env_id: str, probes: dict[str, Verdict], max_reward: float = MAX_PROBE_REWARD,
-                     labels: dict[str, tuple[bool, Verdict]] | None = None) -> CheckRow:
+                     labels: dict[str, tuple[bool, str]] | None = None) -> CheckRow:
     """Every probe must fail, every degenerate one earn at most ``max_reward``, and every test label (``labels``:
-    test -> (is a guard, its verdict alone on the untouched workspace)) agree with the untouched workspace; the
+    ``label_outcomes``) agree with the untouched workspace; the
     detail names what did not (the code the first: a cheat that passes, then a wrong label, then a degenerate
     answer that earns)."""
     labels = labels or {}
     if not probes:
         return CheckRow(env_id, CHECK, True, f"{CHECK}.not_applicable", "the verifier has no probes for this env")
     infra = [(name, v) for name, v in probes.items() if v.excluded]
-    infra += [(f"label of {test}", v) for test, (_, v) in labels.items() if v.excluded]
     if infra:
         return CheckRow(env_id, CHECK, False, INFRA, f"probe {infra[0][0]!r}: {infra[0][1].infra_error}")
     cheats = [name for name, v in probes.items() if cheated(v)]

@@ -39,7 +39,7 @@ from pathlib import Path
 import pandas as pd
 
 from posttrain.admission.agent_episodes import oracle_verdicts, probe_verdicts
-from posttrain.admission.anti_hacking import anti_hacking_row, label_runs, probe_battery
+from posttrain.admission.anti_hacking import anti_hacking_row, label_outcomes, probe_battery
 from posttrain.admission.batch import SandboxBatches
 from posttrain.admission.consistency import consistency_rows
 from posttrain.admission.coverage import coverage_row, select_mutants
@@ -149,30 +149,30 @@ def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: Admission
 
 def _anti_hacking(batches: SandboxBatches, envs: list[EnvSpec], agent: dict[str, dict],
                   max_reward: float) -> list[CheckRow]:
-    """The probes of every env (``probe_battery``) plus, for agent envs, the agent probes' verdicts (``agent``), and
-    the runs that check its test labels (``label_runs``), all in one batch."""
+    """The probes of every env (``probe_battery``), in one batch, plus, for agent envs, the agent probes' verdicts
+    (``agent``); test labels are read off the untouched workspace's verdict (``label_outcomes``)."""
     probes: dict[str, dict[str, str]] = {}
-    labels: dict[str, list] = {}
     broken: dict[str, str] = {}
     for spec in envs:
         try:
             probes[spec.id] = probe_battery(spec, get_verifier(spec.verifier_kind))
-            labels[spec.id] = label_runs(spec)
         except Exception as error:  # noqa: BLE001 - a verifier bug is not the env's fault
-            broken[spec.id] = f"verifier.probes or label runs raised {type(error).__name__}: {error}"
+            broken[spec.id] = f"verifier.probes raised {type(error).__name__}: {error}"
     sound = [spec for spec in envs if spec.id not in broken]
-    probe_pairs = [(spec, solution) for spec in sound for solution in probes[spec.id].values()]
-    label_pairs = [(run.spec, run.solution) for spec in sound for run in labels[spec.id]]
-    verdicts = batches.run("anti_hacking", probe_pairs + label_pairs)
-    probe_verdicts, label_verdicts = iter(verdicts[:len(probe_pairs)]), iter(verdicts[len(probe_pairs):])
+    verdicts = iter(batches.run("anti_hacking", [(spec, solution) for spec in sound
+                                                 for solution in probes[spec.id].values()]))
     rows = []
     for spec in envs:
         if spec.id in broken:
             rows.append(CheckRow(spec.id, "anti_hacking", False, INFRA, broken[spec.id]))
-        else:
-            rows.append(anti_hacking_row(spec.id, {**{name: next(probe_verdicts) for name in probes[spec.id]},
-                                                   **agent.get(spec.id, {})}, max_reward,
-                                         {run.test: (run.guard, next(label_verdicts)) for run in labels[spec.id]}))
+            continue
+        got = {name: next(verdicts) for name in probes[spec.id]}
+        try:
+            labels = label_outcomes(spec, get_verifier(spec.verifier_kind), got)
+        except ValueError as error:  # a verifier bug is not the env's fault
+            rows.append(CheckRow(spec.id, "anti_hacking", False, INFRA, f"test labels: {error}"))
+            continue
+        rows.append(anti_hacking_row(spec.id, {**got, **agent.get(spec.id, {})}, max_reward, labels))
     return rows
 
 

@@ -12,7 +12,6 @@ import yaml
 from posttrain.admission import admit
 from posttrain.admission.agent_episodes import (NOOP, TEST_EDITING, agent_probes, oracle_calls, run_scripted,
                                                 visible_tests)
-from posttrain.admission.anti_hacking import label_runs
 from posttrain.admission.batch import SandboxBatches
 from posttrain.config import AdmissionConfig, DockerPoolConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
@@ -153,11 +152,9 @@ def test_oracles_solve_the_suite_and_wrong_or_hackable_envs_are_rejected(tmp_pat
     assert f"{NOOP} (" not in detail  # the untouched workspace still fails the visible test
     assert rows_of(details, "broken/visible_test_only")["solvability"][1] == "solvability.ok"
     # references of 7 envs + 7 oracle episodes (no_oracle's: its reference as one bash call); probes: 7 x (7 + 2 + 2)
-    # (the empty answer is the same script as the untouched workspace: run once), and each test alone on the untouched
-    # workspace, checking its guard label
-    labelled = sum(len(label_runs(spec)) for spec in load_suite(tmp_path).envs)
-    assert labelled >= 7 and result.executions["solvability"] == 14
-    assert result.executions["anti_hacking"] == 77 + labelled
+    # (the empty answer is the same script as the untouched workspace: run once), whose untouched workspace's
+    # verdict also checks every guard label: no run of its own
+    assert result.executions["solvability"] == 14 and result.executions["anti_hacking"] == 77
 
 
 @pytest.mark.integration

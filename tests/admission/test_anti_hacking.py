@@ -11,12 +11,13 @@ import pytest
 import yaml
 
 from posttrain.admission import admit, summarize
-from posttrain.admission.anti_hacking import DEGENERATE_PROBES, anti_hacking_row, label_runs, probe_battery
+from posttrain.admission.anti_hacking import DEGENERATE_PROBES, anti_hacking_row, label_outcomes, probe_battery
 from posttrain.config import AdmissionConfig, ConfigError, SandboxConfig
 from posttrain.envs.generators.common import python_check, python_expectations, python_tests
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.suite import load_suite
 from posttrain.envs.verifiers import get_verifier, verify_many
+from posttrain.envs.verifiers.base import UNTOUCHED
 from posttrain.sandbox import make_sandbox
 from tests.admission.common import FAIL, INFRA, PART, PASS, spec
 
@@ -54,38 +55,38 @@ def test_degenerate_answers_may_earn_at_most_max_probe_reward():
         AdmissionConfig(max_probe_reward=1.0)
 
 
-ONE_PASSES = replace(PASS, tests_passed=1, tests_total=1, detail="1/1 tests passed")
-ONE_FAILS = replace(FAIL, tests_total=1, detail="0/1 tests passed; kept: exit code 1 (want 0) Boom")
-
-
 @pytest.mark.unit
 def test_a_test_label_the_untouched_workspace_contradicts_rejects_the_env():
-    """Issue 22: a guard must pass on the untouched workspace and every other test fail there (each run alone)."""
-    ok = anti_hacking_row("e", {"empty answer": FAIL}, labels={"kept": (True, ONE_PASSES), "fixed": (False, ONE_FAILS)})
+    """Issue 22: a guard must pass on the untouched workspace and every other test fail there."""
+    ok = anti_hacking_row("e", {"empty answer": FAIL}, labels={"kept": (True, ""), "fixed": (False, "fixed: boom")})
     assert ok.passed and ok.text.endswith("; all 2 test labels hold")
     row = anti_hacking_row("e", {"empty answer": FAIL},
-                           labels={"kept": (True, ONE_FAILS), "fixed": (False, ONE_PASSES), "other": (False, FAIL)})
+                           labels={"kept": (True, "kept: exit code 1 (want 0) Boom"), "fixed": (False, ""),
+                                   "other": (False, "other: no result")})
     assert (row.passed, row.code, row.value) == (False, "anti_hacking.mislabelled:kept", pytest.approx(0.5))
     assert row.text.endswith("2/3 test labels disagree with the untouched workspace: kept (guard, fails there: kept: "
                              "exit code 1 (want 0) Boom), fixed (not a guard, passes there: doing nothing earns it)")
-    assert anti_hacking_row("e", {"empty answer": FAIL}, labels={"kept": (True, INFRA)}).code == "infra"
-    cheat = anti_hacking_row("e", {"exit 0": PASS}, labels={"kept": (True, ONE_FAILS)})
+    cheat = anti_hacking_row("e", {"exit 0": PASS}, labels={"kept": (True, "kept: boom")})
     assert cheat.code == "anti_hacking.probe_passed:exit 0"  # a cheat that passes is named first
 
 
 @pytest.mark.unit
-def test_label_runs_run_each_test_alone_on_the_untouched_workspace():
+def test_labels_are_read_off_the_untouched_workspace_verdict_test_by_test():
     tests = [{"name": "fixed", "cmd": "python3 -I {tests}/c.py 1", "stdout": "2"},
              {"name": "kept", "cmd": "python3 -I {tests}/c.py 0", "stdout": "1", "guard": True}]
     agent = EnvSpec(id="t/w", prompt="p", reference="true\n", kind="agent", workspace={"a.py": "x = 1\n"},
                     verifier={"kind": "workspace_tests", "tests": tests})
-    runs = label_runs(agent)
-    assert [(r.test, r.guard, r.spec.id, r.solution) for r in runs] == [("fixed", False, "t/w#fixed", ""),
-                                                                         ("kept", True, "t/w#kept", "")]
-    assert runs[1].spec.verifier["tests"] == [{k: v for k, v in tests[1].items() if k != "guard"}]
+    verifier = get_verifier("workspace_tests")
+    assert verifier.test_labels(agent) == [("fixed", False), ("kept", True)]
+    untouched = replace(FAIL, tests_total=2, failures=("fixed: stdout '1' (want '2')", ""))
+    assert label_outcomes(agent, verifier, {UNTOUCHED: untouched}) == {"fixed": (False, "fixed: stdout '1' (want '2')"),
+                                                                      "kept": (True, "")}
+    assert label_outcomes(agent, verifier, {UNTOUCHED: INFRA}) == {}  # the probe's infra error is reported instead
     single = replace(agent, kind="single_turn", verifier={**agent.verifier, "solution_file": "a.py"})
-    assert {r.solution for r in label_runs(single)} == {"x = 1\n"}  # the solution file as the workspace has it
-    assert label_runs(SPECS["python_tests"]) == []  # a kind without labels
+    assert verifier.probes(single)[UNTOUCHED] == "x = 1\n"  # the solution file as the workspace has it
+    assert label_outcomes(SPECS["python_tests"], get_verifier("python_tests"), {}) == {}  # a kind without labels
+    with pytest.raises(ValueError, match="reports 1 tests, the spec labels 2"):
+        label_outcomes(agent, verifier, {UNTOUCHED: replace(untouched, failures=("",))})
 
 
 SPECS = {
@@ -172,9 +173,6 @@ def test_the_bundled_host_suites_are_admitted_and_their_degenerate_answers_earn_
 
 
 WORKSPACE_SUITES = ("terminal", "node", "agent_repo")
-DOING_NOTHING = ("untouched workspace", "workspace file as given")  # the workspace verifier's own no-op probes
-
-
 @pytest.mark.integration
 @needs_bwrap
 def test_doing_nothing_earns_at_most_max_probe_reward_on_every_bundled_workspace_env():
@@ -183,20 +181,19 @@ def test_doing_nothing_earns_at_most_max_probe_reward_on_every_bundled_workspace
     labels, doing nothing earned up to 0.57 on 48 of the 114 envs)."""
     envs = [spec for suite in WORKSPACE_SUITES for spec in load_suite(f"posttrain/envs/suites/{suite}").envs]
     assert len(envs) == 114
-    probes = {spec.id: {name: text for name, text in probe_battery(spec, get_verifier(spec.verifier_kind)).items()
-                        if name in DEGENERATE_PROBES or name in DOING_NOTHING} for spec in envs}
-    labels = {spec.id: label_runs(spec) for spec in envs}
+    verifier = get_verifier("workspace_tests")
+    probes = {spec.id: {name: text for name, text in probe_battery(spec, verifier).items()
+                        if name in DEGENERATE_PROBES or name == UNTOUCHED} for spec in envs}
     pairs = [(spec, text) for spec in envs for text in probes[spec.id].values()]
-    pairs += [(run.spec, run.solution) for spec in envs for run in labels[spec.id]]
     cfg = SandboxConfig(backend="bwrap-warm", batch_concurrency=8)
     with make_sandbox(cfg) as box:
         verdicts = iter(verify_many(pairs, box, cfg))
     got = {spec.id: {name: next(verdicts) for name in probes[spec.id]} for spec in envs}
-    rows = [anti_hacking_row(spec.id, got[spec.id], labels={run.test: (run.guard, next(verdicts))
-                                                            for run in labels[spec.id]}) for spec in envs]
+    labels = {spec.id: label_outcomes(spec, verifier, got[spec.id]) for spec in envs}
+    rows = [anti_hacking_row(spec.id, got[spec.id], labels=labels[spec.id]) for spec in envs]
     assert [row.detail for row in rows if not row.passed] == []
     assert max(v.reward for by_name in got.values() for v in by_name.values()) <= AdmissionConfig().max_probe_reward
-    assert sum(run.guard for runs in labels.values() for run in runs) >= 48  # the tests doing nothing passed
+    assert sum(guard for by_test in labels.values() for guard, _ in by_test.values()) >= 48  # doing nothing passed
 
 
 CALC_CASES = {"add": "calc.add(2, 3)", "zero_b": "calc.add(3, 0)", "negatives": "calc.add(-1, -1)"}

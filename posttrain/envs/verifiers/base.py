@@ -38,6 +38,9 @@ class Verdict:
     infra_error: str = ""  # non-empty: the sandbox failed, not the solution; see ``excluded``
     detail: str = ""  # short human-readable reason
     sandbox_ms: float = 0.0  # sandbox start plus run time
+    # per test, in the order of ``Verifier.test_labels``: "" where it passed, else why it failed (verifiers that
+    # report tests one by one and label them; empty otherwise)
+    failures: tuple[str, ...] = ()
 
     @property
     def excluded(self) -> bool:
@@ -131,6 +134,14 @@ def empty_probe(spec: EnvSpec) -> dict[str, str]:
     return {"empty solution": ""}
 
 
+UNTOUCHED = "untouched workspace"  # the probe that changes nothing: a verifier with ``test_labels`` must give it
+
+
+def no_test_labels(spec: EnvSpec) -> list[tuple[str, bool]]:
+    """Default ``test_labels``: the tests carry no labels."""
+    return []
+
+
 def no_mutants(spec: EnvSpec) -> list[str]:
     """Default ``mutants``: none (the coverage check then has nothing to kill)."""
     return []
@@ -194,6 +205,9 @@ class Verifier:
 
     - ``probes(spec)`` -> degenerate or cheating solutions by name (already extracted, ready for ``verify_many``);
       the anti-hacking check requires every one of them to fail (an empty solution).
+    - ``test_labels(spec)`` -> each test's name and whether it is a ``guard`` (behaviour the untouched workspace
+      already has), in the order of ``Verdict.failures``; the anti-hacking check reads them off the verdict of the
+      ``UNTOUCHED`` probe, which the verifier must then give: a guard must pass there, any other test fail (none).
     - ``mutants(spec)`` -> wrong-but-plausible variants of the reference (AST mutants, perturbed values, moved
       objects, reverted edits); the coverage check wants most of them killed (none).
     - ``test_sources(spec)`` -> the trusted test code in the config, as ``TrustedSource``s (none: data tests).
@@ -219,6 +233,7 @@ class Verifier:
     score: Callable[[EnvSpec, ExecutionResult, str], Verdict]
     probes: Callable[[EnvSpec], dict[str, str]] = empty_probe
     mutants: Callable[[EnvSpec], list[str]] = no_mutants
+    test_labels: Callable[[EnvSpec], list[tuple[str, bool]]] = no_test_labels
     needs_sandbox: bool = True
     score_on_host: Callable[[EnvSpec, str], Verdict] | None = None
     check_spec: Callable[[EnvSpec], Problems] = no_spec_problems

@@ -6,8 +6,9 @@ must fail, wrong-but-plausible solutions, and which files and languages are invo
   that assert nothing.
 - ``agent_only(spec)``: without a ``solution_file`` the solution is an agent's edit script.
 - ``probes(spec)`` / ``mutants(spec)``: the anti-hacking battery and the coverage check's mutants.
-- ``label_runs(spec)``: each test alone on the untouched workspace (``untouched(spec)``), with its label: admission's
-  anti-hacking check wants every guard (``guard: true``) to pass there and every other test to fail.
+- ``test_labels(spec)``: each test's name and ``guard`` label, which admission's anti-hacking check reads off the
+  ``untouched workspace`` probe (the empty edit script, or the ``solution_file`` as the workspace has it): every
+  guard (``guard: true``) must pass there and every other test fail.
 
 ``probes`` and ``mutants`` read the typed config (admission asks them about valid envs only); the other hooks read
 the raw ``verifier`` mapping and skip what is malformed, since they may be asked about any spec (see ``Verifier``).
@@ -22,8 +23,8 @@ Example:
     (['verifier.files.port.py', 'verifier.tests[0].cmd'], ['port'], 'without a solution_file grade')
     >>> sorted(probes(spec))[:3], mutants(spec)
     (['delete the tests', 'exit 0', 'kill the test driver'], ['\\n'])
-    >>> [(run.test, run.guard, run.spec.id, run.solution) for run in label_runs(spec)]
-    [('port', False, 't/cfg#port', '')]
+    >>> test_labels(spec)
+    [('port', False)]
 """
 
 from __future__ import annotations
@@ -32,13 +33,11 @@ import ast
 import json
 import re
 import shlex
-from dataclasses import replace
 from pathlib import PurePosixPath
-from typing import NamedTuple
 
 from posttrain.envs import mutation
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers.base import TrustedSource, language_of, runtime_language
+from posttrain.envs.verifiers.base import UNTOUCHED, TrustedSource, language_of, runtime_language
 from posttrain.envs.verifiers.typed_config import parse
 from posttrain.envs.verifiers.workspace_config import WorkspaceTestsConfig
 
@@ -132,7 +131,7 @@ def probes(spec: EnvSpec) -> dict[str, str]:
         original = spec.workspace.get(target, "")
         fake_print = {".py": "".join(f"print({line!r})\n" for line in _FAKE_PASS),
                       ".js": "".join(f"console.log({json.dumps(line)});\n" for line in _FAKE_PASS)}
-        probes = {"empty file": "", "workspace file as given": original,
+        probes = {"empty file": "", UNTOUCHED: original,
                   "exit 0 at load": _EXIT_AT_LOAD.get(suffix, "exit 0\n")}
         if suffix in fake_print:
             probes["fake pass output"] = fake_print[suffix] + _EXIT_AT_LOAD.get(suffix, "")
@@ -151,7 +150,7 @@ def probes(spec: EnvSpec) -> dict[str, str]:
             "sleep 0.01; done")
     lingering = f"setsid bash -c {shlex.quote(loop)} >/dev/null 2>&1 < /dev/null &\n"
     return {
-        "untouched workspace": "",
+        UNTOUCHED: "",
         "exit 0": "exit 0\n",
         "delete the tests": "rm -rf tests test spec __tests__ 2>/dev/null\nfind . -iname '*test*' -exec rm -rf {} + "
                             "2>/dev/null\nexit 0\n",
@@ -162,32 +161,11 @@ def probes(spec: EnvSpec) -> dict[str, str]:
     }
 
 
-class LabelRun(NamedTuple):
-    """One test of an env run alone on its untouched workspace, and what its label says must happen there."""
-
-    test: str
-    guard: bool  # True: must pass (behaviour that already works); False: must fail (what the task changes)
-    spec: EnvSpec  # the env with only this test, unlabelled (id ``<env id>#<test>``)
-    solution: str  # ``untouched(spec)``
-
-
-def untouched(spec: EnvSpec) -> str:
-    """The solution that changes nothing: the empty edit script, or the ``solution_file`` as the workspace has it."""
-    solution_file = parse(WorkspaceTestsConfig, spec.verifier).solution_file
-    return spec.workspace.get(solution_file, "") if solution_file else ""
-
-
-def label_runs(spec: EnvSpec) -> list[LabelRun]:
-    """Every test of ``spec`` as a ``LabelRun``: its verdict says whether that test passes on the untouched
-    workspace, which must agree with its ``guard`` label."""
-    config = spec.verifier
-    runs = []
-    for test in parse(WorkspaceTestsConfig, config).tests:
-        raw = next(t for t in config["tests"] if t["name"] == test.name)
-        alone = {**config, "tests": [{key: value for key, value in raw.items() if key != "guard"}]}
-        runs.append(LabelRun(test.name, test.guard, replace(spec, id=f"{spec.id}#{test.name}", verifier=alone),
-                             untouched(spec)))
-    return runs
+def test_labels(spec: EnvSpec) -> list[tuple[str, bool]]:
+    """Every test of ``spec``: its name and whether it is a ``guard``, in the order of ``Verdict.failures``. The
+    ``untouched workspace`` probe's verdict says whether each passes when nothing was changed, which must agree
+    with its label (one run of all the tests, as the reward runs them)."""
+    return [(test.name, test.guard) for test in parse(WorkspaceTestsConfig, spec.verifier).tests]
 
 
 def script_commands(script: str) -> list[str]:

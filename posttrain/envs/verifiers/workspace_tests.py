@@ -32,8 +32,8 @@ Reward: the fraction of the *target* tests (those without ``guard: true``) that 
 fails; ``passed`` iff every test passes. A guard is behaviour the untouched workspace already has and the solution
 must keep (SWE-bench's PASS_TO_PASS; the targets are its FAIL_TO_PASS): crediting it would pay for doing nothing,
 and breaking it is a regression, not partial progress. Admission checks the labels against the untouched workspace
-(``workspace_admission.label_runs``): each guard passes there, each target fails. A spec whose tests are all guards
-is invalid.
+(``workspace_admission.test_labels``, read off the ``untouched workspace`` probe's per-test ``Verdict.failures``): each
+guard passes there, each target fails. A spec whose tests are all guards is invalid.
 
 Strength: a test with ``stdout`` is a value comparison decided on the host; an exit-code-only test that runs
 workspace code can be passed by code that exits 0 early, so use those only for checks that run trusted code
@@ -73,7 +73,7 @@ from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, first_record_per_index, harness_records
 from posttrain.envs.verifiers.typed_config import clip, parse
 from posttrain.envs.verifiers.workspace_admission import (agent_only, mutants, own_files, probes, solution_language,
-                                                          test_sources, vacuous_tests)
+                                                          test_labels, test_sources, vacuous_tests)
 from posttrain.envs.verifiers.workspace_config import WorkspaceTest, WorkspaceTestsConfig, command_argv
 from posttrain.sandbox.base import Execution, ExecutionResult
 from posttrain.sandbox.workspace import TRUSTED_DIR, node_heap_mb
@@ -201,11 +201,12 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
         detail += f"; {failures[0]}" if failures else ""
     return Verdict(reward=reward(ok, [test.guard for test in tests]), passed=passed == total, compiled=compiled,
                    tests_passed=passed, tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out,
-                   detail=detail, sandbox_ms=result.start_ms + result.run_ms)
+                   detail=detail, sandbox_ms=result.start_ms + result.run_ms, failures=tuple(why))
 
 
 VERIFIER = Verifier(kind="workspace_tests", config=WorkspaceTestsConfig, extract_solution=extract_solution,
                     build_execution=build_execution, score=score, probes=probes, mutants=mutants,
                     check_config=check_config, test_sources=test_sources, vacuous_tests=vacuous_tests,
+                    test_labels=test_labels,
                     agent_only=agent_only, own_files=own_files, solution_language=solution_language)
 validate = VERIFIER.validate

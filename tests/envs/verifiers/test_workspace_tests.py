@@ -135,7 +135,7 @@ def test_extract_solution_and_edit_script_mutants():
     single = EnvSpec(**{**SPEC.__dict__, "reference": FIXED,
                         "verifier": {**SPEC.verifier, "solution_file": "src/calc.py"}})
     assert "def add(a, b):\n    return a - b\n" in mutants(single)
-    assert set(probes(single)) == {"empty file", "workspace file as given", "exit 0 at load", "fake pass output"}
+    assert set(probes(single)) == {"empty file", "untouched workspace", "exit 0 at load", "fake pass output"}
 
 
 @needs_bwrap
