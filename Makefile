@@ -66,9 +66,10 @@ smoke: setup $(STAMP) policy
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_smoke
 	@echo; echo "Review the run: make mlflow-ui, then open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
 
-# Two worker processes (pytest-xdist), tests grouped so that shared runs and the live engine start once
-# (tests/conftest.py); `PYTEST_WORKERS=0 make test` runs them in one process.
-PYTEST_WORKERS ?= 2
+# One process by default. `PYTEST_WORKERS=2 make test`: two pytest-xdist workers, tests grouped so that shared runs
+# and the live engine start once (tests/conftest.py): ~17 min instead of ~25 here, but a test with a tight sandbox
+# deadline can time out while Docker containers start or stop in the other worker (CI runs one process).
+PYTEST_WORKERS ?= 0
 test: setup $(STAMP)
 	$(BIN)/python -m pytest tests -n $(PYTEST_WORKERS) --dist loadscope
 
