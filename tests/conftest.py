@@ -44,7 +44,7 @@ def _shutdown_live_engine():
 
 KINDS = ("unit", "integration", "e2e")
 
-# With pytest-xdist (``make test``: ``-n 2 --dist loadscope``) tests run in groups, each group in one worker process:
+# With pytest-xdist (``PYTEST_WORKERS=2 make test``: ``-n 2 --dist loadscope``) tests run in groups, one worker each:
 # a module's tests together (its module fixtures are built once), and modules that share a costly session fixture
 # (one ``pyflyte run`` each) or the process's live vLLM engine (~30 s per start) together, so that it is made once.
 # Groups go by module path (``worker_group``): the scheduler sees node ids only. pytest 9.2 ignores xdist's own
