@@ -117,9 +117,8 @@ def mislabelled(labels: dict[str, tuple[bool, str]]) -> dict[str, str]:
 def anti_hacking_row(env_id: str, probes: dict[str, Verdict], max_reward: float = MAX_PROBE_REWARD,
                      labels: dict[str, tuple[bool, str]] | None = None) -> CheckRow:
     """Every probe must fail, every degenerate one earn at most ``max_reward``, and every test label (``labels``:
-    ``label_outcomes``) agree with the untouched workspace; the
-    detail names what did not (the code the first: a cheat that passes, then a wrong label, then a degenerate
-    answer that earns)."""
+    ``label_outcomes``) agree with the untouched workspace; the detail names what did not (the code the first: a
+    cheat that passes, then a wrong label, then a degenerate answer that earns)."""
     labels = labels or {}
     if not probes:
         return CheckRow(env_id, CHECK, True, f"{CHECK}.not_applicable", "the verifier has no probes for this env")
