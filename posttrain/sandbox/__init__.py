@@ -26,6 +26,7 @@ from posttrain.sandbox.base import Execution, ExecutionResult, Sandbox, SandboxS
 from posttrain.sandbox.runner import run_many
 from posttrain.sandbox.scheduler import Scheduler, configure_from, default_scheduler
 from posttrain.sandbox.session import SandboxSession, SessionError, Snapshot, StepLog
+from posttrain.sandbox.uids import uid_range
 
 BACKENDS = ("bwrap", "bwrap-warm", "docker")
 
@@ -45,16 +46,15 @@ def make_sandbox(config_or_backend_name: SandboxConfig | str) -> Sandbox:
         configure_from(default_scheduler(), cfg)
     limits = {"max_processes": cfg.max_processes, "workspace_mb": cfg.workspace_mb, "tmp_mb": cfg.tmp_mb,
               "cpus": cfg.cpus, "session_output_bytes": cfg.session_output_bytes}  # what every backend applies
+    host_uids = uid_range(cfg)
     if cfg.backend == "bwrap":
-        from posttrain.sandbox.bwrap import BwrapSandbox, uid_range
+        from posttrain.sandbox.bwrap import BwrapSandbox
 
-        return BwrapSandbox(host_uids=uid_range(cfg), **limits)
+        return BwrapSandbox(host_uids=host_uids, **limits)
     if cfg.backend == "bwrap-warm":
-        from posttrain.sandbox.bwrap import uid_range
         from posttrain.sandbox.warm import WarmBwrapSandbox
 
-        return WarmBwrapSandbox(slots=cfg.global_concurrency, host_uids=uid_range(cfg), **limits)
-    from posttrain.sandbox.bwrap import uid_range
+        return WarmBwrapSandbox(slots=cfg.global_concurrency, host_uids=host_uids, **limits)
     from posttrain.sandbox.docker import DockerPool  # imports the docker SDK only when asked
 
-    return DockerPool(cfg.docker, memory_mb=cfg.memory_mb, host_uids=uid_range(cfg), **limits)
+    return DockerPool(cfg.docker, memory_mb=cfg.memory_mb, host_uids=host_uids, **limits)

@@ -62,7 +62,6 @@ import time
 from pathlib import PurePosixPath
 from typing import Sequence
 
-from posttrain.config import SandboxConfig
 from posttrain.sandbox import cgroup, lifecycle, seccomp
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, tmpfs_inodes
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
@@ -88,11 +87,6 @@ MS_NOSUID, MS_NODEV = 2, 4
 _libc = ctypes.CDLL(None, use_errno=True)
 DRAIN_GRACE_S = 5.0  # how long to wait for output pipes to close once the sandbox is gone
 SHM_MB = 16
-
-
-def uid_range(cfg: SandboxConfig) -> range:
-    """The host uids a config gives its bwrap sandboxes (``host_uid_first``, ``host_uids``)."""
-    return range(cfg.host_uid_first, cfg.host_uid_first + cfg.host_uids)
 
 
 def _supports(bwrap: str, option: str) -> bool:
@@ -121,7 +115,7 @@ class BwrapSandbox(SandboxBackend):
         ``cpus``, ``aggregate_limits``: each execution gets a cgroup capping its memory, tasks and CPU time
         together (``cgroup.py``) where the host allows; elsewhere only the per-process rlimits hold."""
         self.bwrap, self.prlimit = bwrap, prlimit
-        self._uids = UidPool(host_uids or uid_range(SandboxConfig())) if os.geteuid() == 0 else None
+        self._uids = UidPool(host_uids) if os.geteuid() == 0 else None
         self.max_processes, self.max_open_files, self.max_file_mb = max_processes, max_open_files, max_file_mb
         self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
         self.extra_ro_binds = list(extra_ro_binds)

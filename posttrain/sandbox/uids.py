@@ -52,6 +52,8 @@ import logging
 import threading
 from pathlib import Path
 
+from posttrain.config import SandboxConfig
+
 log = logging.getLogger(__name__)
 
 LOCK_DIR = "/run/posttrain-sandbox-uids"
@@ -82,7 +84,10 @@ class UidLease:
 class UidPool:
     """Leases the uids of ``uids`` that our user namespace maps (its uids and gids), one holder at a time each."""
 
-    def __init__(self, uids: range, lock_dir: str = LOCK_DIR):
+    def __init__(self, uids: range | None = None, lock_dir: str | None = None):
+        """``uids``: default ``uid_range()``; ``lock_dir``: default ``user_lock_dir()``."""
+        uids = uid_range() if uids is None else uids
+        lock_dir = lock_dir or user_lock_dir()
         check_unassigned(uids)
         self.uids = mapped(uids)
         self.lock_dir = Path(lock_dir)
@@ -119,6 +124,16 @@ class UidPool:
             raise PermissionError(errno.EPERM, f"{self.lock_dir}: the uid lock directory must be a directory of "
                                                f"ours that no one else may write to")
         self._dir_ready = True
+
+
+def uid_range(cfg: SandboxConfig | None = None) -> range:
+    """The host uids a config gives its sandboxes (``host_uid_first``, ``host_uids``; default: ``SandboxConfig()``'s).
+
+    >>> uid_range(SandboxConfig(host_uid_first=2_000_000_000, host_uids=8))
+    range(2000000000, 2000000008)
+    """
+    cfg = cfg or SandboxConfig()
+    return range(cfg.host_uid_first, cfg.host_uid_first + cfg.host_uids)
 
 
 def user_lock_dir() -> str:

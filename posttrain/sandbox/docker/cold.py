@@ -37,12 +37,10 @@ import requests
 from posttrain.sandbox import lifecycle
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, SandboxStartError
 from posttrain.sandbox.capture import CappedBuffer, FrameDemux, RawRun, feed, pump_socket
-from posttrain.config import SandboxConfig
-from posttrain.sandbox.bwrap import uid_range
 from posttrain.sandbox.docker.container import (DOCKER_ERRORS, LAUNCHER_CAPS, READY, ROOT, UID_LABEL, archives,
                                                 close_socket, host_config, lease_uid, launcher_argv, make_client,
                                                 oom_kills, remove_container)
-from posttrain.sandbox.uids import UidPool, user_lock_dir
+from posttrain.sandbox.uids import UidPool
 from posttrain.sandbox.workspace import WORKDIR, prlimit_args
 
 DRAIN_GRACE_S = 5.0  # how long to wait for the attach stream to end once the container stopped
@@ -68,7 +66,7 @@ class DockerSandbox(SandboxBackend):
         self._client: docker.APIClient | None = None
         self._live: set[str] = set()
         self._lock = threading.Lock()
-        self._uids = UidPool(host_uids or uid_range(SandboxConfig()), lock_dir=user_lock_dir())
+        self._uids = UidPool(host_uids)
         lifecycle.track(self)
 
     def _run(self, execution: Execution, prepared: Prepared, t0: float) -> ExecutionResult:

@@ -49,17 +49,16 @@ from dataclasses import replace
 
 import docker
 
-from posttrain.config import DockerPoolConfig, SandboxConfig
+from posttrain.config import DockerPoolConfig
 from posttrain.sandbox import lifecycle
 from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, SandboxStartError
-from posttrain.sandbox.bwrap import uid_range
 from posttrain.sandbox.docker.agent_client import AgentChannel, agent_command
 from posttrain.sandbox.docker.box import Box
 from posttrain.sandbox.docker.container import (AGENT_CAPS, DOCKER_ERRORS, ROOT, UID_LABEL, Closing, archives,
                                                 host_config, lease_uid, make_client, remove_container)
 from posttrain.sandbox.docker.host_view import HostView
 from posttrain.sandbox.docker.session import DockerSession
-from posttrain.sandbox.uids import UidLease, UidPool, user_lock_dir
+from posttrain.sandbox.uids import UidLease, UidPool
 from posttrain.sandbox.workspace import WORKDIR
 
 log = logging.getLogger(__name__)
@@ -88,7 +87,7 @@ class DockerPool(SandboxBackend):
         self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
         self.session_output_bytes = session_output_bytes
         self.host_checks = host_checks
-        self._uids = UidPool(host_uids or uid_range(SandboxConfig()), lock_dir=user_lock_dir())
+        self._uids = UidPool(host_uids)
         self.pool_id = f"{uuid.uuid4().hex[:12]}-{next(_pool_ids)}"
         self.stats = {"created": 0, "removed": 0, "resets": 0, "reset_failures": 0, "acquired": 0, "waited": 0,
                       "create_failures": 0}
