@@ -69,3 +69,15 @@ def mlflow_store(folder: Path) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(_MLFLOW_TEMPLATE[0], folder / "mlflow.db")
     return f"sqlite:///{folder}/mlflow.db"
+
+
+def with_positions(policy: Path, dst: Path, positions: int) -> Path:
+    """A copy of the HF policy folder ``policy`` at ``dst`` whose ``max_position_embeddings`` is ``positions`` (same
+    weights; RoPE extends): room for agent episodes, which the tiny and demo policies' 256 positions cannot hold."""
+    import json
+    import shutil
+
+    shutil.copytree(policy, dst)
+    config = json.loads((dst / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps({**config, "max_position_embeddings": positions}))
+    return dst

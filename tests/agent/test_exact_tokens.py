@@ -3,12 +3,11 @@ window's segments concatenate to exactly the prompt token ids the engine reporte
 plus the tokens it sampled, and the loss mask covers only (and all) the model tokens, with the engine's logprobs.
 
 The demo policy's 256 positions cannot hold a multi-turn episode (its 384-token BPE spends ~2 characters a token), so
-the engine serves a view of it with ``max_position_embeddings`` raised (same weights: files symlinked, RoPE extends).
+the engine serves a copy of it with ``max_position_embeddings`` raised (``tests.with_positions``: same weights).
 """
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -17,6 +16,7 @@ from posttrain.agent.runner import AgentTask, run_episodes
 from posttrain.agent.table import steps_table, trajectories_table
 from posttrain.config import AgentConfig, RolloutConfig
 from posttrain.sandbox import make_sandbox
+from tests import with_positions
 from tests.agent.conftest import Recording, assert_exact_tokens
 
 pytestmark = pytest.mark.integration
@@ -29,12 +29,7 @@ CONTEXT = 2048
 def engine(demo_policy, tmp_path_factory):
     from posttrain.rollout.engine import VLLMEngine
 
-    view = tmp_path_factory.mktemp("agent_view")
-    for f in demo_policy.iterdir():
-        if f.is_file() and f.name != "config.json":
-            (view / f.name).symlink_to(f)
-    config = json.loads((demo_policy / "config.json").read_text())
-    (view / "config.json").write_text(json.dumps({**config, "max_position_embeddings": CONTEXT}))
+    view = with_positions(demo_policy, tmp_path_factory.mktemp("agent_view") / "policy", CONTEXT)
     with VLLMEngine(str(view), RolloutConfig(replicas=1, max_model_len=CONTEXT), seed=0, version=0) as live:
         yield live
 

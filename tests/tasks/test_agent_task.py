@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 
 import pytest
 
@@ -24,6 +23,7 @@ from posttrain.envs.generators.agent_repo import specs
 from posttrain.envs.suite import load_suite
 from posttrain.envs.table import envs_to_table
 from posttrain.schemas import AgentScored, EvalResults, Steps, decode_floats, decode_ints
+from tests import with_positions
 
 CONTEXT = 1024
 AGENT_ENVS = [e for e in specs() if e.split == "train"][:3] + [e for e in specs() if e.split == "eval"][:2]
@@ -34,11 +34,7 @@ CFG = AgentConfig(max_steps=2, max_new_tokens=24, temperature=1.0)
 @pytest.fixture(scope="module")
 def agent_view(tiny_policy, tmp_path_factory):
     """The tiny policy with room for an episode: its files copied, ``max_position_embeddings`` = CONTEXT."""
-    view = tmp_path_factory.mktemp("agent_view") / "policy"
-    shutil.copytree(tiny_policy, view)
-    config = json.loads((view / "config.json").read_text())
-    (view / "config.json").write_text(json.dumps({**config, "max_position_embeddings": CONTEXT}))
-    return view
+    return with_positions(tiny_policy, tmp_path_factory.mktemp("agent_view") / "policy", CONTEXT)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.config import ADMISSION_CHECKS, DEMO_SUITE, LoopConfig
-from tests import ROOT, launch_env, mlflow_store, run_rl_loop, stop_process_group
+from tests import ROOT, launch_env, mlflow_store, run_rl_loop, stop_process_group, with_positions
 
 SMOKE_CFG = asdict(LoopConfig.smoke())
 SMOKE_CFG["admission"]["checks"] = list(ADMISSION_CHECKS)
@@ -129,9 +129,6 @@ def stale_tiers_run(tiny_policy, tmp_path_factory) -> StaleTiersRun:
     shutil.copytree(Path(DEMO_SUITE).parent / "agent_repo", suite)
     for spec in sorted(Path(DEMO_SUITE).glob("*.yaml"))[:12]:
         shutil.copy(spec, suite / spec.name)
-    policy = folder / "policy"
-    shutil.copytree(tiny_policy, policy)
-    config = json.loads((policy / "config.json").read_text())
-    (policy / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 1024}))
+    policy = with_positions(tiny_policy, folder / "policy", 1024)
     cfg = {**STALE_TIERS_CFG, "suite": str(suite), "policy": str(policy)}
     return StaleTiersRun(run_rl_loop(folder, "rl_loop", "--cfg", json.dumps(cfg)), folder / "downloads")
