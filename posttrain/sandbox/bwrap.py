@@ -34,7 +34,10 @@ itself is mode 0111, so its entries can be opened by name but not listed.
 
 Whether the program started is read from bwrap's ``--json-status-fd``: bwrap reports ``exit-code`` only once its
 setup finished and the payload ran, so a bwrap failure (missing bind source, no user namespaces) is an
-``infra_error``, and no program can fake one by printing "bwrap: ...".
+``infra_error``, and no program can fake one by printing "bwrap: ...". The deadline (``timeout_s``) counts from the
+program's start, not from bwrap's: the sandbox's first process writes one byte on a pipe of ours, closes it and only
+then executes the program (``announce_start``), so a setup slowed by a loaded host (mounts wait on each other, and
+on a container engine's) is never charged to the program. A setup that takes ``SETUP_LIMIT_S`` is an ``infra_error``.
 
 Sessions (``session()``) keep their workspace in a host directory bound at ``/work`` instead (mode 0700): a
 size- and inode-capped tmpfs mount when we are root, removed on ``close()``; leftovers of a killed owner are
@@ -86,6 +89,7 @@ ETC_DATA = {name: text.format(uid=SANDBOX_UID, gid=SANDBOX_GID, workdir=WORKDIR)
 MS_NOSUID, MS_NODEV = 2, 4
 _libc = ctypes.CDLL(None, use_errno=True)
 DRAIN_GRACE_S = 5.0  # how long to wait for output pipes to close once the sandbox is gone
+SETUP_LIMIT_S = 60.0  # bwrap's own setup, before the program starts (~30 ms when idle)
 SHM_MB = 16
 
 
@@ -193,7 +197,7 @@ class BwrapSandbox(SandboxBackend):
         mounts (its disk, whose pages count as memory)."""
         return (execution.memory_mb + sum(self.writable_mounts().values())) << 20
 
-    def _command(self, execution: Execution, layout: list[str], status_fd: int, fds: list[int],
+    def _command(self, execution: Execution, layout: list[str], status_fd: int, started_fd: int, fds: list[int],
                  mounts: HostMounts | None = None) -> list[str]:
         runtime = runtime_of(execution)
         cmd = [*self.root_args(sandbox_env(execution), status_fd, fds, mounts), *layout, "--remount-ro", "/dev",
@@ -202,7 +206,7 @@ class BwrapSandbox(SandboxBackend):
             fds.append(memfd("seccomp", self._seccomp))
             cmd += ["--seccomp", str(fds[-1])]
         address_space = (execution.memory_mb + runtime.reserve_mb) << 20
-        cmd += ["--chdir", WORKDIR, "--",
+        cmd += ["--chdir", WORKDIR, "--", *announce_start(started_fd),
                 *prlimit_args(self.prlimit, execution, max_open_files=self.max_open_files,
                               max_file_mb=self.max_file_mb, address_space=address_space,
                               max_processes=self.max_processes),
@@ -277,20 +281,22 @@ class BwrapSandbox(SandboxBackend):
         if workspace:
             layout = [*(mounts.bind_args([WORKDIR]) if mounts else
                         ["--size", str(self.workspace_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR]), *layout]
-        (in_r, in_w), (out_r, out_w), (err_r, err_w), (status_r, status_w) = os.pipe(), os.pipe(), os.pipe(), os.pipe()
+        (in_r, in_w), (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe(), os.pipe()
+        (status_r, status_w), (started_r, started_w) = os.pipe(), os.pipe()
         with self._lock:
             closes = self._closes
         try:
-            cmd = self._command(execution, layout, status_w, own_fds, mounts)
+            cmd = self._command(execution, layout, status_w, started_w, own_fds, mounts)
             drop = {"user": owner[0], "group": owner[1], "extra_groups": []} if owner and not group else {}
             if group:  # bwrap and all it starts are in the group from the first instruction; setpriv drops root
                 cmd = group.join_command(cmd, user=owner)
             # env={}: bwrap's own processes must not carry our environment; the program's comes from --setenv
             # after --clearenv.
             proc = subprocess.Popen(cmd, stdin=in_r, stdout=out_w, stderr=err_w, env={},
-                                    pass_fds=(status_w, *fds, *own_fds), start_new_session=True, cwd="/", **drop)
+                                    pass_fds=(status_w, started_w, *fds, *own_fds), start_new_session=True, cwd="/",
+                                    **drop)
         except BaseException:
-            for fd in (in_w, out_r, err_r, status_r):
+            for fd in (in_w, out_r, err_r, status_r, started_r):
                 os.close(fd)
             if group:
                 group.remove()
@@ -300,11 +306,11 @@ class BwrapSandbox(SandboxBackend):
                 own_lease.release()
             raise
         finally:
-            for fd in (in_r, out_w, err_w, status_w, *own_fds):
+            for fd in (in_r, out_w, err_w, status_w, started_w, *own_fds):
                 os.close(fd)
-        t_start = time.monotonic()
+        t_spawned = time.monotonic()
         out, err = CappedBuffer(execution.max_output_bytes), CappedBuffer(execution.max_output_bytes)
-        status = CappedBuffer(STATUS_CAP)
+        status, started = CappedBuffer(STATUS_CAP), CappedBuffer(1)
         with self._lock:
             self._live[proc] = status
             if track is not None:
@@ -315,9 +321,10 @@ class BwrapSandbox(SandboxBackend):
         data = execution.stdin.encode("utf-8") if stdin is None else stdin
         timed_out = False
         try:  # one thread does it all: feed stdin, read the three pipes to EOF (they close when the sandbox is gone)
-            timed_out = pump_pipes([(out_r, out), (err_r, err), (status_r, status)], in_w, data,
-                                   t_start + execution.timeout_s, lambda: _kill_sandbox(proc, status, wait=False),
-                                   DRAIN_GRACE_S)
+            timed_out = pump_pipes([(out_r, out), (err_r, err), (status_r, status), (started_r, started)], in_w, data,
+                                   lambda: (started.first_byte_at + execution.timeout_s if started.total
+                                            else t_spawned + SETUP_LIMIT_S),
+                                   lambda: _kill_sandbox(proc, status, wait=False), DRAIN_GRACE_S)
             try:
                 proc.wait(timeout=DRAIN_GRACE_S)
             except subprocess.TimeoutExpired:
@@ -336,13 +343,15 @@ class BwrapSandbox(SandboxBackend):
                 mounts.release()
             if own_lease:  # bwrap has exited, and the cgroup (where there is one) is empty
                 own_lease.release()
-        run_ms = _ms_since(t_start)
+        t_program = started.first_byte_at or time.monotonic()
         raw = RawRun(exit_code=proc.returncode, stdout=out, stderr=err, timed_out=timed_out,
-                     start_ms=(t_start - t0) * 1000, run_ms=run_ms, extra={"backend": self.name})
+                     start_ms=(t_program - t0) * 1000, run_ms=_ms_since(t_program), extra={"backend": self.name})
         if oom_killed:
             raw.extra["oom_killed"] = True
-        started = b'"exit-code"' in status.getvalue() or status.total > STATUS_CAP
-        if not timed_out and not started:
+        if timed_out and not started.total:
+            raw.timed_out, raw.exit_code = False, None
+            raw.infra_error = f"bwrap setup did not finish in {SETUP_LIMIT_S:g} s; the program never started"
+        elif not timed_out and not (b'"exit-code"' in status.getvalue() or status.total > STATUS_CAP):
             if oom_killed:  # the kernel killed bwrap itself for the program's memory: the program's outcome
                 raw.exit_code = 128 + signal.SIGKILL
             else:
@@ -478,6 +487,17 @@ class BwrapSession(SandboxSession):
         lifecycle.release_workspace(self.root)
         if self.lease:
             self.lease.release()
+
+
+def announce_start(fd: int) -> list[str]:
+    """The sandbox's first process: write one byte on ``fd`` (a pipe to us), close it, execute the rest of the command
+    with the environment it was given (bash's ``exec`` exports ``SHLVL``, hence ``env -u``; dash, which would not,
+    takes no fd above 9).
+
+    >>> announce_start(19)
+    ['/bin/bash', '-c', 'printf . >&19 && exec 19>&- && exec /usr/bin/env -u SHLVL "$@"', 'start']
+    """
+    return ["/bin/bash", "-c", f'printf . >&{fd} && exec {fd}>&- && exec /usr/bin/env -u SHLVL "$@"', "start"]
 
 
 def _tree_args(root: str, files: list[tuple[str, str]], fds: list[int], dir_perms: str, file_perms: str) -> list[str]:

@@ -35,10 +35,13 @@ class CappedBuffer:
     def __init__(self, limit: int):
         self.limit = limit
         self.total = 0  # every byte seen, kept or not
+        self.first_byte_at: float | None = None  # time.monotonic() when the first byte came
         self._chunks: list[bytes] = []
         self._kept = 0
 
     def write(self, data: bytes) -> None:
+        if data and self.first_byte_at is None:
+            self.first_byte_at = time.monotonic()
         self.total += len(data)
         room = self.limit + 1 - self._kept
         if room > 0:
@@ -177,12 +180,13 @@ def pump_socket(sock, demux: FrameDemux) -> threading.Thread:
     return _start(loop)
 
 
-def pump_pipes(readers: list[tuple[int, CappedBuffer]], stdin_fd: int | None, stdin: bytes, deadline: float,
-               on_deadline: Callable[[], None], drain_s: float = 5.0) -> bool:
+def pump_pipes(readers: list[tuple[int, CappedBuffer]], stdin_fd: int | None, stdin: bytes,
+               deadline: Callable[[], float], on_deadline: Callable[[], None], drain_s: float = 5.0) -> bool:
     """Feed ``stdin`` to ``stdin_fd`` and read every reader fd to EOF into its buffer, all in this thread.
 
-    At ``deadline`` (a ``time.monotonic()`` value) ``on_deadline()`` is called once (it kills the writers) and the
-    readers are drained for up to ``drain_s`` more. Every fd is closed on return. Returns whether the deadline hit.
+    At ``deadline()`` (a ``time.monotonic()`` value, asked again after every read: what a reader delivers may move
+    it) ``on_deadline()`` is called once (it kills the writers) and the readers are drained for up to ``drain_s``
+    more. Every fd is closed on return. Returns whether the deadline hit.
     """
     sel = selectors.DefaultSelector()
     open_fds = {fd for fd, _ in readers}
@@ -197,14 +201,14 @@ def pump_pipes(readers: list[tuple[int, CappedBuffer]], stdin_fd: int | None, st
         else:
             os.close(stdin_fd)
             stdin_fd = None
-    hit, stop = False, deadline
+    hit, drained_by = False, 0.0
     try:
         while open_fds:
-            left = stop - time.monotonic()
+            left = (drained_by if hit else deadline()) - time.monotonic()
             if left <= 0:
                 if hit:
                     break  # drained as long as we wait
-                hit, stop = True, time.monotonic() + drain_s
+                hit, drained_by = True, time.monotonic() + drain_s
                 on_deadline()
                 continue
             for key, _ in sel.select(left):

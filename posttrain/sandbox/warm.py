@@ -284,7 +284,7 @@ class Slot:
                     os.close(fd)
         t_start = time.monotonic()
         deadline = t_start + execution.timeout_s + HOST_GRACE_S
-        hung = pump_pipes([(out_r, out), (err_r, err)], in_w, execution.stdin.encode("utf-8"), deadline,
+        hung = pump_pipes([(out_r, out), (err_r, err)], in_w, execution.stdin.encode("utf-8"), lambda: deadline,
                           self.kill)
         reply = self._reply(deadline)
         raw = RawRun(None, out, err, start_ms=(t_start - t0) * 1000, run_ms=_ms_since(t_start), extra=extra)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.sandbox import Execution, cgroup, make_sandbox
+from posttrain.sandbox import Execution, bwrap, cgroup, make_sandbox
 from posttrain.sandbox.bwrap import BwrapSandbox
 from tests.sandbox.cases import SandboxCases, SessionCases, py
 
@@ -38,6 +38,34 @@ class TestBwrap(SandboxCases, SessionCases):
 def test_missing_bwrap_binary_is_infra_error():
     r = BwrapSandbox(bwrap="/nonexistent/bwrap").run(py("print(1)"))
     assert r.exit_code is None and "/nonexistent/bwrap" in r.infra_error
+
+
+@pytest.fixture
+def slow_bwrap():
+    """bwrap whose setup takes 1.5 s more (as on a loaded host), as a script every leased uid may run."""
+    folder = Path(tempfile.mkdtemp(prefix="posttrain-slow-bwrap-"))
+    folder.chmod(0o755)
+    script = folder / "bwrap"
+    script.write_text(f"#!/bin/sh\nsleep 1.5\nexec {shutil.which('bwrap')} \"$@\"\n")
+    script.chmod(0o755)
+    yield str(script)
+    shutil.rmtree(folder)
+
+
+def test_the_deadline_counts_from_the_program_start_and_a_stuck_setup_is_infra(slow_bwrap, monkeypatch):
+    box = BwrapSandbox(bwrap=slow_bwrap)
+    r = box.run(py("import time\ntime.sleep(0.5)\nprint('done')", timeout_s=1.0))
+    assert (r.exit_code, r.stdout, r.timed_out, r.infra_error) == (0, "done\n", False, ""), r
+    assert r.start_ms >= 1500, r  # the setup is the sandbox's time ...
+    assert 500 <= r.run_ms < 1000, r  # ... and the program's is its own
+    r = box.run(py("import time\ntime.sleep(3)", timeout_s=1.0))
+    assert r.timed_out and r.exit_code is None and not r.infra_error, r
+    assert 1000 <= r.run_ms < 2500, r
+
+    monkeypatch.setattr(bwrap, "SETUP_LIMIT_S", 0.5)
+    r = box.run(py("print('never')", timeout_s=5.0))
+    assert (r.exit_code, r.stdout, r.timed_out) == (None, "", False), r
+    assert "bwrap setup did not finish in 0.5 s" in r.infra_error, r
 
 
 def test_program_printing_like_bwrap_is_not_infra_error():

@@ -20,8 +20,9 @@ def test_pump_pipes_feeds_reads_and_stops_at_the_deadline():
     os.close(in_r)
     os.close(out_w)
     out = CappedBuffer(1 << 20)
+    t0 = time.monotonic()
     data = b"x" * 300_000  # larger than a pipe buffer: writes and reads must interleave
-    hit = pump_pipes([(out_r, out)], in_w, data, time.monotonic() + 10, proc.kill)
+    hit = pump_pipes([(out_r, out)], in_w, data, lambda: t0 + 10, proc.kill)
     proc.wait()
     assert not hit and out.getvalue() == data
 
@@ -29,9 +30,25 @@ def test_pump_pipes_feeds_reads_and_stops_at_the_deadline():
     proc = subprocess.Popen(["sleep", "30"], stdout=out_w)
     os.close(out_w)
     t0 = time.monotonic()
-    hit = pump_pipes([(out_r, CappedBuffer(10))], None, b"", time.monotonic() + 0.3, proc.kill)
+    hit = pump_pipes([(out_r, CappedBuffer(10))], None, b"", lambda: t0 + 0.3, proc.kill)
     proc.wait()
     assert hit and time.monotonic() - t0 < 3
+
+
+def test_pump_pipes_asks_for_the_deadline_again_after_each_read():
+    """A deadline that counts from a signal (bwrap's: the program started) moves when the signal is read."""
+    out_r, out_w = os.pipe()
+    proc = subprocess.Popen(["sh", "-c", "sleep 0.4; echo go; exec sleep 30"], stdout=out_w)
+    os.close(out_w)
+    signal = CappedBuffer(10)
+    t0 = time.monotonic()
+    hit = pump_pipes([(out_r, signal)], None, b"", lambda: signal.first_byte_at + 0.3 if signal.total else t0 + 20,
+                     proc.kill)
+    proc.wait()
+    elapsed = time.monotonic() - t0
+    assert hit
+    assert signal.getvalue() == b"go\n"
+    assert 0.6 < elapsed < 5, elapsed
 
 
 def test_frame_demux_holds_back_the_marker_and_splits_streams():
