@@ -2,14 +2,12 @@
 
 Every field of ``LoopConfig`` (the ``--cfg`` of ``rl_loop``) and of each config nested in it, and the top-level fields
 of ``EvaluateConfig`` (the ``--cfg`` of ``workflows/evaluate.py``), become one Markdown table per config: the field's
-path in the JSON a user writes (``rollout.temperature``), its type, its default (as JSON) and its doc line. The doc
-line is config.py's own comment: the comment lines directly above the field (no blank line between), then the
-trailing ``# ...`` on the field's line, then any comment lines right below it that continue that trailing comment
-(indented after the ``#``, as ``AdmissionConfig.agent_batch``'s). Comments are read with ``tokenize``, so a ``#`` inside
-a string is never one. A nested config's own comment and its class docstring introduce its table.
+path in the JSON a user writes (``rollout.temperature``), its type, its default (as JSON) and its doc line, the
+``doc`` of its declaration (``posttrain.declaration.declare``). A nested config's own doc line and its class
+docstring introduce its table.
 
 ``posttrain config-docs --write docs/configuration.md`` rewrites the block between ``BEGIN`` and ``END``; a test fails
-while it is stale (``tests/test_config_docs.py``), and another while a field has no comment.
+while it is stale (``tests/test_config_docs.py``), and another while a field has no doc line.
 
 Example:
     >>> from posttrain.config import SandboxConfig
@@ -26,18 +24,14 @@ Example:
 
 from __future__ import annotations
 
-import ast
-import functools
 import inspect
-import io
 import json
 import re
-import tokenize
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
 
-from posttrain import config as config_module
 from posttrain.config import EvaluateConfig, LoopConfig
+from posttrain.declaration import rule_of
 from posttrain.generated import with_block, write_block
 
 BEGIN = "<!-- config-docs:begin: generated from posttrain/config.py by `posttrain config-docs --write` -->"
@@ -53,7 +47,7 @@ class Row:
     path: str  # the field's path in the JSON config, e.g. "rollout.temperature"
     type: str  # the annotation as written in config.py
     default: str  # JSON
-    doc: str  # "" when config.py has no comment for it
+    doc: str  # "" when its declaration has no doc line
 
 
 @dataclass(frozen=True)
@@ -65,25 +59,6 @@ class Table:
     rows: tuple[Row, ...]
 
 
-@functools.lru_cache(maxsize=1)
-def _source() -> tuple[str, dict[int, tuple[str, bool]]]:
-    """config.py's text and its comments: line number -> (text after ``#``, whether the comment is the whole line)."""
-    source = inspect.getsource(config_module)
-    lines = source.splitlines()
-    comments = {}
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            row, col = tok.start
-            own_line = not lines[row - 1][:col].strip()
-            comments[row] = (tok.string[1:], own_line)
-    return source, comments
-
-
-def _is_continuation(text: str) -> bool:
-    """A whole-line comment that continues the trailing comment of the line above: indented after its ``#``."""
-    return text.startswith("  ") and bool(text.strip())
-
-
 def _sentence(part: str) -> str:
     """``part`` with a capital first letter, unless its first word is a name (``max_size``, ``docker.image``)."""
     word = part.split(" ", 1)[0]
@@ -91,38 +66,21 @@ def _sentence(part: str) -> str:
 
 
 def _join(parts: list[str]) -> str:
-    """Comment pieces as one line: each a sentence ended by a period unless it ends punctuated already."""
+    """Pieces of text as one line: each a sentence ended by a period unless it ends punctuated already."""
     if len(parts) < 2:
         return "".join(parts)
     return " ".join(_sentence(p) if p.endswith((".", ":", ";", ",")) else _sentence(p) + "." for p in parts)
 
 
 def _markdown(text: str) -> str:
-    """Comment text as Markdown: reST literals as code spans; outside them ``|`` and ``<`` escaped."""
+    """Doc text as Markdown: reST literals as code spans; outside them ``|`` and ``<`` escaped."""
     pieces = re.sub(r"``([^`]+)``", r"`\1`", text).split("`")
     return "`".join(p if i % 2 else p.replace("|", "\\|").replace("<", "\\<") for i, p in enumerate(pieces))
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """Each field of the dataclass ``cls`` -> its doc line from config.py's comments ("" where there is none)."""
-    source, comments = _source()
-    node = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
-    docs = {}
-    for stmt in node.body:
-        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
-            continue
-        above, line = [], stmt.lineno - 1
-        while line in comments and comments[line][1] and not _is_continuation(comments[line][0]):
-            above.insert(0, comments[line][0].strip())
-            line -= 1
-        trailing = [comments[n][0].strip() for n in range(stmt.lineno, stmt.end_lineno + 1)
-                    if n in comments and not comments[n][1]]
-        line = stmt.end_lineno + 1
-        while trailing and line in comments and comments[line][1] and _is_continuation(comments[line][0]):
-            trailing[-1] += " " + comments[line][0].strip()
-            line += 1
-        docs[stmt.target.id] = _join([" ".join(above)] * bool(above) + trailing)
-    return docs
+    """Each field of the config dataclass ``cls`` -> its declared doc line ("" where there is none)."""
+    return {f.name: rule_of(f).doc for f in fields(cls)}
 
 
 def _default(f) -> object:
@@ -133,12 +91,12 @@ def _is_config(f) -> bool:
     return f.default is MISSING and is_dataclass(_default(f))
 
 
-def _intro(cls: type, comment: str) -> str:
-    """A table's introduction: the nested field's comment, then the class docstring (dataclass's generated one
+def _intro(cls: type, doc_line: str) -> str:
+    """A table's introduction: the nested field's doc line, then the class docstring (dataclass's generated one
     skipped), reST literals as Markdown ones."""
     doc = cls.__doc__ or ""
     doc = "" if doc.startswith(f"{cls.__name__}(") else " ".join(inspect.cleandoc(doc).split())
-    return _markdown(_join([part for part in (comment, doc) if part]))
+    return _markdown(_join([part for part in (doc_line, doc) if part]))
 
 
 def rows(cls: type, prefix: str) -> list[Row]:
@@ -153,10 +111,10 @@ def tables() -> list[Table]:
     shown again (``EvaluateConfig.rollout`` is the loop's ``rollout``)."""
     out, shown = [], {}
 
-    def walk(title: str, cls: type, prefix: str, comment: str) -> None:
+    def walk(title: str, cls: type, prefix: str, doc_line: str) -> None:
         docs, nested = field_docs(cls), [f for f in fields(cls) if _is_config(f)]
         again = [f"`{prefix}{f.name}` takes the fields of `{shown[f.type]}.*`" for f in nested if f.type in shown]
-        intro = _intro(cls, comment)
+        intro = _intro(cls, doc_line)
         if again:
             intro = _join([intro] * bool(intro) + [", ".join(again) + " (tables above)."])
         out.append(Table(title, prefix, cls, intro, tuple(rows(cls, prefix))))
@@ -188,7 +146,7 @@ def markdown_tables() -> str:
 
 
 def undocumented() -> list[str]:
-    """Paths of the fields config.py has no comment for."""
+    """Paths of the fields declared without a doc line."""
     return [row.path if table.prefix else f"{table.cls.__name__}.{row.path}"
             for table in tables() for row in table.rows if not row.doc]
 

@@ -1,11 +1,8 @@
 """The configuration reference is written once, in config.py: docs/configuration.md's tables are rendered from its
-dataclasses and comments, and every field has a comment to render."""
+dataclasses and their fields' declarations, and every field has a doc line to render."""
 
 from __future__ import annotations
 
-import io
-import textwrap
-import tokenize
 from dataclasses import fields, is_dataclass
 
 import pytest
@@ -14,6 +11,7 @@ from posttrain import config_docs
 from posttrain.cli import main
 from posttrain.config import AdmissionConfig, EvaluateConfig, LoopConfig, SandboxConfig
 from posttrain.config_docs import BEGIN, END, REWRITE, field_docs, markdown_tables, tables, undocumented, with_tables
+from posttrain.declaration import rule_of
 from tests import ROOT
 
 pytestmark = pytest.mark.unit
@@ -49,53 +47,16 @@ def test_every_field_of_the_loop_is_a_row_once():
 
 def test_every_field_has_a_doc_line():
     missing = undocumented()
-    assert missing == [], (f"{len(missing)} config fields have no comment in posttrain/config.py (a trailing "
-                           f"`# ...` or a comment line right above the field): {', '.join(missing)}; add them, then: "
-                           f"{REWRITE}")
+    assert missing == [], (f"{len(missing)} config fields have no doc line in posttrain/config.py (declare(..., "
+                           f"doc=...)): {', '.join(missing)}; add them, then: {REWRITE}")
 
 
-def test_doc_lines_come_from_the_comments():
+def test_doc_lines_come_from_the_declarations():
     docs = field_docs(SandboxConfig)
     assert docs["memory_mb"] == "address-space / cgroup memory limit per execution"
     assert docs["backend"].startswith('"bwrap-warm"')
-    # A comment line indented after its "#" continues the trailing comment above it, and is not above the next field.
+    assert docs == {f.name: rule_of(f).doc for f in fields(SandboxConfig)}
     assert field_docs(AdmissionConfig)["agent_batch"].endswith("(one container each while it runs).")
-    assert field_docs(AdmissionConfig)["agent_deadline_s"].startswith("wall seconds of one batch")
-
-
-def test_comment_parsing(monkeypatch):
-    source = textwrap.dedent('''\
-        from dataclasses import dataclass
-
-        @dataclass
-        class Demo:
-            """Docstring."""
-
-            a: int = 1  # the a
-            # A section.
-            # wrapped.
-            b: str = "x # not a comment"
-            c: int = 3  # c's comment
-            #              continued below
-            d: int = 4
-
-            # after a blank line: not above e
-            PATH = "demo."
-            e: int = 5
-            # Section, wrapped
-            # over two lines:
-            f: int = 6  # f's own
-        ''')
-    comments = {}
-    lines = source.splitlines()
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            comments[tok.start[0]] = (tok.string[1:], not lines[tok.start[0] - 1][:tok.start[1]].strip())
-    monkeypatch.setattr(config_docs, "_source", lambda: (source, comments))
-    Demo = type("Demo", (), {})
-    assert field_docs(Demo) == {"a": "the a", "b": "A section. wrapped.", "c": "c's comment continued below",
-                                "d": "", "e": "",
-                                "f": "Section, wrapped over two lines: f's own."}
 
 
 def test_markdown_escapes_outside_code_spans():
