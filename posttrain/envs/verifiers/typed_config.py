@@ -4,8 +4,9 @@ validation and the JSON Schema come from that one declaration.
 A field's annotation gives its JSON shape: ``bool``, ``int``, ``float`` (finite, never a bool), ``str``,
 ``list[T]``, ``dict[str, T]``, ``Literal[...]``, ``Any`` (a JSON value), ``None``, unions, and nested config
 dataclasses (mappings with exactly their fields; a union of dataclasses that share a ``Literal`` field is told
-apart by it). ``Annotated[T, Rule(...)]`` adds bounds, lengths, a pattern, an extra check and the description. A
-field with a default is optional (``None``: computed when absent).
+apart by it). A ``Rule`` (``posttrain.declaration``: bounds, lengths, a pattern, extra checks, the description) comes
+with a field declared by ``declare(default, doc=..., low=...)`` or with a type written ``Annotated[T, Rule(...)]``
+(the items of a list). A field with a default is optional (``None``: computed when absent).
 
 - ``config_problems(Config, mapping, kind)``: (field, reason) problems, each naming the field
   (``verifier.cases[2].args``), in declaration order; empty when the mapping fits.
@@ -37,31 +38,16 @@ import dataclasses
 import functools
 import json
 import math
-import re
 import types
 import typing
 from dataclasses import MISSING, dataclass
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Literal
+
+from posttrain.declaration import NO_RULE, Rule, interval, rule_of, within
 
 Problems = list[tuple[str, str]]  # (field, reason) pairs
 
 
-@dataclass(frozen=True)
-class Rule:
-    """What a type alone cannot say about a value: bounds, lengths, a pattern, an extra check, a description."""
-
-    doc: str = ""  # the description (JSON Schema ``description``, docs table)
-    low: float | None = None  # numbers: minimum (exclusive with ``open_low``)
-    high: float | None = None  # numbers: maximum
-    open_low: bool = False
-    min_len: int | None = None  # strings, lists, mappings: length bounds
-    max_len: int | None = None
-    noun: str = ""  # lists and mappings: what the items are ("cases"); strings: what the string is
-    pattern: str = ""  # strings: a regular expression they must contain a match of (anchor it)
-    check: Callable[[Any], str] | None = None  # "" when fine, else the reason; runs once the shape fits
-
-
-_NO_RULE = Rule()
 _UNION = (typing.Union, types.UnionType)
 
 
@@ -69,7 +55,7 @@ _UNION = (typing.Union, types.UnionType)
 def _unwrap(hint) -> tuple[Any, Rule]:
     """(type, rule) of an annotation; the rules of nested ``Annotated`` aliases merge, the outer ones winning."""
     if typing.get_origin(hint) is not Annotated:
-        return hint, _NO_RULE
+        return hint, NO_RULE
     base, *extras = typing.get_args(hint)
     merged: dict = {}
     for rule in (e for e in extras if isinstance(e, Rule)):
@@ -80,7 +66,10 @@ def _unwrap(hint) -> tuple[Any, Rule]:
 
 @functools.cache
 def _hints(cls) -> dict[str, Any]:
-    return typing.get_type_hints(cls, include_extras=True)
+    """Each field's annotation, with the rule ``declare`` gave the field (if any) outermost."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return {f.name: Annotated[hints[f.name], rule_of(f)] if "rule" in f.metadata else hints[f.name]
+            for f in dataclasses.fields(cls)}
 
 
 def _default(f: dataclasses.Field):
@@ -123,11 +112,8 @@ def _quoted(names: list[str]) -> str:
 
 
 def _bounds(rule: Rule) -> str:
-    if rule.low is not None and rule.high is not None:
-        return f" in {'(' if rule.open_low else '['}{rule.low:g}, {rule.high:g}]"
-    if rule.low is not None and rule.low != 0:
-        return f" {'>' if rule.open_low else '>='} {rule.low:g}"
-    return f" <= {rule.high:g}" if rule.high is not None else ""
+    """The bounds a number phrase does not say already (a lower bound of 0 is "non-negative" or "positive")."""
+    return "" if rule.low == 0 and rule.high is None or not interval(rule) else " " + interval(rule)
 
 
 def _count(rule: Rule) -> str:
@@ -237,16 +223,9 @@ def _fits(value, base, rule: Rule) -> bool:
     if base is bool or isinstance(value, bool):
         return base is bool and isinstance(value, bool)
     if base in (int, float):
-        if not (type(value) is int if base is int else type(value) in (int, float) and math.isfinite(value)):
-            return False
-        return not ((rule.low is not None and (value <= rule.low if rule.open_low else value < rule.low))
-                    or (rule.high is not None and value > rule.high))
-    if not isinstance(value, origin):
-        return False
-    if (rule.min_len is not None and len(value) < rule.min_len) or (rule.max_len is not None
-                                                                     and len(value) > rule.max_len):
-        return False
-    return not (rule.pattern and not re.search(rule.pattern, value))
+        return (type(value) is int if base is int else type(value) in (int, float) and math.isfinite(value)) \
+            and within(value, rule)
+    return isinstance(value, origin) and within(value, rule)
 
 
 def _problems(value, hint, where: str) -> Problems:
@@ -273,9 +252,8 @@ def _problems(value, hint, where: str) -> Problems:
         problems += [p for k, v in value.items() for p in _problems(v, item, f"{where}.{k}")]
     else:
         problems = []
-    if not problems and rule.check is not None:
-        reason = rule.check(value)
-        problems = [(where, reason)] if reason else []
+    if not problems:
+        problems = [(where, reason) for check in rule.checks if (reason := check(value))]
     return problems
 
 
@@ -354,7 +332,7 @@ def _limits(base, origin, rule: Rule) -> dict:
         if rule.low is not None:
             out["exclusiveMinimum" if rule.open_low else "minimum"] = rule.low
         if rule.high is not None:
-            out["maximum"] = rule.high
+            out["exclusiveMaximum" if rule.open_high else "maximum"] = rule.high
         return out
     names = {str: ("minLength", "maxLength"), list: ("minItems", "maxItems"),
              dict: ("minProperties", "maxProperties")}.get(origin or base, ("", ""))

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from posttrain.envs import spec_json_schema
+from posttrain.declaration import declare
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import VERIFIERS, get_verifier
 from posttrain.envs.verifiers.typed_config import (Rule, config_problems, describe, json_schema, markdown_table,
@@ -183,3 +184,22 @@ def test_checks_and_semantic_problems_still_come_with_the_typed_ones():
     anything: Any = {"kind": "numeric", "fields": {"a": 1, "b": 2}, "formulas": ["a = b"]}
     assert get_verifier("numeric").validate(EnvSpec(id="t", prompt="p", reference="", verifier=anything)) == [
         ("verifier.formulas[0]", "contradicts the expected values: a = b gives 2, but a is 1")]
+
+
+@dataclass
+class Declared:
+    """Top-level keys declared with ``declare`` (as the env spec's fields are): same validation, schema and table."""
+
+    kind: Literal["declared"]
+    share: float = declare(0.5, low=0, high=1, open_high=True, doc="a share below the whole")
+    names: list[str] = declare(factory=list, check=lambda n: "no duplicates" if len(set(n)) < len(n) else "",
+                               doc="distinct names")
+
+
+def test_a_field_declared_with_declare_is_validated_and_documented_by_its_rule():
+    assert config_problems(Declared, {"kind": "declared", "share": 0.99, "names": ["a"]}, "declared") == []
+    assert config_problems(Declared, {"kind": "declared", "share": 1, "names": ["a", "a"]}, "declared") == [
+        ("verifier.share", "must be a non-negative number in [0, 1), got 1"), ("verifier.names", "no duplicates")]
+    assert json_schema(Declared)["properties"]["share"] == {"type": "number", "minimum": 0, "exclusiveMaximum": 1,
+                                                            "default": 0.5, "description": "a share below the whole"}
+    assert "| `names` | a list | `[]` | distinct names |" in markdown_table(Declared)
