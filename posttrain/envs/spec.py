@@ -21,39 +21,57 @@ Example:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+
+from posttrain.declaration import declare
 
 RUNTIMES = ("python", "node", "bash")
 KINDS = ("single_turn", "agent")
 SPLITS = ("train", "eval")
 
 
+MAX_TIMEOUT_S = 300.0
+MAX_MEMORY_MB = 8192
+MAX_DIFFICULTY = 10
+
+
 @dataclass
 class Limits:
-    timeout_s: float = 5.0
-    memory_mb: int = 256
+    timeout_s: float = declare(5.0, low=0, open_low=True, high=MAX_TIMEOUT_S,
+                               doc="wall clock of one sandbox execution (the sandbox config may lower it)")
+    memory_mb: int = declare(256, low=0, open_low=True, high=MAX_MEMORY_MB, doc="memory of one execution")
 
 
 @dataclass
 class EnvSpec:
-    id: str
-    prompt: str
-    verifier: dict  # {"kind": python_tests | python_asserts | workspace_tests | numeric | scene, ...its config}
-    reference: str
-    entry_point: str = ""
-    domain: str = "python"
-    difficulty: int = 1
-    kind: str = "single_turn"
-    runtime: str = "python"  # ignored by host-only verifiers (numeric, scene)
-    split: str = "train"
-    workspace: dict[str, str] = field(default_factory=dict)  # path -> file content, written before the run
-    limits: Limits = field(default_factory=Limits)
-    min_gap: float = 0.0  # required strong-minus-weak pass-rate gap (discriminative power)
-    evaluation: dict = field(default_factory=dict)  # {"result": [...], "behavior": [...]}
-    tags: list[str] = field(default_factory=list)
-    # agent envs: tool calls {"name": <tool>, "arguments": {...}} that solve the env (admission runs them as an episode)
-    oracle: list[dict] = field(default_factory=list)
-    source: str = ""  # file the spec was loaded from, for error messages
+    """One env, each field declared once (``declare``): the loader's bounds, the JSON Schema and the docs' fields
+    table come from these declarations."""
+
+    id: str = declare(pattern=r"^\S+$", doc="unique id, conventionally <suite>/<name>; no whitespace")
+    prompt: str = declare(min_len=1, doc="what the policy sees")
+    verifier: dict = declare(doc="verifier kind and its config (see docs/env-spec.md)")
+    reference: str = declare(doc="a solution that passes: a program, an edit script, file content or an answer, "
+                                 "per verifier")
+    entry_point: str = declare("", doc="function the tests call (python_tests, python_asserts)")
+    domain: str = declare("python", doc="grouping for reports (python, terminal, finance, scene, node...)")
+    difficulty: int = declare(1, low=0, high=MAX_DIFFICULTY, doc=f"0..{MAX_DIFFICULTY}, for stratified reports")
+    kind: str = declare("single_turn", doc="single_turn (one completion) or agent (multi-step episode in a workspace)")
+    runtime: str = declare("python",
+                           doc="interpreter the sandbox provides; ignored by host-only verifiers (numeric, scene)")
+    split: str = declare("train", doc="train or eval")
+    workspace: dict[str, str] = declare(factory=dict, doc="files (relative path -> content) written into the sandbox "
+                                                          "before the solution runs")
+    limits: Limits = declare(factory=Limits, doc="per-execution sandbox limits")
+    min_gap: float = declare(0.0, low=0, high=1,
+                             doc="required strong-minus-weak pass-rate gap for admission's discriminative-power check")
+    evaluation: dict = declare(factory=dict, doc=(
+        "evaluation assertions: {result: [tests_pass, no_regression], behavior: [{used_tool: <tool>}, "
+        "{max_steps: N}, no_destructive_command]}; no_destructive_command judges by text (no destructive command "
+        "attempted) and by effect (no task file deleted or emptied in the final workspace) (see docs/env-spec.md)"))
+    tags: list[str] = declare(factory=list, doc="free-form labels")
+    oracle: list[dict] = declare(factory=list, doc="agent envs: tool calls that solve the env, run by admission's "
+                                                   "solvability check as an agent episode")
+    source: str = ""  # file the spec was loaded from, for error messages (set by the loader, never in a spec file)
 
     @property
     def verifier_kind(self) -> str:

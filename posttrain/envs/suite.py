@@ -24,12 +24,10 @@ from pathlib import Path
 import yaml
 
 from posttrain.agent.tools import TOOLS
+from posttrain.declaration import interval, rule_of, within
 from posttrain.envs.spec import KINDS, RUNTIMES, SPLITS, EnvSpec, Limits
 from posttrain.envs.verifiers import VERIFIERS, get_verifier
 
-MAX_TIMEOUT_S = 300.0
-MAX_MEMORY_MB = 8192
-MAX_DIFFICULTY = 10
 DOCUMENT = "<document>"  # the field named when the file as a whole is the problem
 
 # Spec fields a YAML file may set (``source`` is filled in by the loader), with their required Python types.
@@ -98,18 +96,23 @@ def _has_type(value, hint) -> bool:
     return True
 
 
+def _out_of_bounds(where: str, value, rule) -> list[tuple[str, str, str]]:
+    """The (field, reason, code) problem of a number outside its declared bounds (a value of another type has none)."""
+    return [] if within(value, rule) else [(where, f"must be {interval(rule)}, got {value!r}", "out_of_range")]
+
+
 def _check_limits(limits: dict) -> list[tuple[str, str, str]]:
     """(field, reason, code) problems of a ``limits`` mapping."""
     problems = []
-    bounds = {"timeout_s": ("number", MAX_TIMEOUT_S), "memory_mb": ("integer", MAX_MEMORY_MB)}
-    for name in sorted(set(limits) - set(bounds), key=str):
-        problems.append((f"limits.{name}", f"unknown limit (known: {', '.join(bounds)})", "unknown_field"))
-    for name, (kind, most) in bounds.items():
+    known = {f.name: (typing.get_type_hints(Limits)[f.name], rule_of(f)) for f in fields(Limits)}
+    for name in sorted(set(limits) - set(known), key=str):
+        problems.append((f"limits.{name}", f"unknown limit (known: {', '.join(known)})", "unknown_field"))
+    for name, (hint, rule) in known.items():
         value = limits.get(name, 1)
-        if isinstance(value, bool) or not isinstance(value, (int, float) if kind == "number" else int):
-            problems.append((f"limits.{name}", f"must be a positive {kind}, got {value!r}", "wrong_type"))
-        elif not 0 < value <= most:
-            problems.append((f"limits.{name}", f"must be in (0, {most:g}], got {value!r}", "out_of_range"))
+        if isinstance(value, bool) or not isinstance(value, (int, float) if hint is float else int):
+            problems.append((f"limits.{name}", f"must be a positive {_TYPE_NAMES[hint]}, got {value!r}", "wrong_type"))
+        else:
+            problems += _out_of_bounds(f"limits.{name}", value, rule)
     return problems
 
 
@@ -143,10 +146,8 @@ def _check_fields(data: dict) -> list[tuple[str, str, str]]:
     if kind not in VERIFIERS:
         problems.append(("verifier.kind", f"unknown verifier kind {kind!r} (known: {', '.join(VERIFIERS)})",
                          "unknown_value"))
-    if not 0 <= data.get("difficulty", 1) <= MAX_DIFFICULTY:
-        problems.append(("difficulty", f"must be in [0, {MAX_DIFFICULTY}], got {data['difficulty']}", "out_of_range"))
-    if not 0.0 <= data.get("min_gap", 0.0) <= 1.0:
-        problems.append(("min_gap", f"must be in [0, 1], got {data['min_gap']}", "out_of_range"))
+    for f in fields(EnvSpec):
+        problems += _out_of_bounds(f.name, data[f.name], rule_of(f)) if f.name in data and interval(rule_of(f)) else []
     return problems + _check_limits(data.get("limits", {})) + _check_oracle(data) + _check_evaluation(data)
 
 
