@@ -347,7 +347,8 @@ class EvalConfig(Validated):
                            doc="sampled pass@1: completions per eval env at the rollout temperature and top_p (0: "
                                "greedy only)")
     pass_k: list[int] = declare(factory=lambda: [1, 4, 8],
-                                check=must(lambda ks: bool(ks) and all(k >= 1 for k in ks), "a non-empty list of k >= 1"),
+                                check=must(lambda ks: bool(ks) and all(k >= 1 for k in ks),
+                                           "a non-empty list of k >= 1"),
                                 doc="unbiased sampled pass@k reported for these k (<= n)")
 
     PATH = "eval."

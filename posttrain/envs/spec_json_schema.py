@@ -1,5 +1,6 @@
 """The env spec as a JSON Schema (draft 2020-12), built from the declarations of ``EnvSpec``'s fields and each
-verifier's typed config (``config_schema``); committed as ``posttrain/envs/spec_schema.json`` for editors and other tools.
+verifier's typed config (``config_schema``); committed as ``posttrain/envs/spec_schema.json`` for editors and other
+tools.
 (Not to be confused with ``posttrain.schemas``: the pandera models of the tables that cross stage boundaries.)
 
 The suite loader stays the authority (it also checks what a schema cannot: formulas that contradict the expected
