@@ -22,10 +22,15 @@ class Demo:
 
 def test_declare_is_a_plain_dataclass_field_carrying_its_rule():
     name, ratio, tags, plain = fields(Demo)
-    assert name.default is MISSING and name.default_factory is MISSING
-    assert Demo(name="a").ratio == 0.5 and Demo(name="a").tags == [] and Demo(name="a").tags is not Demo("b").tags
+    assert name.default is MISSING
+    assert name.default_factory is MISSING
+    assert Demo(name="a").ratio == 0.5
+    assert Demo(name="a").tags == []
+    assert Demo(name="a").tags is not Demo("b").tags
     assert rule_of(ratio) == Rule(doc="in [0, 1)", low=0, high=1, open_high=True)
-    assert len(rule_of(tags).checks) == 2 and rule_of(plain) is NO_RULE and NO_RULE.checks == ()
+    assert len(rule_of(tags).checks) == 2
+    assert rule_of(plain) is NO_RULE
+    assert NO_RULE.checks == ()
 
 
 @pytest.mark.parametrize("rule, text, inside, outside", [
@@ -38,11 +43,15 @@ def test_declare_is_a_plain_dataclass_field_carrying_its_rule():
 ])
 def test_interval_and_within_agree(rule, text, inside, outside):
     assert interval(rule) == text
-    assert all(within(v, rule) for v in inside) and not any(within(v, rule) for v in outside)
+    assert all(within(v, rule) for v in inside)
+    assert not any(within(v, rule) for v in outside)
 
 
 def test_within_checks_lengths_and_patterns_and_never_bounds_a_bool():
-    assert not within("", Rule(min_len=1)) and within("a", Rule(min_len=1))
-    assert not within([1, 2, 3], Rule(max_len=2)) and within({"a": 1}, Rule(min_len=1, max_len=1))
-    assert not within("a b", Rule(pattern=r"^\S+$")) and within("ab", Rule(pattern=r"^\S+$"))
+    assert not within("", Rule(min_len=1))
+    assert within("a", Rule(min_len=1))
+    assert not within([1, 2, 3], Rule(max_len=2))
+    assert within({"a": 1}, Rule(min_len=1, max_len=1))
+    assert not within("a b", Rule(pattern=r"^\S+$"))
+    assert within("ab", Rule(pattern=r"^\S+$"))
     assert within(True, Rule(low=5))  # a bool is no number here: its type check is the caller's

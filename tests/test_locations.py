@@ -31,7 +31,8 @@ def test_a_suite_in_a_blob_store_is_fetched_and_fingerprinted_by_content():
     uri = upload(Path(DEMO_SUITE), "memory://bucket/suites/demo_python")
     assert fingerprint_suite(suite=uri) == fingerprint_suite(suite=DEMO_SUITE_REF) == suite_digest(DEMO_SUITE)
     loaded = load_suite_envs(suite=uri)
-    assert loaded.digest == suite_digest(DEMO_SUITE) and len(loaded.envs) == len(load_suite_envs(DEMO_SUITE).envs)
+    assert loaded.digest == suite_digest(DEMO_SUITE)
+    assert len(loaded.envs) == len(load_suite_envs(DEMO_SUITE).envs)
 
 
 @pytest.mark.integration

@@ -26,7 +26,8 @@ def test_not_a_terminal_writes_one_line_per_interval_and_a_last_one():
         bar.update(1)
     bar.close()
     lines = out.getvalue().splitlines()
-    assert len(lines) == 6 and "\r" not in out.getvalue()  # 10, 20, 30, 40, 50 s, and done
+    assert len(lines) == 6
+    assert "\r" not in out.getvalue()  # 10, 20, 30, 40, 50 s, and done
     assert lines[0].startswith("anti_hacking: 1000/5000 run (20%), 100.0 run/s, 10 s")
     assert lines[-1] == "anti_hacking: 5000/5000 run (100%), 100.0 run/s, 50 s, done"
 
@@ -64,7 +65,8 @@ def test_a_terminal_gets_a_live_bar_and_disabled_writes_nothing():
     assert isinstance(bar, tqdm)
     bar.update(3)
     bar.close()
-    assert "3/3" in terminal.getvalue() and "\r" in terminal.getvalue()
+    assert "3/3" in terminal.getvalue()
+    assert "\r" in terminal.getvalue()
     for stream in (Terminal(), io.StringIO()):
         off = progress(total=3, stream=stream, enabled=False)
         off.update(3)
@@ -105,4 +107,5 @@ def test_in_a_log_the_libraries_bars_are_off_unless_the_user_chose():
     quiet = bars_after_importing_tasks()
     assert quiet == {"transformers": False, "hub_disabled": True, "env": LIBRARY_BAR_SWITCHES}
     chosen = bars_after_importing_tasks(HF_HUB_DISABLE_PROGRESS_BARS="0")
-    assert chosen["transformers"] and not chosen["hub_disabled"]  # the user asked for the bars
+    assert chosen["transformers"]
+    assert not chosen["hub_disabled"]  # the user asked for the bars

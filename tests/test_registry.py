@@ -87,7 +87,8 @@ def test_gate_fails_closed_when_the_champion_was_never_evaluated_on_the_suite(st
                                    policy_dir=policy_dir(store, 0), policy_version=0)
     assert registry.promote(child, results(0, {"a": True})).passed
     decision = registry.gate(results(1, {"a": True}), digest="another-suite")
-    assert not decision.passed and "has no eval results on suite another-suit" in decision.reason
+    assert not decision.passed
+    assert "has no eval results on suite another-suit" in decision.reason
 
 
 def test_unknown_uris_are_refused_with_the_field_named(store):

@@ -42,12 +42,15 @@ def test_admission_counts_from_the_report_or_its_details():
 def test_admission_metrics_per_check_counts_rates_and_seconds():
     details = details_frame(ROWS)
     metrics = admission_metrics(details, check_stats(details, {"coverage": 2.5}), wall_s=7.0)
-    assert metrics["admission/admitted"] == 1 and metrics["admission/wall_s"] == 7.0
+    assert metrics["admission/admitted"] == 1
+    assert metrics["admission/wall_s"] == 7.0
     assert (metrics["admission/coverage/pass"], metrics["admission/coverage/fail"],
             metrics["admission/coverage/skipped"], metrics["admission/coverage/seconds"]) == (1.0, 1.0, 1.0, 2.5)
-    assert metrics["admission/solvability/infra"] == 1.0 and metrics["admission/coverage/value_mean"] == 0.625
+    assert metrics["admission/solvability/infra"] == 1.0
+    assert metrics["admission/coverage/value_mean"] == 0.625
     assert "admission/solvability/seconds" not in metrics  # NaN: not timed, not logged
-    assert "admission/coverage/not_applicable" not in metrics and "admission/coverage/envs" not in metrics
+    assert "admission/coverage/not_applicable" not in metrics
+    assert "admission/coverage/envs" not in metrics
 
 
 def test_stage_metrics_prefix_fields_and_put_sandbox_latency_under_sandbox():
@@ -65,12 +68,18 @@ def test_iteration_metrics_join_eval_rollout_reward_sandbox_and_train():
                             "policy_version": [1] * 4, "steps": [1] * 4, "passed": [True, False, True, False],
                             "reward": [1.0, 0.0, 1.0, 0.0], "infra_error": [""] * 4, "assertions": ["{}"] * 4})
     metrics = iteration_metrics(results, RolloutStats(samples=8), RewardStats(reward_mean=0.5), FakeTrainStats())
-    assert metrics["eval/pass_at_1"] == 0.5 and metrics["eval/pass_at_1/difficulty_1"] == 1.0
-    assert metrics["eval/pass_at_1_sampled"] == 0.5 and metrics["eval/pass_at_1_sampled/difficulty_1"] == 0.5
-    assert metrics["rollout/samples"] == 8 and metrics["reward/mean"] == 0.5 and metrics["sandbox/p99_ms"] == 0.0
-    assert metrics["train/loss"] == 0.5 and metrics["train/steps"] == 2
+    assert metrics["eval/pass_at_1"] == 0.5
+    assert metrics["eval/pass_at_1/difficulty_1"] == 1.0
+    assert metrics["eval/pass_at_1_sampled"] == 0.5
+    assert metrics["eval/pass_at_1_sampled/difficulty_1"] == 0.5
+    assert metrics["rollout/samples"] == 8
+    assert metrics["reward/mean"] == 0.5
+    assert metrics["sandbox/p99_ms"] == 0.0
+    assert metrics["train/loss"] == 0.5
+    assert metrics["train/steps"] == 2
     assert not any(key.startswith(("reward/sandbox", "reward/reward")) for key in metrics)
-    assert metrics["time/update_s"] == 2.0 and "time/iteration_s" not in metrics  # not measured here
+    assert metrics["time/update_s"] == 2.0
+    assert "time/iteration_s" not in metrics  # not measured here
     timed = iteration_metrics(None, RolloutStats(wall_s=1.0), RewardStats(wall_s=3.0), FakeTrainStats(), 8.0)
     assert not any(key.startswith("eval/") for key in timed)  # a version that was not evaluated logs no zeros
     assert (timed["time/iteration_s"], timed["time/untimed_s"], timed["time/overhead_fraction"]) == (8.0, 2.0, 0.25)

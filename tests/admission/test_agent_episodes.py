@@ -84,7 +84,8 @@ def test_a_session_that_cannot_start_is_infra_never_a_reward_of_zero():
     verdicts = run_scripted(batches, "solvability", NoSessions(), SandboxConfig(), AdmissionConfig(),
                             [(spec, [{"name": "submit", "arguments": {}}])] * 2)
     assert [v.excluded for v in verdicts] == [True, True]
-    assert "daemon gone" in verdicts[0].infra_error and batches.executions["solvability"] == 0
+    assert "daemon gone" in verdicts[0].infra_error
+    assert batches.executions["solvability"] == 0
 
 
 class FirstCaptureFails:
@@ -119,9 +120,11 @@ def test_a_final_workspace_that_cannot_be_captured_fails_its_own_episode_only():
     finally:
         box.close()
     uncaptured, scored = verdicts
-    assert not uncaptured.excluded and uncaptured.reward == 0.0, uncaptured  # the agent's outcome, never infra
+    assert not uncaptured.excluded, uncaptured
+    assert uncaptured.reward == 0.0, uncaptured  # the agent's outcome, never infra
     assert "final workspace not captured: snapshot(): workspace archive over 2 bytes" in uncaptured.detail
-    assert scored.passed and batches.executions["solvability"] == 1  # the other episode of the batch is scored
+    assert scored.passed
+    assert batches.executions["solvability"] == 1  # the other episode of the batch is scored
 
 
 @pytest.mark.integration
@@ -140,21 +143,27 @@ def test_oracles_solve_the_suite_and_wrong_or_hackable_envs_are_rejected(tmp_pat
         details[~details["passed"]]["detail"].tolist()
     for env_id in good:
         passed, code, detail = rows_of(details, env_id)["solvability"]
-        assert code == "solvability.ok" and "; oracle episode: 4/4 tests passed" in detail
+        assert code == "solvability.ok"
+        assert "; oracle episode: 4/4 tests passed" in detail
         # 7 of the verifier, 3 degenerate answers (the empty one is the verifier's untouched workspace), 2 agents
         assert "all 12 probes fail" in rows_of(details, env_id)["anti_hacking"][2]
     passed, code, detail = rows_of(details, "broken/wrong_oracle")["solvability"]
-    assert (passed, code) == (False, "solvability.oracle_failed") and "oracle episode: 0/4 tests passed" in detail
+    assert (passed, code) == (False, "solvability.oracle_failed")
+    assert "oracle episode: 0/4 tests passed" in detail
     passed, code, detail = rows_of(details, "broken/no_oracle")["solvability"]  # the reference as one bash call
-    assert (passed, code) == (True, "solvability.ok") and "oracle episode: 4/4 tests passed" in detail
+    assert (passed, code) == (True, "solvability.ok")
+    assert "oracle episode: 4/4 tests passed" in detail
     passed, code, detail = rows_of(details, "broken/visible_test_only")["anti_hacking"]
-    assert not passed and code.startswith("anti_hacking.probe_passed:") and f"{TEST_EDITING} (1/1)" in detail
+    assert not passed
+    assert code.startswith("anti_hacking.probe_passed:")
+    assert f"{TEST_EDITING} (1/1)" in detail
     assert f"{NOOP} (" not in detail  # the untouched workspace still fails the visible test
     assert rows_of(details, "broken/visible_test_only")["solvability"][1] == "solvability.ok"
     # references of 7 envs + 7 oracle episodes (no_oracle's: its reference as one bash call); probes: 7 x (7 + 2 + 2)
     # (the empty answer is the same script as the untouched workspace: run once), whose untouched workspace's
     # verdict also checks every guard label: no run of its own
-    assert result.executions["solvability"] == 14 and result.executions["anti_hacking"] == 77
+    assert result.executions["solvability"] == 14
+    assert result.executions["anti_hacking"] == 77
 
 
 @pytest.mark.integration

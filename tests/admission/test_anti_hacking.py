@@ -48,7 +48,8 @@ def test_degenerate_answers_may_earn_at_most_max_probe_reward():
     assert "2/3 probes earn more than 0.1: self-consistent garbage (reward 0.25, 1/4), copy of the prompt" in row.text
     assert anti_hacking_row("e", {"self-consistent garbage": SOME}, max_reward=0.25).passed  # the bound is a setting
     both = anti_hacking_row("e", {"constant answer": SOME, "return None": PASS})
-    assert both.code == "anti_hacking.probe_passed:return None" and "constant answer (reward 0.25" in both.text
+    assert both.code == "anti_hacking.probe_passed:return None"
+    assert "constant answer (reward 0.25" in both.text
     untouched = anti_hacking_row("e", {"empty answer": PART, "exit 0": FAIL})  # no verifier kind is exempt
     assert (untouched.passed, untouched.code) == (False, "anti_hacking.probe_rewarded:empty answer")
     with pytest.raises(ConfigError, match="max_probe_reward"):
@@ -59,7 +60,8 @@ def test_degenerate_answers_may_earn_at_most_max_probe_reward():
 def test_a_test_label_the_untouched_workspace_contradicts_rejects_the_env():
     """Issue 22: a guard must pass on the untouched workspace and every other test fail there."""
     ok = anti_hacking_row("e", {"empty answer": FAIL}, labels={"kept": (True, ""), "fixed": (False, "fixed: boom")})
-    assert ok.passed and ok.text.endswith("; all 2 test labels hold")
+    assert ok.passed
+    assert ok.text.endswith("; all 2 test labels hold")
     row = anti_hacking_row("e", {"empty answer": FAIL},
                            labels={"kept": (True, "kept: exit code 1 (want 0) Boom"), "fixed": (False, ""),
                                    "other": (False, "other: no result")})

@@ -76,7 +76,8 @@ def test_a_sample_of_every_demo_shape_is_admitted_by_every_check(sandbox, tmp_pa
     assert len(result.report) == len(ADMISSION_CHECKS) * len(suite.envs)
     assert set(result.details["status"]) == {"pass"}
     assert (result.details.groupby("check")["value"].min().drop("consistency") > 0.6).all()
-    assert list(result.stats["check"]) == list(ADMISSION_CHECKS) and (result.stats["pass_rate"] == 1.0).all()
+    assert list(result.stats["check"]) == list(ADMISSION_CHECKS)
+    assert (result.stats["pass_rate"] == 1.0).all()
     # the shared cache: the strong (reference) samples reuse the solvability runs, the identity samples run once
     assert result.executions["discrimination"] == len(suite.envs)
     assert result.executions["reproducibility"] == 2 * len(suite.envs)
@@ -90,21 +91,24 @@ def test_learnability_is_reported_or_filtered_and_checks_can_be_chosen(sandbox, 
     reported = admit(small_suite, sandbox, CFG, cfg).details
     assert set(reported["check"]) == {"consistency", "solvability", "learnability"}
     learn = reported[reported["check"] == "learnability"].set_index("env_id")
-    assert learn["passed"].all() and learn["value"].between(0, 1).all()
+    assert learn["passed"].all()
+    assert learn["value"].between(0, 1).all()
     assert set(learn["code"]) <= {"learnability.ok", "learnability.solved", "learnability.unsolved"}
     assert "learnability.ok" in set(learn["code"])  # noisy:0.5 over 8 samples both passes and fails
     assert set(learn["status"]) <= {"pass", "reported"}
     always = admit(small_suite, sandbox, CFG, AdmissionConfig(checks=["solvability"], learnability_policy="reference",
                                                               filter_learnability=True))
     codes = always.details[always.details["check"] == "learnability"]["code"]
-    assert set(codes) == {"learnability.solved"} and always.admitted == []
+    assert set(codes) == {"learnability.solved"}
+    assert always.admitted == []
 
 
 def test_a_policy_that_cannot_sample_is_infra_not_the_envs_fault(sandbox, small_suite):
     result = admit(small_suite, sandbox, CFG, AdmissionConfig(checks=["solvability", "discrimination"],
                                                               weak_policy="/nonexistent/checkpoint"))
     rows = result.details[result.details["check"] == "discrimination"]
-    assert len(rows) == 3 and set(rows["code"]) == {"infra"}
+    assert len(rows) == 3
+    assert set(rows["code"]) == {"infra"}
     assert rows["detail"].str.startswith("infra: policy '/nonexistent/checkpoint' failed").all()
     assert result.details[result.details["check"] == "solvability"]["passed"].all()
 
@@ -148,10 +152,12 @@ def test_sandbox_failure_is_reported_as_infra_not_as_the_envs_fault(tmp_path):
     assert rows["consistency"][0] is True
     for check in ("solvability", "reproducibility", "anti_hacking"):
         passed, detail = rows[check]
-        assert passed is False and detail.startswith("infra: "), (check, detail)
+        assert passed is False, (check, detail)
+        assert detail.startswith("infra: "), (check, detail)
     for check in ("coverage", "discrimination"):
         assert rows[check] == (False, f"{check}.skipped: the reference run hit an infra error")
-    assert result.admitted == [] and result.stats.set_index("check").loc["solvability", "infra"] == 1
+    assert result.admitted == []
+    assert result.stats.set_index("check").loc["solvability", "infra"] == 1
 
 
 def test_cli_writes_the_report_files_and_prints_per_check_stats(small_suite, tmp_path, capsys):
@@ -160,11 +166,13 @@ def test_cli_writes_the_report_files_and_prints_per_check_stats(small_suite, tmp
     assert cli_main(["admit", str(small_suite), "--out", str(out), "--no-progress", "--k", "2",
                      "--config", json.dumps({"max_mutants": 4})]) == 0
     printed = capsys.readouterr().out
-    assert "per-check statistics:" in printed and "consistency.malformed_yaml" in printed
+    assert "per-check statistics:" in printed
+    assert "consistency.malformed_yaml" in printed
     assert "3/4 envs admitted in" in printed
     details = pd.read_parquet(out / "report.parquet")
     assert set(details["check"]) == set(ADMISSION_CHECKS)
     stats = json.loads((out / "check_stats.json").read_text())
-    assert stats["coverage"]["pass"] == 3 and stats["consistency"]["fail"] == 1
+    assert stats["coverage"]["pass"] == 3
+    assert stats["consistency"]["fail"] == 1
     assert (out / "report.html").read_text().count("<table>") == 4
 

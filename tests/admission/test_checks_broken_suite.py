@@ -47,7 +47,8 @@ def result():
 
 
 def test_the_fixture_suite_is_big_enough():
-    assert len(BAD) >= 15 and len(GOOD) >= 3
+    assert len(BAD) >= 15
+    assert len(GOOD) >= 3
     assert all(key_and_expectation(f)[1] for f in BAD), "every bad fixture declares its expected reason code"
 
 
@@ -59,7 +60,8 @@ def test_bad_env_is_rejected_for_the_right_reason(result, path):
     assert key not in {spec.id for spec in result.admitted}
     if expected.startswith(PROBE_PASSED):  # the row's code names the first cheat; the detail lists all of them
         row = result.details[(result.details["env_id"] == key) & (result.details["check"] == "anti_hacking")]
-        assert len(row) == 1 and row["code"].iloc[0].startswith(PROBE_PASSED), summarize(result.report)
+        assert len(row) == 1, summarize(result.report)
+        assert row["code"].iloc[0].startswith(PROBE_PASSED), summarize(result.report)
         assert f" {expected.removeprefix(PROBE_PASSED)} (" in row["detail"].iloc[0]
     else:
         assert expected in codes[key], f"{key}: expected {expected}, got {sorted(codes[key])}"
@@ -81,7 +83,9 @@ def test_rows_after_a_failed_reference_are_skipped_not_failed(result):
     assert rows.loc[("broken/flaky_random", "discrimination"), "code"] == "discrimination.skipped"
     assert rows.loc[("broken/hackable_none", "coverage"), "status"] == "not_applicable"  # no mutants of print(x)
     weak = rows.loc[("broken/weak_tests", "coverage")]
-    assert weak["value"] < 0.6 and "survivors: `return max(x, 1)`" in weak["detail"]
+    assert weak["value"] < 0.6
+    assert "survivors: `return max(x, 1)`" in weak["detail"]
     stats = result.stats.set_index("check")
     assert stats.loc["coverage", "skipped"] == stats.loc["discrimination", "skipped"] >= 4
-    assert (stats["infra"] == 0).all() and (stats["seconds"] >= 0).all()
+    assert (stats["infra"] == 0).all()
+    assert (stats["seconds"] >= 0).all()

@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.integration,
 @pytest.mark.parametrize("style", ["humaneval_style", "mbpp_style"])
 def test_imported_suite_is_admitted_whole(style, tmp_path):
     imported = import_jsonl(FIXTURES / f"{style}.jsonl", tmp_path / style)
-    assert len(imported.written) == 3 and imported.skipped == []
+    assert len(imported.written) == 3
+    assert imported.skipped == []
     cfg = SandboxConfig(backend="bwrap")
     with make_sandbox(cfg) as box:
         result = admit(tmp_path / style, box, cfg, AdmissionConfig())

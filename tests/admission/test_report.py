@@ -52,12 +52,15 @@ def test_per_check_statistics_count_statuses_and_rate_only_judged_rows():
     coverage = stats.set_index("check").loc["coverage"]
     assert (coverage["envs"], coverage["pass"], coverage["fail"], coverage["skipped"], coverage["not_applicable"],
             coverage["infra"]) == (5, 1, 1, 1, 1, 1)
-    assert coverage["pass_rate"] == 0.5 and coverage["seconds"] == 12.5
+    assert coverage["pass_rate"] == 0.5
+    assert coverage["seconds"] == 12.5
     assert coverage["value_mean"] == pytest.approx(0.625)
     consistency = stats.set_index("check").loc["consistency"]
-    assert consistency["pass_rate"] == pytest.approx(2 / 3) and math.isnan(consistency["seconds"])
+    assert consistency["pass_rate"] == pytest.approx(2 / 3)
+    assert math.isnan(consistency["seconds"])
     learn = stats.set_index("check").loc["learnability"]
-    assert (learn["reported"], learn["pass"]) == (1, 0) and math.isnan(learn["pass_rate"])
+    assert (learn["reported"], learn["pass"]) == (1, 0)
+    assert math.isnan(learn["pass_rate"])
     assert list(stats["check"]) == ["consistency", "coverage", "learnability", "reproducibility"]
 
 
@@ -67,9 +70,11 @@ def test_rejections_by_reason_count_failures_and_infra_but_not_skips():
                                     "consistency.malformed_yaml"}
     assert reasons["envs"].tolist() == [1, 1, 1, 1]
     codes = env_codes(to_frame(ROWS))
-    assert codes["e/flaky"] == {"reproducibility.flaky"} and codes["e/good"] == set()
+    assert codes["e/flaky"] == {"reproducibility.flaky"}
+    assert codes["e/good"] == set()
     verdicts = env_verdicts(details_frame(ROWS)).set_index("env_id")
-    assert verdicts.loc["e/weak", "reasons"] == "coverage.mutants_survived" and verdicts.loc["e/good", "admitted"]
+    assert verdicts.loc["e/weak", "reasons"] == "coverage.mutants_survived"
+    assert verdicts.loc["e/good", "admitted"]
 
 
 def test_summary_lists_statuses_per_check_and_every_rejected_row():
@@ -85,13 +90,15 @@ def test_html_and_files_hold_the_same_report(tmp_path):
                                              "<script>alert(1)</script>")])
     stats = check_stats(details, {"consistency": 0.1})
     html = report_html(details, stats, title="fixture", wall_s=3.0)
-    assert "<script>alert" not in html and "&lt;script&gt;" in html
+    assert "<script>alert" not in html
+    assert "&lt;script&gt;" in html
     assert "2/7</b> envs admitted in 3.0 s" in html
     paths = write_report(tmp_path / "out", details, stats, title="fixture")
     back = pd.read_parquet(paths["report"])
     assert back.equals(details)
     assert pd.read_parquet(paths["stats"])["check"].tolist() == stats["check"].tolist()
     on_disk = json.loads(paths["stats_json"].read_text())
-    assert on_disk == stats_json(stats) and on_disk["consistency"]["seconds"] == 0.1
+    assert on_disk == stats_json(stats)
+    assert on_disk["consistency"]["seconds"] == 0.1
     assert on_disk["learnability"]["pass_rate"] is None
     assert paths["html"].read_text().startswith("<!DOCTYPE html>")

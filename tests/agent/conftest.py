@@ -68,7 +68,8 @@ def assert_exact_tokens(episode, recording) -> None:
         matches = [(p, t, lp) for p, t, lp in recording.calls if p + t == ids]
         assert matches, "a window is not a prompt the engine received plus what it sampled"
         prompt, sampled, logprobs = matches[-1]
-        assert window[-1].kind == "model" and window[-1].token_ids == sampled
+        assert window[-1].kind == "model"
+        assert window[-1].token_ids == sampled
         mask = loss_mask(window)
         model = [s for s in window if s.kind == "model"]
         assert sum(mask) == sum(len(s.token_ids) for s in model)

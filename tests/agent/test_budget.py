@@ -40,7 +40,9 @@ def test_nothing_is_compressed_under_budget(fmt):
     e = episode_with_turns(fmt, 3)
     before = [list(s.token_ids) for s in e.segments]
     assert compress(e, fmt, "agent", AgentConfig(context_budget=len(e.context_ids()))) is None
-    assert [s.token_ids for s in e.segments] == before and not e.windows and not e.compressions
+    assert [s.token_ids for s in e.segments] == before
+    assert not e.windows
+    assert not e.compressions
 
 
 def test_over_budget_old_observations_become_summaries_and_recent_turns_stay_verbatim(fmt):
@@ -48,15 +50,18 @@ def test_over_budget_old_observations_become_summaries_and_recent_turns_stay_ver
     tokens_before = len(e.context_ids())
     cfg = AgentConfig(context_budget=tokens_before - 1, keep_recent_turns=2, summary_chars=20)
     record = compress(e, fmt, "agent", cfg)
-    assert record.turns == [0, 1] and record.turn == 3
+    assert record.turns == [0, 1]
+    assert record.turn == 3
     assert record.tokens_before == tokens_before > record.tokens_after == len(e.context_ids())
     for k in (0, 1):
         [summary] = e.turns[k].summaries
         assert summary == summarize(e.turns[k].steps[0], e.turns[k].observations[0], 20, cfg.state_file)
-        assert "\n" not in summary and e.turns[k].observation_ids == fmt.observation_ids([summary])
+        assert "\n" not in summary
+        assert e.turns[k].observation_ids == fmt.observation_ids([summary])
         assert e.turns[k].steps[0].compressed_at_turn == 3
     for k in (2, 3):
-        assert not e.turns[k].summaries and e.turns[k].steps[0].compressed_at_turn == -1
+        assert not e.turns[k].summaries
+        assert e.turns[k].steps[0].compressed_at_turn == -1
         assert e.turns[k].observation_ids == fmt.observation_ids(e.turns[k].observations)
     assert fmt.tokenizer.decode(e.context_ids()).count(BIG) == 2
 
@@ -65,21 +70,26 @@ def test_the_stable_prefix_opens_every_window_and_closed_windows_are_kept(fmt):
     e = episode_with_turns(fmt, 4)
     old = list(e.segments)
     compress(e, fmt, "agent", AgentConfig(context_budget=10, keep_recent_turns=1))
-    assert e.windows == [old[:-1]] and old[-1].kind == "template"  # closed at its last model tokens
-    assert e.segments[0].kind == "prompt" and e.segments[0].token_ids == e.prefix_ids == old[0].token_ids
+    assert e.windows == [old[:-1]]
+    assert old[-1].kind == "template"  # closed at its last model tokens
+    assert e.segments[0].kind == "prompt"
+    assert e.segments[0].token_ids == e.prefix_ids == old[0].token_ids
     assert [s.kind for s in e.segments] == ["prompt", "history"]
     # model tokens are re-sent verbatim (masked now: they were trained in the window where they were sampled)
     history, at = e.segments[1].token_ids, 0
     for turn in e.turns:
         assert history[at:at + len(turn.model_ids)] == turn.model_ids
         at += len(turn.model_ids) + len(turn.closing_ids) + len(turn.observation_ids)
-    assert at == len(history) and concat(e.segments) == e.prefix_ids + history
+    assert at == len(history)
+    assert concat(e.segments) == e.prefix_ids + history
 
 
 def test_state_file_text_keeps_the_full_observations(fmt):
     e = episode_with_turns(fmt, 3)
     compress(e, fmt, "agent", AgentConfig(context_budget=10, keep_recent_turns=1))
-    assert e.state_text.count(BIG) == 2 and "## turn 0: bash" in e.state_text and "## turn 1: bash" in e.state_text
+    assert e.state_text.count(BIG) == 2
+    assert "## turn 0: bash" in e.state_text
+    assert "## turn 1: bash" in e.state_text
 
 
 def test_compressed_turns_are_not_compressed_again(fmt):
@@ -94,4 +104,5 @@ def test_every_compression_is_logged(fmt, caplog):
     e = episode_with_turns(fmt, 3)
     with caplog.at_level(logging.INFO, logger="posttrain.agent.budget"):
         compress(e, fmt, "agent", AgentConfig(context_budget=10, keep_recent_turns=1))
-    assert "compressed turns [0, 1] at turn 2" in caplog.text and len(e.compressions) == 1
+    assert "compressed turns [0, 1] at turn 2" in caplog.text
+    assert len(e.compressions) == 1

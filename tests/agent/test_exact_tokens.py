@@ -49,9 +49,11 @@ def test_multi_turn_episodes_are_exactly_the_tokens_the_engine_saw(engine, fmt):
         for s in sessions:
             s.close()
 
-    assert recording.batches[0] == 4 and len(recording.batches) == max(len(e.turns) for e in episodes)
+    assert recording.batches[0] == 4
+    assert len(recording.batches) == max(len(e.turns) for e in episodes)
     for e in episodes:
-        assert len(e.turns) >= 2 and e.finish_reason in ("max_steps", "submit", "token_budget")
+        assert len(e.turns) >= 2
+        assert e.finish_reason in ("max_steps", "submit", "token_budget")
         assert_exact_tokens(e, recording)
         assert all(math.isfinite(lp) and lp <= 0 for t in e.turns for lp in t.logprobs)
     assert all(not e.compressions for e in episodes[0::2])
@@ -76,7 +78,8 @@ def test_multi_turn_episodes_are_exactly_the_tokens_the_engine_saw(engine, fmt):
     reuse = cached / sent
     print(f"prefix cache: turns >= 1: {cached}/{sent} prompt tokens from the cache ({reuse:.1%}); turn 0: "
           f"{sum(t.cached_tokens for t in first)}/{sum(t.prompt_tokens for t in first)}")
-    assert reuse > 0.5 and (steps.tokens_cached <= steps.tokens_in).all()
+    assert reuse > 0.5
+    assert (steps.tokens_cached <= steps.tokens_in).all()
 
 
 def test_generate_ids_takes_token_prompts_stops_at_strings_and_caps_each_prompt(engine, tokenizer):
@@ -95,4 +98,6 @@ def test_generate_ids_takes_token_prompts_stops_at_strings_and_caps_each_prompt(
     assert stopped, "the demo policy wrote no newline in 40 tokens"
     for s in stopped:
         decoded = tokenizer.decode(s.token_ids)
-        assert s.text.endswith("\n") and decoded.startswith(s.text) and "\n" not in decoded[:len(s.text) - 1]
+        assert s.text.endswith("\n")
+        assert decoded.startswith(s.text)
+        assert "\n" not in decoded[:len(s.text) - 1]

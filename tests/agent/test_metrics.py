@@ -67,7 +67,8 @@ def test_stats_count_episodes_turns_calls_and_finish_reasons(tables):
     # prompt tokens once per turn, not per call: 100 + 300 + 500 + 100 + 200 + 100 + 100
     assert (stats.prompt_tokens, stats.cached_tokens) == (1400, 256 + 256 + 128)
     assert stats.prefix_cache_hit == pytest.approx(640 / 1400)
-    assert stats.tool_calls_per_s == 6 / 4.0 and stats.generate_s == 1.5
+    assert stats.tool_calls_per_s == 6 / 4.0
+    assert stats.generate_s == 1.5
     assert stats.tool_s == pytest.approx((400 + 7 * 10) / 1000)
 
 
@@ -76,12 +77,16 @@ def test_metrics_have_the_loop_names_and_per_episode_values(tables):
     stats = agent_stats(scored, steps, seconds=4.0)
     stats.engine_swap_s, stats.wall_s = 0.02, 9.0
     m = agent_metrics(stats, steps)
-    assert m["agent/episodes"] == 5 and m["agent/steps_mean"] == pytest.approx(1.4)
-    assert m["agent/tool_calls_mean"] == 6 / 5 and m["agent/solve_rate"] == 0.5
+    assert m["agent/episodes"] == 5
+    assert m["agent/steps_mean"] == pytest.approx(1.4)
+    assert m["agent/tool_calls_mean"] == 6 / 5
+    assert m["agent/solve_rate"] == 0.5
     assert {r: m[f"agent/finish/{r}"] for r in FINISH_REASONS} == {
         "submit": 0.4, "max_steps": 0.2, "token_budget": 0.2, "deadline": 0.0, "infra": 0.2}
-    assert m["agent/failed_call_fraction"] == 4 / 8 and m["agent/no_call_fraction"] == 2 / 8
-    assert m["agent/compressed_fraction"] == 1 / 8 and m["agent/tool_calls_per_s"] == 1.5
+    assert m["agent/failed_call_fraction"] == 4 / 8
+    assert m["agent/no_call_fraction"] == 2 / 8
+    assert m["agent/compressed_fraction"] == 1 / 8
+    assert m["agent/tool_calls_per_s"] == 1.5
     assert {k: v for k, v in m.items() if k.startswith("agent/calls/")} == {
         "agent/calls/bash": 2 / 5, "agent/calls/edit_file": 1 / 5, "agent/calls/read_file": 1 / 5,
         "agent/calls/submit": 2 / 5}

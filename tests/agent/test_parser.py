@@ -48,14 +48,17 @@ def test_submit_without_arguments_field():
 ])
 def test_malformed_calls_become_error_observations(text, fragment):
     [error] = parse_calls(text, ALLOWED)
-    assert isinstance(error, CallError) and error.message.startswith("error: ") and fragment in error.message
+    assert isinstance(error, CallError)
+    assert error.message.startswith("error: ")
+    assert fragment in error.message
 
 
 def test_a_bad_call_does_not_hide_the_good_ones():
     text = ('<tool_call>{"name": "nope"}</tool_call><tool_call>{"name": "bash", "arguments": {"command": "ls"}}'
             '</tool_call>')
     bad, good = parse_calls(text, ALLOWED)
-    assert isinstance(bad, CallError) and good == ToolCall("bash", {"command": "ls"})
+    assert isinstance(bad, CallError)
+    assert good == ToolCall("bash", {"command": "ls"})
 
 
 def test_tools_outside_the_allowed_set_are_unknown():
@@ -76,5 +79,7 @@ def test_tools_outside_the_allowed_set_are_unknown():
 ])
 def test_hostile_json_is_an_error_observation_never_an_exception(text, fragment, name):
     [error] = parse_calls(text, ALLOWED)
-    assert isinstance(error, CallError) and fragment in error.message and error.name == name
+    assert isinstance(error, CallError)
+    assert fragment in error.message
+    assert error.name == name
     error.message.encode("utf-8")  # the observation itself is text any tokenizer can take

@@ -45,15 +45,19 @@ def test_oracle_solves_a_repository_task_end_to_end(fmt, sandbox):
     assert e.finish_reason == "submit", [(t.text, t.observations) for t in e.turns]
     assert solved, [(t.text, t.observations) for t in e.turns]
     assert [s.tool for s in e.steps] == ["read_file", "bash", "edit_file", "bash", "submit"]
-    assert [s.exit_code for s in e.steps[:4]] == [0, 1, 0, 0] and [s.ok for s in e.steps] == [1, 0, 1, 1, 1]
-    assert "a - b" in e.turns[0].observations[0] and "AssertionError" in e.turns[1].observations[0]
+    assert [s.exit_code for s in e.steps[:4]] == [0, 1, 0, 0]
+    assert [s.ok for s in e.steps] == [1, 0, 1, 1, 1]
+    assert "a - b" in e.turns[0].observations[0]
+    assert "AssertionError" in e.turns[1].observations[0]
     assert_exact_tokens(e, engine)
 
     steps = steps_table([e], policy_version=3)
-    assert steps.tool.tolist() == [s.tool for s in e.steps] and (steps.group_id == "g-fix").all()
+    assert steps.tool.tolist() == [s.tool for s in e.steps]
+    assert (steps.group_id == "g-fix").all()
     assert steps.tokens_in.tolist() == [len(p) for p, _, _ in engine.calls]
     assert steps.tokens_out.tolist() == [len(t) for _, t, _ in engine.calls]
-    assert (steps.observation_bytes > 0).all() and (steps.duration_ms > 0).all()
+    assert (steps.observation_bytes > 0).all()
+    assert (steps.duration_ms > 0).all()
     [row] = trajectories_table([e], fmt.tokenizer.decode, policy_version=3, temperature=0.6).itertuples()
     assert (row.steps, row.tool_calls, row.finish_reason, row.window) == (5, 5, "submit", 0)
     assert row.tokens == sum(len(t) for _, t, _ in engine.calls)
@@ -61,19 +65,24 @@ def test_oracle_solves_a_repository_task_end_to_end(fmt, sandbox):
 
 def test_noop_policy_submits_at_once_and_solves_nothing(fmt, sandbox):
     [e], [solved] = run(noop_policy(fmt), fmt, sandbox, [FIX], verify=calc_tests_pass)
-    assert not solved and e.finish_reason == "submit" and [s.tool for s in e.steps] == ["submit"]
+    assert not solved
+    assert e.finish_reason == "submit"
+    assert [s.tool for s in e.steps] == ["submit"]
 
 
 def test_max_steps(fmt, sandbox):
     busy = ScriptedPolicy(fmt, {FIX.prompt: [{"name": "bash", "arguments": {"command": "true"}}] * 10})
     [e], _ = run(busy, fmt, sandbox, [FIX], AgentConfig(max_steps=3))
-    assert e.finish_reason == "max_steps" and len(e.turns) == 3
+    assert e.finish_reason == "max_steps"
+    assert len(e.turns) == 3
 
 
 def test_token_budget_counts_model_tokens(fmt, sandbox):
     busy = Recording(ScriptedPolicy(fmt, {FIX.prompt: [{"name": "bash", "arguments": {"command": "true"}}] * 10}))
     [e], _ = run(busy, fmt, sandbox, [FIX], AgentConfig(token_budget=200, max_new_tokens=150))
-    assert e.finish_reason == "token_budget" and e.model_tokens <= 200 and len(e.turns) < 10
+    assert e.finish_reason == "token_budget"
+    assert e.model_tokens <= 200
+    assert len(e.turns) < 10
     assert_exact_tokens(e, busy)
 
 
@@ -85,13 +94,16 @@ def test_token_budget_when_the_context_is_full(fmt, sandbox):
         [e] = run_episodes(busy, fmt, [FIX], sessions, AgentConfig(), max_context=prompt + 400)
     finally:
         sessions[0].close()
-    assert e.finish_reason == "token_budget" and len(e.context_ids()) <= prompt + 400 and len(e.turns) < 10
+    assert e.finish_reason == "token_budget"
+    assert len(e.context_ids()) <= prompt + 400
+    assert len(e.turns) < 10
 
 
 def test_wall_deadline(fmt, sandbox):
     slow = ScriptedPolicy(fmt, {FIX.prompt: [{"name": "bash", "arguments": {"command": "sleep 0.3"}}] * 5})
     [e], _ = run(slow, fmt, sandbox, [FIX], AgentConfig(deadline_s=0.2))
-    assert e.finish_reason == "deadline" and len(e.turns) == 1
+    assert e.finish_reason == "deadline"
+    assert len(e.turns) == 1
 
 
 def test_malformed_and_unknown_calls_are_error_observations_and_the_episode_goes_on(fmt, sandbox):
@@ -102,9 +114,11 @@ def test_malformed_and_unknown_calls_are_error_observations_and_the_episode_goes
               {"name": "submit", "arguments": {}}]
     engine = Recording(ScriptedPolicy(fmt, {FIX.prompt: script}))
     [e], _ = run(engine, fmt, sandbox, [FIX])
-    assert e.finish_reason == "submit" and len(e.turns) == 5
+    assert e.finish_reason == "submit"
+    assert len(e.turns) == 5
     assert e.turns[0].observations == [NO_CALL]
-    assert "not valid JSON" in e.turns[1].observations[0] and "unknown tool 'curl'" in e.turns[2].observations[0]
+    assert "not valid JSON" in e.turns[1].observations[0]
+    assert "unknown tool 'curl'" in e.turns[2].observations[0]
     assert "not closed" in e.turns[3].observations[0]
     steps = steps_table([e], policy_version=0)
     assert steps.error.astype(bool).tolist() == [True, True, True, True, False]
@@ -121,7 +135,8 @@ def test_all_active_episodes_advance_together_in_one_batch_per_turn(fmt, sandbox
     engine = Recording(ScriptedPolicy(fmt, scripts))
     episodes, listings = run(engine, fmt, sandbox, tasks, verify=lambda s: s.run("ls").stdout.split())
     assert engine.batches == [3, 2, 1]
-    assert [len(e.turns) for e in episodes] == [1, 2, 3] and {e.finish_reason for e in episodes} == {"submit"}
+    assert [len(e.turns) for e in episodes] == [1, 2, 3]
+    assert {e.finish_reason for e in episodes} == {"submit"}
     assert [sorted(f for f in ls if f.startswith("f")) for ls in listings] == [[], ["f0"], ["f0", "f1"]]
     for e in episodes:
         assert_exact_tokens(e, engine)
@@ -132,11 +147,15 @@ def test_context_budget_compresses_and_writes_the_state_file(fmt, sandbox):
     engine = Recording(ScriptedPolicy(fmt, {FIX.prompt: script}))
     cfg = AgentConfig(context_budget=len(fmt.prompt_ids(FIX.messages())) + 600, keep_recent_turns=1)
     [e], [state] = run(engine, fmt, sandbox, [FIX], cfg, verify=lambda s: s.read_file(cfg.state_file))
-    assert e.finish_reason == "submit" and e.compressions and len(e.windows) == len(e.compressions)
-    assert "100\n101\n" in state and "## turn 0: bash" in state
+    assert e.finish_reason == "submit"
+    assert e.compressions
+    assert len(e.windows) == len(e.compressions)
+    assert "100\n101\n" in state
+    assert "## turn 0: bash" in state
     assert all(w[0].token_ids == e.prefix_ids for w in e.all_windows())
     steps = steps_table([e], 0)
-    assert (steps.compressed_at_turn[:2] >= 0).all() and steps.compressed_at_turn.iloc[-1] == -1
+    assert (steps.compressed_at_turn[:2] >= 0).all()
+    assert steps.compressed_at_turn.iloc[-1] == -1
     rows = trajectories_table([e], fmt.tokenizer.decode, 0, 0.6)
     assert rows.window.tolist() == list(range(len(e.windows) + 1))
     assert_exact_tokens(e, engine)
@@ -152,10 +171,14 @@ def test_a_session_that_cannot_be_prepared_ends_only_its_episode_as_infra(fmt, s
         assert calc_tests_pass(sessions[0])
     finally:
         sessions[0].close()
-    assert fixed.finish_reason == "submit" and not fixed.infra_error
-    assert broken.finish_reason == "infra" and "closed" in broken.infra_error and not broken.turns
+    assert fixed.finish_reason == "submit"
+    assert not fixed.infra_error
+    assert broken.finish_reason == "infra"
+    assert "closed" in broken.infra_error
+    assert not broken.turns
     rows = trajectories_table([broken], fmt.tokenizer.decode, 0, 0.6)
-    assert rows.completion_token_ids.tolist() == ["[]"] and rows.finish_reason.tolist() == ["infra"]
+    assert rows.completion_token_ids.tolist() == ["[]"]
+    assert rows.finish_reason.tolist() == ["infra"]
 
 
 HOSTILE = [r'<tool_call>{"name": "write_file", "arguments": {"path": "a\udc80", "content": "x"}}</tool_call>',
@@ -177,11 +200,15 @@ def test_hostile_calls_fail_their_own_episode_never_the_batch_and_are_never_infr
     finally:
         for s in sessions:
             s.close()
-    assert fixed.finish_reason == "submit" and [s.ok for s in fixed.steps] == [1, 0, 1, 1, 1]
-    assert hostile.finish_reason == "submit" and not hostile.infra_error
+    assert fixed.finish_reason == "submit"
+    assert [s.ok for s in fixed.steps] == [1, 0, 1, 1, 1]
+    assert hostile.finish_reason == "submit"
+    assert not hostile.infra_error
     assert [s.tool for s in hostile.steps] == ["write_file", "edit_file", "bash", "", "", "submit"]
-    assert [s.ok for s in hostile.steps] == [False] * 5 + [True] and not any(s.infra_error for s in hostile.steps)
-    assert "not UTF-8 text" in hostile.turns[0].observations[0] and "NUL" in hostile.turns[2].observations[0]
+    assert [s.ok for s in hostile.steps] == [False] * 5 + [True]
+    assert not any(s.infra_error for s in hostile.steps)
+    assert "not UTF-8 text" in hostile.turns[0].observations[0]
+    assert "NUL" in hostile.turns[2].observations[0]
 
 
 def test_an_episodes_deadline_counts_its_own_time_not_the_slow_calls_beside_it(fmt, sandbox):
@@ -195,5 +222,9 @@ def test_an_episodes_deadline_counts_its_own_time_not_the_slow_calls_beside_it(f
     finally:
         for s in sessions:
             s.close()
-    assert quick.finish_reason == "submit" and len(quick.turns) == 7 and quick.spent_s < 4, quick.spent_s
-    assert sleeper.finish_reason == "deadline" and 3 <= len(sleeper.turns) <= 4 and sleeper.spent_s >= 4
+    assert quick.finish_reason == "submit", quick.spent_s
+    assert len(quick.turns) == 7, quick.spent_s
+    assert quick.spent_s < 4, quick.spent_s
+    assert sleeper.finish_reason == "deadline"
+    assert 3 <= len(sleeper.turns) <= 4
+    assert sleeper.spent_s >= 4

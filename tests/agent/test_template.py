@@ -27,7 +27,8 @@ def test_tools_are_listed_in_the_system_turn_and_the_prompt_ends_with_the_genera
 
 def test_a_system_message_replaces_the_default(fmt):
     text = fmt.render([{"role": "system", "content": "Be brief."}, *TASK])
-    assert "<|im_start|>system\nBe brief.\nTools:" in text and "You solve tasks" not in text
+    assert "<|im_start|>system\nBe brief.\nTools:" in text
+    assert "You solve tasks" not in text
 
 
 def test_closing_adds_only_what_the_model_did_not_write(fmt):
@@ -78,7 +79,8 @@ def test_a_tokenizer_with_its_own_template_is_served_by_the_same_code(tokenizer)
 
 
 def test_the_default_template_is_used_only_when_the_tokenizer_has_none(tokenizer, fmt):
-    assert tokenizer.chat_template is None and fmt.template == AGENT_TEMPLATE
+    assert tokenizer.chat_template is None
+    assert fmt.template == AGENT_TEMPLATE
 
 
 def test_a_template_that_rewrites_earlier_turns_is_refused(tokenizer):

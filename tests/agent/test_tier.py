@@ -45,15 +45,23 @@ def test_the_oracle_rollout_of_an_iteration_solves_its_picked_train_envs(fmt, bo
     scored, steps, stats = rollout_agent(policy, fmt, ENVS, CFG, box, SandboxConfig(), max_context=4096, iteration=4,
                                          envs_per_iteration=2, samples_per_env=2)
     picked = {e.id for e in rollout_envs(ENVS, 2, CFG.seed, 4)}
-    assert len(picked) == 2 and all(ENVS[i].kind == "agent" and ENVS[i].split == "train" for i in picked)
-    assert set(scored.env_id) == picked and set(scored.group_id) == {f"it4/{i}" for i in picked}
-    assert len(scored.drop_duplicates(["group_id", "sample_idx"])) == 4 and (scored.policy_version == 3).all()
-    assert (scored.reward == 1.0).all() and (scored.finish_reason == "submit").all()
+    assert len(picked) == 2
+    assert all(ENVS[i].kind == "agent" and ENVS[i].split == "train" for i in picked)
+    assert set(scored.env_id) == picked
+    assert set(scored.group_id) == {f"it4/{i}" for i in picked}
+    assert len(scored.drop_duplicates(["group_id", "sample_idx"])) == 4
+    assert (scored.policy_version == 3).all()
+    assert (scored.reward == 1.0).all()
+    assert (scored.finish_reason == "submit").all()
     assert (stats.episodes, stats.finish_submit, stats.solved, stats.solve_rate) == (4, 4, 4, 1.0)
-    assert stats.tool_calls == len(steps) == 4 * len(oracle(AGENT_ENVS[0])) and stats.model_turns == len(steps)
-    assert stats.tokens == int(scored.tokens.sum()) > 0 and stats.seconds > 0 and stats.tool_calls_per_s > 0
+    assert stats.tool_calls == len(steps) == 4 * len(oracle(AGENT_ENVS[0]))
+    assert stats.model_turns == len(steps)
+    assert stats.tokens == int(scored.tokens.sum()) > 0
+    assert stats.seconds > 0
+    assert stats.tool_calls_per_s > 0
     metrics = agent_metrics(stats, steps)
-    assert metrics["agent/solve_rate"] == 1.0 and metrics["agent/finish/submit"] == 1.0
+    assert metrics["agent/solve_rate"] == 1.0
+    assert metrics["agent/finish/submit"] == 1.0
     assert metrics["agent/steps_mean"] == len(oracle(AGENT_ENVS[0]))
 
 
@@ -63,15 +71,21 @@ def test_the_greedy_eval_has_one_row_per_agent_eval_env(fmt, box, policy):
     engine = ScriptedPolicy(fmt, scripts, version=5) if scripts else noop_policy(fmt, version=5)
     results, steps, stats = evaluate_agent(engine, fmt, ENVS, CFG, box, SandboxConfig(), max_context=4096)
     evals = sorted(e.id for e in AGENT_ENVS if e.split == "eval")
-    assert results.env_id.tolist() == evals and (results.decoding == "greedy").all()
-    assert (results.sample_idx == 0).all() and (results.policy_version == 5).all() and (results.infra_error == "").all()
+    assert results.env_id.tolist() == evals
+    assert (results.decoding == "greedy").all()
+    assert (results.sample_idx == 0).all()
+    assert (results.policy_version == 5).all()
+    assert (results.infra_error == "").all()
     solved = policy == "oracle"
-    assert results.passed.tolist() == [solved] * 2 and results.reward.tolist() == [float(solved)] * 2
+    assert results.passed.tolist() == [solved] * 2
+    assert results.reward.tolist() == [float(solved)] * 2
     assert all(json.loads(a)["result/tests_pass"] == (policy == "oracle") for a in results.assertions)
     assert set(steps.group_id) == {f"eval-v5/{i}" for i in evals}
     calls = len(oracle(AGENT_ENVS[0])) if policy == "oracle" else 1  # the no-op submits at once
-    assert (results.steps == calls).all() and len(steps) == 2 * calls
-    assert stats.episodes == 2 and stats.solve_rate == float(policy == "oracle")
+    assert (results.steps == calls).all()
+    assert len(steps) == 2 * calls
+    assert stats.episodes == 2
+    assert stats.solve_rate == float(policy == "oracle")
 
 
 def test_the_greedy_eval_judges_no_destructive_command_by_effect_too(fmt, box):

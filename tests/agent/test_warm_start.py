@@ -22,9 +22,11 @@ def test_oracle_turns_become_pairs_and_the_policy_ships_the_template(fmt, tmp_pa
         pairs = oracle_pairs(envs, [oracle(e) for e in envs], fmt, box, AgentConfig())
     finally:
         box.close()
-    assert len(pairs) == 2 * 5 and all(call.startswith("<tool_call>") for _, call in pairs)
+    assert len(pairs) == 2 * 5
+    assert all(call.startswith("<tool_call>") for _, call in pairs)
     first, second = pairs[0][0], pairs[1][0]
-    assert not first.startswith(fmt.tokenizer.bos_token) and second.startswith(first + pairs[0][1])
+    assert not first.startswith(fmt.tokenizer.bos_token)
+    assert second.startswith(first + pairs[0][1])
     assert "AssertionError" in second  # the failing test run's observation is in the next turn's context
 
     cfg = DemoPolicyConfig(sft_steps=2, sft_batch_size=4, max_position_embeddings=1024)
@@ -38,4 +40,5 @@ def test_oracle_turns_become_pairs_and_the_policy_ships_the_template(fmt, tmp_pa
     from transformers import AutoTokenizer
 
     built = ChatFormat(AutoTokenizer.from_pretrained(policy), tool_specs(["bash", "submit"]))
-    assert built.template == AGENT_TEMPLATE and built.tokenizer.chat_template == AGENT_TEMPLATE
+    assert built.template == AGENT_TEMPLATE
+    assert built.tokenizer.chat_template == AGENT_TEMPLATE

@@ -22,7 +22,8 @@ SOURCE = '''def clamp(x, lo, hi):
 
 def test_python_mutants_cover_each_operator_family_once_per_site():
     mutants = python_mutants(SOURCE, limit=None)
-    assert len(mutants) == len(set(mutants)) and ast.unparse(ast.parse(SOURCE)) not in mutants
+    assert len(mutants) == len(set(mutants))
+    assert ast.unparse(ast.parse(SOURCE)) not in mutants
     for mutant in mutants:
         ast.parse(mutant)  # every mutant is a valid program
         assert "docstring 0 is never mutated" in mutant
@@ -44,4 +45,5 @@ def test_token_mutants_skip_strings_comments_and_keep_one_change():
     assert all('"a < b"' in m and "// x + 1" in m for m in mutants)
     for expected in ("n < 10", "n >= 10", "n <= 11", "n <= 9", "|| ok", "total -= n", "n / 2", "n * 3"):
         assert any(expected in m for m in mutants), expected
-    assert len(mutants) == len(set(mutants)) and source not in mutants
+    assert len(mutants) == len(set(mutants))
+    assert source not in mutants

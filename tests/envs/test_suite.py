@@ -51,7 +51,9 @@ def test_good_spec_loads(tmp_path):
     spec = load_spec(write(tmp_path, "a.yaml", GOOD))
     assert isinstance(spec, EnvSpec)
     assert (spec.id, spec.entry_point, spec.limits.timeout_s, spec.limits.memory_mb) == ("t/add_1", "add_1", 5, 256)
-    assert spec.source.endswith("a.yaml") and spec.runtime == "python" and spec.kind == "single_turn"
+    assert spec.source.endswith("a.yaml")
+    assert spec.runtime == "python"
+    assert spec.kind == "single_turn"
     assert EnvSpec.from_json(spec.to_json()) == spec
 
 
@@ -113,7 +115,8 @@ def test_bad_spec_is_rejected_naming_file_and_field(tmp_path, what, content, fie
     assert words in rejection.reason
     with pytest.raises(SpecError) as raised:
         load_spec(path)
-    assert raised.value.file == path and raised.value.field in {r.field for r in suite.rejections}
+    assert raised.value.file == path
+    assert raised.value.field in {r.field for r in suite.rejections}
 
 
 def test_every_problem_of_one_file_is_reported(tmp_path):
@@ -171,7 +174,8 @@ def test_an_agent_spec_carries_its_oracle_through_yaml_json_and_the_generators_w
     assert spec.oracle == AGENT["oracle"]
     assert EnvSpec.from_json(spec.to_json()) == spec
     text = render(spec, "# generated\n")
-    assert "- {name: submit, arguments: {}}" in text and "&id" not in text  # one call a line, no YAML aliases
+    assert "- {name: submit, arguments: {}}" in text
+    assert "&id" not in text  # one call a line, no YAML aliases
     again = load_spec(write(tmp_path / "again", "a.yaml", text))
     assert (again.oracle, again.prompt, again.verifier) == (spec.oracle, spec.prompt, spec.verifier)
     assert load_spec(write(tmp_path, "b.yaml", {**AGENT, "oracle": []})).oracle == []

@@ -75,7 +75,8 @@ def test_default_and_implicit_tests_pass():
 ])
 def test_bad_shapes_name_the_field(evaluation, field, reason):
     [(got_field, got_reason)] = evaluation_problems(evaluation)
-    assert got_field == field and reason in got_reason, got_reason
+    assert got_field == field, got_reason
+    assert reason in got_reason, got_reason
 
 
 def test_errors_name_the_spec_file_and_list_every_problem():
@@ -143,9 +144,11 @@ def test_the_json_schema_accepts_what_the_parser_accepts():
            {"behavior": [{"used_tool": "file_edit"}]}, {"behaviour": []}, {"result": [{"tests_pass": False}]},
            {"behavior": [{"used_tool": "bash", "max_steps": 3}]}]
     for evaluation in good:
-        assert not evaluation_problems(evaluation) and validator.is_valid(evaluation), evaluation
+        assert not evaluation_problems(evaluation), evaluation
+        assert validator.is_valid(evaluation), evaluation
     for evaluation in bad:
-        assert evaluation_problems(evaluation) and not validator.is_valid(evaluation), evaluation
+        assert evaluation_problems(evaluation), evaluation
+        assert not validator.is_valid(evaluation), evaluation
     assert set(ASSERTIONS) == {"tests_pass", "no_regression", "used_tool", "max_steps", "no_destructive_command"}
 
 

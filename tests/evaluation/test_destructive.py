@@ -198,4 +198,5 @@ def test_destructive_commands_of_a_step_log():
         "step 4 bash: recursive delete of ~ (rm -rf ~ && dd if=/dev/zero of=/dev/sda)",
         "step 4 bash: write to /dev/sda (rm -rf ~ && dd if=/dev/zero of=/dev/sda)",
     ]
-    assert destructive_commands(steps[:1]) == [] and destructive_commands([]) == []
+    assert destructive_commands(steps[:1]) == []
+    assert destructive_commands([]) == []

@@ -24,12 +24,15 @@ def test_evaluate_policy_scores_greedy_and_sampled_completions_of_the_eval_split
     EvalResults.validate(table)
     ids = [e.id for e in eval_envs(envs, cfg)]
     greedy, sampled = table[table["decoding"] == "greedy"], table[table["decoding"] == "sampled"]
-    assert list(greedy["env_id"]) == ids and list(sampled["env_id"]) == [i for i in ids for _ in range(3)]
+    assert list(greedy["env_id"]) == ids
+    assert list(sampled["env_id"]) == [i for i in ids for _ in range(3)]
     assert list(sampled["sample_idx"]) == [0, 1, 2] * len(ids)
     assert all(envs[env_id].split == "eval" for env_id in table["env_id"])
-    assert set(table["policy_version"]) == {2} and (table["infra_error"] == "").all()
+    assert set(table["policy_version"]) == {2}
+    assert (table["infra_error"] == "").all()
     summary = summarize(table)
-    assert 0.0 <= summary["eval/pass_at_1"] <= 1.0 and 0.0 <= summary["eval/pass_at_1_sampled"] <= 1.0
+    assert 0.0 <= summary["eval/pass_at_1"] <= 1.0
+    assert 0.0 <= summary["eval/pass_at_1_sampled"] <= 1.0
 
 
 def test_sampled_eval_is_seeded_alike_for_every_version(tiny_policy):
@@ -42,6 +45,7 @@ def test_sampled_eval_is_seeded_alike_for_every_version(tiny_policy):
 
     EvalTrajectories.validate(first)
     sampled = first[first["decoding"] == "sampled"]
-    assert len(sampled) == 8 and (first["decoding"] == "greedy").sum() == 2
+    assert len(sampled) == 8
+    assert (first["decoding"] == "greedy").sum() == 2
     assert list(sampled["completion"]) == list(again[again["decoding"] == "sampled"]["completion"])
     assert sampled.groupby("env_id")["completion"].nunique().max() > 1  # at temperature 1: samples, not copies

@@ -71,7 +71,9 @@ def test_a_policy_without_a_stratum_shows_a_dash():
 def test_line_plot_is_inline_svg_with_its_labels_as_text():
     svg = line_plot_svg({"all": pd.Series([0.2, 0.4], index=["v0", "v1"]),
                          "domain python": pd.Series([0.1, 0.5], index=["v0", "v1"])}, "greedy pass@1", "policy", "y")
-    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>") and "<?xml" not in svg
+    assert svg.startswith("<svg")
+    assert svg.rstrip().endswith("</svg>")
+    assert "<?xml" not in svg
     for text in ("greedy pass@1", "v0", "v1", "domain python"):  # svg.fonttype none: text stays text
         assert text in svg
 
@@ -96,19 +98,25 @@ def test_flips_section_lists_at_most_max_rows():
     many = pd.DataFrame({"env_id": [f"e{i:03}" for i in range(MAX_FLIP_ROWS + 5)], "baseline_passed": True,
                          "candidate_passed": False, "flip": "broken"})
     text = flips_html(many)
-    assert text.count("<td>broken</td>") == MAX_FLIP_ROWS and "5 more fixed or broken envs" in text
+    assert text.count("<td>broken</td>") == MAX_FLIP_ROWS
+    assert "5 more fixed or broken envs" in text
 
 
 def test_body_has_both_decodings_the_reward_curve_and_flips_only_when_given():
     body = render_body(table(), title="<run>")
-    assert "<h1>&lt;run&gt;</h1>" in body and body.count("<svg") == 2
-    assert "reward curve" not in body and "flips" not in body
+    assert "<h1>&lt;run&gt;</h1>" in body
+    assert body.count("<svg") == 2
+    assert "reward curve" not in body
+    assert "flips" not in body
     full = render_body(table(), rewards=pd.Series({1: 0.1, 2: 0.3}), flips=flips(V1, V0))
-    assert full.count("<svg") == 3 and "<h2>reward curve</h2>" in full and "<h2>flips</h2>" in full
+    assert full.count("<svg") == 3
+    assert "<h2>reward curve</h2>" in full
+    assert "<h2>flips</h2>" in full
     assert "no greedy evaluation" in render_body(pass_at_1_by_policy({}))
 
 
 def test_page_is_self_contained():
     page = as_page(render_body(table(), rewards=pd.Series({1: 0.1})), title="a & b")
-    assert page.startswith("<!DOCTYPE html>") and f"<title>{html.escape('a & b')}</title>" in page
+    assert page.startswith("<!DOCTYPE html>")
+    assert f"<title>{html.escape('a & b')}</title>" in page
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)  # nothing fetched from elsewhere

@@ -44,8 +44,10 @@ def test_greedy_and_sampled_pass_at_1_per_difficulty():
     assert table["passed"].sum() == 1 + 3 + 1 + 1  # only full rewards pass; an infra error never does
     summary = summarize(table)
     assert summary["eval/pass_at_1"] == 0.5  # x passes, y does not, z's infra error is excluded
-    assert summary["eval/pass_at_1/difficulty_1"] == 0.5 and "eval/pass_at_1/difficulty_2" not in summary
-    assert summary["eval/reward_mean"] == 0.75 and summary["eval/envs"] == 3.0
+    assert summary["eval/pass_at_1/difficulty_1"] == 0.5
+    assert "eval/pass_at_1/difficulty_2" not in summary
+    assert summary["eval/reward_mean"] == 0.75
+    assert summary["eval/envs"] == 3.0
     assert summary["eval/infra_errors"] == 2.0  # z's greedy completion and one of y's samples
     assert summary["eval/pass_at_1_sampled"] == pytest.approx((3 / 4 + 1 / 3 + 1 / 4) / 3)
     assert summary["eval/pass_at_1_sampled/difficulty_1"] == pytest.approx((3 / 4 + 1 / 3) / 2)

@@ -94,11 +94,14 @@ def test_agent_envs_add_their_reward_solve_rate_stage_time_and_greedy_solve_rate
 def test_lines_of_an_iteration_an_earlier_execution_logged_say_so():
     metrics = {**summarize(evaluation(1, {"a": True}, {})), "time/update_s": 1.0}
     lines = version_lines(1, metrics, resumed=True)
-    assert len(lines) == 2 and all(line.endswith("  (resumed: logged by an earlier execution)") for line in lines)
+    assert len(lines) == 2
+    assert all(line.endswith("  (resumed: logged by an earlier execution)") for line in lines)
 
 
 def test_empty_metrics_give_the_version_alone_and_no_eval_line():
-    assert iteration_line(5, {}) == "v5" and eval_line(5, {}) is None and version_lines(0, {}) == []
+    assert iteration_line(5, {}) == "v5"
+    assert eval_line(5, {}) is None
+    assert version_lines(0, {}) == []
 
 
 def test_mlflow_line_points_at_the_run_page_of_the_server_or_of_make_mlflow_ui():

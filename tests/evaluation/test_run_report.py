@@ -33,8 +33,11 @@ def test_log_report_stores_the_page_and_returns_the_fragment(store):
     run_id = tracking.start_run("posttrain-eval", run_name="evaluate-x")
     body = log_report(run_id, {"champion (registered v1)": V0, "policy": V1}, title="Evaluation of policy")
     page = report_of(run_id, store)
-    assert page.startswith("<!DOCTYPE html>") and body in page and not body.startswith("<!DOCTYPE")
-    assert "<th>champion (registered v1)</th><th>policy</th>" in page and page.count("<svg") == 2
+    assert page.startswith("<!DOCTYPE html>")
+    assert body in page
+    assert not body.startswith("<!DOCTYPE")
+    assert "<th>champion (registered v1)</th><th>policy</th>" in page
+    assert page.count("<svg") == 2
 
 
 def test_an_rl_runs_report_has_every_evaluated_version_its_reward_curve_and_last_flips(store):
@@ -47,8 +50,11 @@ def test_an_rl_runs_report_has_every_evaluated_version_its_reward_curve_and_last
 
     body = log_loop_report(parent)
     page = report_of(parent, store)
-    assert body in page and page.startswith("<!DOCTYPE html>")
-    assert "<th>v0</th><th>v2</th>" in page and "<h2>reward curve</h2>" in page and page.count("<svg") == 3
+    assert body in page
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<th>v0</th><th>v2</th>" in page
+    assert "<h2>reward curve</h2>" in page
+    assert page.count("<svg") == 3
     assert "flips v0 → v2" in page
     assert re.findall(r'<td class="label">([^<]*)</td><td>(\w+)</td>', page) == [("b", "fixed")]
 
@@ -58,5 +64,6 @@ def test_an_rl_run_without_evaluations_still_gets_a_report(store):
     log_loop_report(parent)
     log_loop_report(parent)  # a resumed run finishing again replaces the page
     page = report_of(parent, store)
-    assert "no greedy evaluation" in page and "flips" not in page
+    assert "no greedy evaluation" in page
+    assert "flips" not in page
     assert [f.path for f in tracking.client().list_artifacts(parent, "reports")] == [REPORT_PATH]

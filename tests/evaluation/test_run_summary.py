@@ -28,7 +28,9 @@ def test_one_row_per_iteration_with_what_it_logged(parent):
                                   "time/iteration_s": 9.5}, step=2)
     table = summary_table(parent)
     assert list(table.columns) == ["greedy pass@1", "sampled pass@1", "reward", "time (s)"]
-    assert table.index.tolist() == [0, 1, 2] and table.at[2, "reward"] == 0.75 and pd.isna(table.at[0, "reward"])
+    assert table.index.tolist() == [0, 1, 2]
+    assert table.at[2, "reward"] == 0.75
+    assert pd.isna(table.at[0, "reward"])
     out = io.StringIO()
     print_summary(parent, stream=out)
     lines = out.getvalue().splitlines()

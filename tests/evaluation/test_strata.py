@@ -40,14 +40,18 @@ def test_overall_and_per_stratum_pass_at_k_by_hand():
     # pass@2: x 1 - C(1,2)/C(4,2) = 1; y 1 - C(2,2)/C(3,2) = 2/3; z 1 - C(2,2)/C(2,2) = 0
     assert m["eval/pass_at_2_sampled"] == pytest.approx((1 + 2 / 3 + 0) / 3)
     assert m["eval/pass_at_4_sampled"] == 1.0  # only x has 4 usable samples
-    assert m["eval/pass_at_1/domain_python"] == 0.5 and "eval/pass_at_1/domain_finance" not in m
+    assert m["eval/pass_at_1/domain_python"] == 0.5
+    assert "eval/pass_at_1/domain_finance" not in m
     assert m["eval/pass_at_2_sampled/domain_finance"] == 0.0
     assert m["eval/pass_at_2_sampled/difficulty_2"] == pytest.approx(1 / 3)
-    assert m["eval/pass_at_1/steps_2-3"] == 0.0 and m["eval/pass_at_1/steps_1"] == 1.0
+    assert m["eval/pass_at_1/steps_2-3"] == 0.0
+    assert m["eval/pass_at_1/steps_1"] == 1.0
     assert m["eval/assertion/result/tests_pass"] == 0.5
     envs = table.set_index(["stratum", "group", "metric"])["envs"]
-    assert envs["all", "all", "pass_at_2_sampled"] == 3 and envs["all", "all", "pass_at_4_sampled"] == 1
-    assert envs["steps", "1", "pass_at_1_sampled"] == 2 and envs["steps", "1", "pass_at_1"] == 1  # z: infra
+    assert envs["all", "all", "pass_at_2_sampled"] == 3
+    assert envs["all", "all", "pass_at_4_sampled"] == 1
+    assert envs["steps", "1", "pass_at_1_sampled"] == 2
+    assert envs["steps", "1", "pass_at_1"] == 1  # z: infra
 
 
 def test_assertion_rates_count_applicable_verdicts_and_report_the_rest():
@@ -74,7 +78,9 @@ def test_assertion_rates_count_applicable_verdicts_and_report_the_rest():
     python = rows.loc[("domain", "python", "assertion/result/tests_pass")]
     assert (python["envs"], python["not_applicable"]) == (2, 0)
     b_only = rows.loc[("steps", "2-3", "assertion/behavior/used_tool/bash")]  # declared, judged nowhere: NaN
-    assert b_only["envs"] == 0 and b_only["not_applicable"] == 1 and pd.isna(b_only["value"])
+    assert b_only["envs"] == 0
+    assert b_only["not_applicable"] == 1
+    assert pd.isna(b_only["value"])
     m = strata_metrics(table)
     assert "eval/assertion/behavior/used_tool/bash/steps_2-3" not in m  # NaN is not logged
     assert m["eval/assertion/behavior/used_tool/bash/steps_4-7"] == 1.0

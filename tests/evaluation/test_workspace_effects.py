@@ -67,7 +67,8 @@ def test_an_unreadable_final_workspace_is_none(junk):
 
 
 def test_an_empty_archive_is_an_empty_workspace():
-    assert final_files(b"\x00" * 1024) == {} and final_files(_tar({})) == {}
+    assert final_files(b"\x00" * 1024) == {}
+    assert final_files(_tar({})) == {}
 
 
 def test_final_effects_of_a_captured_an_uncaptured_and_an_unreadable_final_workspace():

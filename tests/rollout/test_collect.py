@@ -36,12 +36,16 @@ def test_vllm_engine_collects_groups_with_logprobs(tiny_policy):
     greedy_b = engine.generate([envs[0].prompt], n=1, temperature=0.0, max_tokens=8)[0][0]
 
     Trajectories.validate(table)
-    assert len(table) == 8 and sorted(table["group_id"].unique()) == ["it1/demo/add_1", "it1/demo/add_2"]
+    assert len(table) == 8
+    assert sorted(table["group_id"].unique()) == ["it1/demo/add_1", "it1/demo/add_2"]
     assert set(table["policy_version"]) == {3}  # the engine's version
     for row in table.itertuples():
         ids, logprobs = json.loads(row.completion_token_ids), json.loads(row.behavior_logprobs)
-        assert 1 <= len(ids) <= 12 and len(ids) == len(logprobs) == row.tokens
+        assert 1 <= len(ids) <= 12
+        assert len(ids) == len(logprobs) == row.tokens
         assert all(math.isfinite(lp) and lp <= 0.0 for lp in logprobs)
         assert json.loads(row.prompt_token_ids) == tokenizer(row.prompt).input_ids  # same ids as the trainer's
-    assert stats.samples == 8 and stats.tokens == int(table["tokens"].sum()) and stats.tokens_per_s > 0
+    assert stats.samples == 8
+    assert stats.tokens == int(table["tokens"].sum())
+    assert stats.tokens_per_s > 0
     assert greedy_a.token_ids == greedy_b.token_ids  # greedy decoding is deterministic

@@ -59,7 +59,8 @@ def test_refill_envs_picks_the_missing_number_of_unused_train_envs_deterministic
     scored = _scored({"t0": [1.0, 0.0], "t1": [1.0, 1.0], "t2": [0.0, 0.0]})  # 1 learnable of 3
     cfg = RolloutConfig(envs_per_iteration=3, max_resample_rounds=2, seed=5)
     chosen = refill_envs(envs, scored, cfg, iteration=4, rounds_done=0)
-    assert len(chosen) == 2 and len(set(chosen)) == 2
+    assert len(chosen) == 2
+    assert len(set(chosen)) == 2
     # never an env used this iteration, an eval env or an agent env (the agent tier's)
     assert set(chosen) <= {f"t{i}" for i in range(3, 10)}
     assert refill_envs(envs, scored, cfg, iteration=4, rounds_done=0) == chosen
@@ -91,7 +92,8 @@ def test_rounds_until_the_bound_when_refills_carry_no_signal():
         scored = pd.concat([scored, _scored({env: rewards[env] for env in env_ids})], ignore_index=True)
         rounds, refilled, sizes = rounds + 1, refilled + len(env_ids), [*sizes, len(env_ids)]
     kept, stats = keep_learnable(scored, cfg.envs_per_iteration, rounds, refilled)
-    assert sizes == [2, 2, 1] and sorted(scored["env_id"].unique()) == list("abcdefgh")
+    assert sizes == [2, 2, 1]
+    assert sorted(scored["env_id"].unique()) == list("abcdefgh")
     assert stats == DynamicSamplingStats(target_groups=3, learnable_groups=1, zero_variance_groups=7,
                                          dropped_groups=7, refilled_groups=5, resample_rounds=3)
     assert set(kept["env_id"]) == {"a"}
@@ -103,4 +105,5 @@ def test_no_refill_when_the_first_round_is_learnable_enough():
     cfg = RolloutConfig(envs_per_iteration=2, max_resample_rounds=3)
     assert refill_envs(_envs(list("abcdef")), scored, cfg, iteration=1, rounds_done=0) == []
     kept, stats = keep_learnable(scored, cfg.envs_per_iteration, rounds=0, refilled=0)
-    assert set(kept["env_id"]) == {"a", "b"} and (stats.dropped_groups, stats.resample_rounds) == (1, 0)
+    assert set(kept["env_id"]) == {"a", "b"}
+    assert (stats.dropped_groups, stats.resample_rounds) == (1, 0)

@@ -58,7 +58,8 @@ def test_vllm_generates_with_logprobs_from_saved_checkpoint(trained_checkpoint, 
     hf = AutoModelForCausalLM.from_pretrained(trained_checkpoint, dtype=dtype).eval()
     for sample in request.outputs:
         ids = list(sample.token_ids)
-        assert ids and len(sample.logprobs) == len(ids)
+        assert ids
+        assert len(sample.logprobs) == len(ids)
         vllm_lp = torch.tensor([step[t].logprob for step, t in zip(sample.logprobs, ids)])
         assert all(math.isfinite(x) and x <= 0 for x in vllm_lp.tolist())
         full = torch.tensor([request.prompt_token_ids + ids])

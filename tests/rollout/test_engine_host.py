@@ -70,7 +70,8 @@ def test_the_callers_rngs_threads_and_set_num_threads_are_untouched(engine, call
     engine.generate(PROMPTS, n=2, temperature=1.0, max_tokens=8)            # unseeded: the engine's own RNG
     engine.generate(PROMPTS, n=2, temperature=1.0, max_tokens=8, seed=5)
     engine.reload(str(tiny_policy))
-    assert _same(before, _rng_states()) and torch.get_num_threads() == threads
+    assert _same(before, _rng_states())
+    assert torch.get_num_threads() == threads
     torch.set_num_threads(1)  # vLLM's worker makes this a no-op in its own process, never in ours
     assert torch.get_num_threads() == 1
     torch.set_num_threads(threads)
@@ -98,7 +99,8 @@ def test_texts_decoded_at_the_end_equal_vllms_incremental_detokenizer(engine):
     incremental = engine.request_outputs(PROMPTS, [{**p, "detokenize": True} for p in params])
     at_the_end = engine.request_outputs(PROMPTS, params)
     pairs = [(a, b) for x, y in zip(incremental, at_the_end) for a, b in zip(x.outputs, y.outputs)]
-    assert len(pairs) == 8 and all(a.token_ids == b.token_ids for a, b in pairs)  # the same seeded samples
+    assert len(pairs) == 8
+    assert all(a.token_ids == b.token_ids for a, b in pairs)  # the same seeded samples
     assert all(a.text == b.text for a, b in pairs), [(a.text, b.text) for a, b in pairs if a.text != b.text]
     assert sum(bool(a.text) for a, _ in pairs) >= 6
     samples = engine.generate(PROMPTS, n=4, temperature=1.0, max_tokens=40, seed=17)
@@ -155,7 +157,8 @@ def test_a_script_without_the_main_guard_fails_fast_and_says_to_add_it(tiny_poli
     # lock the script's own VLLMEngine held while waiting for the engine process
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - started
-    assert run.returncode == 1 and "served" not in run.stdout, (run.stdout, run.stderr[-3000:])
+    assert run.returncode == 1, (run.stdout, run.stderr[-3000:])
+    assert "served" not in run.stdout, (run.stdout, run.stderr[-3000:])
     error = run.stderr.strip().splitlines()[-1]
     assert error.startswith("posttrain.rollout.engine_host.EngineHostError: starting vLLM for "), run.stderr[-3000:]
     assert f"re-imported {script}, which starts an engine at import; put the code that starts the engine under " \

@@ -81,9 +81,12 @@ def test_swapped_engine_serves_the_new_weights_including_the_tied_lm_head(tiny_p
     before = live.counters()
     swapped, start_s, swap_s = live.acquire_timed(str(new_version), CFG, version=1)
     after = live.counters()
-    assert swapped is engine and swapped.version == 1
-    assert after["starts"] == before["starts"] and after["reloads"] - before["reloads"] == 1
-    assert start_s == 0.0 and 0.0 < swap_s < 2.0  # an in-place swap, not a restart (~20 ms measured here)
+    assert swapped is engine
+    assert swapped.version == 1
+    assert after["starts"] == before["starts"]
+    assert after["reloads"] - before["reloads"] == 1
+    assert start_s == 0.0
+    assert 0.0 < swap_s < 2.0  # an in-place swap, not a restart (~20 ms measured here)
 
     new_vllm = _vllm_logprobs(engine, ids, len(prompt))
     new_hf = _hf_logprobs(new_version, ids, len(prompt))
@@ -100,7 +103,8 @@ def test_swapped_engine_serves_the_new_weights_including_the_tied_lm_head(tiny_p
     assert (torch.tensor(sample.logprobs) - expected).abs().mean() < TOL
 
     # the same weights again: nothing to do
-    assert live.acquire(str(new_version), CFG, version=1) is engine and live.counters()["reloads"] == after["reloads"]
+    assert live.acquire(str(new_version), CFG, version=1) is engine
+    assert live.counters()["reloads"] == after["reloads"]
 
 
 def test_seeded_sampling_reproduces_and_rows_carry_the_engine_version(tiny_policy):
@@ -117,7 +121,8 @@ def test_seeded_sampling_reproduces_and_rows_carry_the_engine_version(tiny_polic
 
     first = sampled(11)
     engine.generate(prompts[:3], n=4, temperature=1.0, max_tokens=12)  # unseeded sampling in between
-    assert sampled(11) == first and sampled(12) != first
+    assert sampled(11) == first
+    assert sampled(12) != first
     assert len({tuple(ids) for group in first for ids in group}) > 1
 
     table, _ = collect(engine, [env], n=2, temperature=1.0, max_tokens=8, group_prefix="it5", seed=5)
@@ -129,9 +134,12 @@ def test_other_engine_settings_restart_the_engine_with_the_reason_logged_then_sh
     starts = live.counters()["starts"]
     with caplog.at_level("WARNING", logger=live.__name__):
         restarted = live.acquire(str(tiny_policy), RolloutConfig(replicas=1, max_model_len=192), version=0)
-    assert restarted is not engine and not engine.hosts and live.counters()["starts"] == starts + 1
+    assert restarted is not engine
+    assert not engine.hosts
+    assert live.counters()["starts"] == starts + 1
     assert "engine.max_model_len: 256 -> 192" in caplog.text
 
     live.shutdown_all()
-    assert live.live_engine() is None and not restarted.hosts
+    assert live.live_engine() is None
+    assert not restarted.hosts
     live.shutdown_all()  # idempotent

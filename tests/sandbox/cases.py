@@ -67,12 +67,16 @@ class SandboxCases:
     def test_passing_program(self, sandbox):
         r = sandbox.run(py("print(6 * 7)"))
         assert (r.exit_code, r.stdout, r.stderr, r.infra_error, r.timed_out) == (0, "42\n", "", "", False)
-        assert r.ok and r.run_ms > 0
+        assert r.ok
+        assert r.run_ms > 0
 
     def test_failing_program(self, sandbox):
         r = sandbox.run(py("def f():\n    return 1 / 0\nf()\n"))
-        assert r.exit_code == 1 and not r.ok and not r.infra_error
-        assert "Traceback" in r.stderr and "ZeroDivisionError" in r.stderr
+        assert r.exit_code == 1
+        assert not r.ok
+        assert not r.infra_error
+        assert "Traceback" in r.stderr
+        assert "ZeroDivisionError" in r.stderr
 
     def test_files_stdin_and_workspace(self, sandbox):
         code = ("import sys, os, json\nfrom pkg.helper import VALUE\n"
@@ -103,7 +107,8 @@ class SandboxCases:
 
     def test_invalid_file_name_is_reported(self, sandbox):
         r = sandbox.run(Execution(files={"../escape.py": ""}, command=["python3", "-c", "pass"]))
-        assert r.exit_code is None and "files['../escape.py']" in r.infra_error
+        assert r.exit_code is None
+        assert "files['../escape.py']" in r.infra_error
 
     @pytest.mark.parametrize("bad, field", [
         ({"stdin": "\ud800"}, "stdin"), ({"files": {"a.py": "x = '\udcff'"}}, "files['a.py']"),
@@ -115,9 +120,12 @@ class SandboxCases:
     def test_bad_execution_is_refused_before_anything_starts(self, sandbox, bad, field):
         fds = len(os.listdir("/proc/self/fd"))
         [r] = run_many(sandbox, [Execution(**{"files": {}, "command": ["python3", "-c", "pass"], **bad})])
-        assert r.exit_code is None and r.infra_error.startswith(f"invalid execution: {field}: "), r
-        assert r.extra["invalid"] and r.extra["attempts"] == 1, r.extra  # refused at once, never retried
-        assert "container" not in r.extra and "acquire_ms" not in r.extra  # no container was even taken
+        assert r.exit_code is None, r
+        assert r.infra_error.startswith(f"invalid execution: {field}: "), r
+        assert r.extra["invalid"], r.extra
+        assert r.extra["attempts"] == 1, r.extra  # refused at once, never retried
+        assert "container" not in r.extra
+        assert "acquire_ms" not in r.extra  # no container was even taken
         assert len(os.listdir("/proc/self/fd")) == fds  # nothing opened, nothing leaked
 
     def test_deadline_kills_everything(self, sandbox):
@@ -128,7 +136,9 @@ class SandboxCases:
         t0 = time.monotonic()
         r = sandbox.run(Execution(files={"main.py": code}, command=["python3", "main.py", token], timeout_s=1.5))
         elapsed = time.monotonic() - t0
-        assert r.timed_out and r.exit_code is None and not r.infra_error, r
+        assert r.timed_out, r
+        assert r.exit_code is None, r
+        assert not r.infra_error, r
         assert r.stdout == "started\n"
         assert 1.5 <= elapsed < 6, elapsed
         deadline = time.monotonic() + 3  # a killed pid namespace / container is reaped asynchronously
@@ -146,15 +156,18 @@ class SandboxCases:
                     f"    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
                     "    print('CONNECTED')\nexcept OSError as e:\n    print('BLOCKED', type(e).__name__)\n")
             r = sandbox.run(py(code, timeout_s=10))
-            assert r.exit_code == 0 and r.stdout.startswith("BLOCKED"), r
+            assert r.exit_code == 0, r
+            assert r.stdout.startswith("BLOCKED"), r
             assert_never_connected(listener, "the sandbox reached a host listener")
 
     def test_memory_bomb_fails_without_hurting_the_host(self, sandbox):
         code = "chunks = []\nfor _ in range(400):\n    chunks.append(b'x' * 10_000_000)\nprint('survived')\n"
         t0 = time.monotonic()
         r = sandbox.run(py(code, memory_mb=128, timeout_s=20))
-        assert not r.timed_out and not r.infra_error, r
-        assert r.exit_code != 0 and "survived" not in r.stdout
+        assert not r.timed_out, r
+        assert not r.infra_error, r
+        assert r.exit_code != 0
+        assert "survived" not in r.stdout
         assert time.monotonic() - t0 < 15
 
     def test_fork_bomb_is_contained(self, sandbox):
@@ -162,7 +175,8 @@ class SandboxCases:
                 "            time.sleep(2)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\n"
                 "print(n)\n")
         r = sandbox.run(py(code, timeout_s=15))
-        assert r.exit_code == 0 and not r.infra_error, r
+        assert r.exit_code == 0, r
+        assert not r.infra_error, r
         assert 0 < int(r.stdout) < 200
 
     def test_huge_output_is_truncated_in_bounded_memory(self, sandbox):
@@ -170,8 +184,11 @@ class SandboxCases:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         r = sandbox.run(py(code, max_output_bytes=65536, timeout_s=30))
         grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-        assert r.exit_code == 0 and r.output_truncated and not r.timed_out, r.stderr
-        assert r.stdout.startswith("x" * 65536) and r.stdout.endswith("[... output truncated at 65536 bytes ...]")
+        assert r.exit_code == 0, r.stderr
+        assert r.output_truncated, r.stderr
+        assert not r.timed_out, r.stderr
+        assert r.stdout.startswith("x" * 65536)
+        assert r.stdout.endswith("[... output truncated at 65536 bytes ...]")
         assert r.stderr == "tail\n"
         assert grown_mb < 50, f"capturing 100 MB grew our peak RSS by {grown_mb:.0f} MB"
 
@@ -188,12 +205,16 @@ class SandboxCases:
 
     def test_run_many_never_loses_a_result(self, sandbox):
         results = run_many(sandbox, [None, py("print('fine')")], concurrency=2, start_retries=1, retry_delay_s=0)
-        assert "AttributeError" in results[0].infra_error and results[0].extra["attempts"] == 2
-        assert results[1].stdout == "fine\n" and results[1].extra["attempts"] == 1
+        assert "AttributeError" in results[0].infra_error
+        assert results[0].extra["attempts"] == 2
+        assert results[1].stdout == "fine\n"
+        assert results[1].extra["attempts"] == 1
 
     def test_sandbox_failure_is_infra_error_and_retried(self, broken_sandbox):
         [r] = run_many(broken_sandbox, [py("print(1)")], start_retries=2, retry_delay_s=0)
-        assert isinstance(r, ExecutionResult) and r.infra_error and r.exit_code is None, r
+        assert isinstance(r, ExecutionResult), r
+        assert r.infra_error, r
+        assert r.exit_code is None, r
         assert r.extra["attempts"] == 3
 
     def test_program_failures_are_not_retried(self, sandbox):
@@ -205,17 +226,23 @@ class SandboxCases:
         results = run_many(sandbox, runs, concurrency=1)
         assert [r.stdout for r in results] == ["1\n", "2\n", "3\n"]
         for r in results:
-            assert r.queue_ms >= 0 and r.start_ms > 0 and r.run_ms > 0, r
-            assert r.extra["tier"] == "short" and r.extra["attempts"] == 1
+            assert r.queue_ms >= 0, r
+            assert r.start_ms > 0, r
+            assert r.run_ms > 0, r
+            assert r.extra["tier"] == "short"
+            assert r.extra["attempts"] == 1
         assert results[2].queue_ms > results[0].queue_ms  # the third waited for the first two (concurrency 1)
 
     def test_node_and_bash_see_their_limits(self, sandbox):
         node = sandbox.run(Execution(files={"a.js": "const a = []; for (;;) a.push(new Array(1e6).fill(1));"},
                                      command=["node", "a.js"], runtime="node", memory_mb=128, timeout_s=20))
-        assert node.exit_code not in (0, None) and not node.infra_error and not node.timed_out, node
+        assert node.exit_code not in (0, None), node
+        assert not node.infra_error, node
+        assert not node.timed_out, node
         bash = sandbox.run(Execution(files={}, command=["bash", "-c", "while :; do :; done"], runtime="bash",
                                      timeout_s=1))
-        assert bash.timed_out and not bash.infra_error
+        assert bash.timed_out
+        assert not bash.infra_error
 
 
 def sandbox_processes() -> str:
@@ -239,7 +266,8 @@ class SessionCases:
             step = s.log[1]
             assert step.command == "bash -c 'python3 src/app.py && echo made > out.txt'"
             assert (step.exit_code, step.stdout_bytes, step.truncated, step.timed_out) == (0, 3, False, False)
-            assert step.duration_ms > 0 and [e.index for e in s.log] == [0, 1, 2, 3]
+            assert step.duration_ms > 0
+            assert [e.index for e in s.log] == [0, 1, 2, 3]
 
     def test_snapshot_and_restore_roll_the_workspace_back(self, sandbox):
         with sandbox.session(timeout_s=10) as s:
@@ -260,7 +288,8 @@ class SessionCases:
     def test_step_output_is_truncated_to_the_budget_with_a_marker(self, sandbox):
         with sandbox.session(timeout_s=10, output_bytes=1000) as s:
             r = s.run("head -c 100000 /dev/zero | tr '\\0' x; echo tail >&2")
-            assert r.output_truncated and r.stdout == "x" * 1000 + "\n[... output truncated at 1000 bytes ...]"
+            assert r.output_truncated
+            assert r.stdout == "x" * 1000 + "\n[... output truncated at 1000 bytes ...]"
             assert r.stderr == "tail\n"
             assert (s.log[-1].stdout_bytes, s.log[-1].truncated) == (100000, True)
 
@@ -269,9 +298,13 @@ class SessionCases:
         with sandbox.session(timeout_s=10) as s:
             s.run(f"(exec -a {token} sleep 300) & echo x > /tmp/scratch; echo started")
             after = s.run(sandbox_processes() + "; ls -A /tmp")
-            assert after.exit_code == 0 and token not in after.stdout and "scratch" not in after.stdout, after
+            assert after.exit_code == 0, after
+            assert token not in after.stdout, after
+            assert "scratch" not in after.stdout, after
             timed = s.run("sleep 30", timeout_s=1)
-            assert timed.timed_out and s.log[-1].timed_out and s.log[-1].exit_code is None
+            assert timed.timed_out
+            assert s.log[-1].timed_out
+            assert s.log[-1].exit_code is None
             assert s.run("echo alive").stdout == "alive\n"  # the session survives a step's deadline
         assert processes_with(token) == []
 
@@ -286,7 +319,8 @@ class SessionCases:
                 s.write_file("dirleak/planted.txt", "pwned")
             with pytest.raises(SessionError):
                 s.write_file("../escape.txt", "x")
-        assert secret.read_text() == "HOST-SECRET-CONTENT" and sorted(os.listdir(tmp_path)) == ["host-secret.txt"]
+        assert secret.read_text() == "HOST-SECRET-CONTENT"
+        assert sorted(os.listdir(tmp_path)) == ["host-secret.txt"]
 
     def test_bad_session_input_is_refused_before_the_step(self, sandbox):
         with sandbox.session(timeout_s=10) as s:
@@ -294,7 +328,8 @@ class SessionCases:
                 s.run("cat", stdin="\ud800")
             with pytest.raises(SessionError, match=r"write_file\('a.txt'\): content not encodable"):
                 s.write_file("a.txt", "\udcff")
-            assert s.log == [] and s.run("echo ok").stdout == "ok\n"
+            assert s.log == []
+            assert s.run("echo ok").stdout == "ok\n"
 
     def test_a_closed_session_refuses_work(self, sandbox):
         s = sandbox.session(timeout_s=5)

@@ -29,7 +29,8 @@ def test_capped_buffer_keeps_the_head_and_counts_everything():
     buf = CappedBuffer(5)
     for chunk in (b"ab", b"cd", b"efgh", b"ijkl"):
         buf.write(chunk)
-    assert buf.total == 12 and buf.getvalue() == b"abcdef"
+    assert buf.total == 12
+    assert buf.getvalue() == b"abcdef"
     assert buf.result() == truncate(b"abcdefghijkl", 5)
 
 
@@ -43,7 +44,8 @@ def test_tar_archive_holds_files_and_parents_owned_by_the_sandbox_user():
     with tarfile.open(fileobj=io.BytesIO(tar_archive(checked_files({"a/b/c.py": "é", "d.txt": ""})))) as tar:
         members = {m.name: m for m in tar.getmembers()}
         assert sorted(members) == ["a", "a/b", "a/b/c.py", "d.txt"]
-        assert members["a/b"].isdir() and {m.uid for m in members.values()} == {10001}
+        assert members["a/b"].isdir()
+        assert {m.uid for m in members.values()} == {10001}
         assert tar.extractfile("a/b/c.py").read() == "é".encode()
 
 

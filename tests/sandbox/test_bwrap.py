@@ -37,7 +37,8 @@ class TestBwrap(SandboxCases, SessionCases):
 
 def test_missing_bwrap_binary_is_infra_error():
     r = BwrapSandbox(bwrap="/nonexistent/bwrap").run(py("print(1)"))
-    assert r.exit_code is None and "/nonexistent/bwrap" in r.infra_error
+    assert r.exit_code is None
+    assert "/nonexistent/bwrap" in r.infra_error
 
 
 @pytest.fixture
@@ -59,7 +60,9 @@ def test_the_deadline_counts_from_the_program_start_and_a_stuck_setup_is_infra(s
     assert r.start_ms >= 1500, r  # the setup is the sandbox's time ...
     assert 500 <= r.run_ms < 1000, r  # ... and the program's is its own
     r = box.run(py("import time\ntime.sleep(3)", timeout_s=1.0))
-    assert r.timed_out and r.exit_code is None and not r.infra_error, r
+    assert r.timed_out, r
+    assert r.exit_code is None, r
+    assert not r.infra_error, r
     assert 1000 <= r.run_ms < 2500, r
 
     monkeypatch.setattr(bwrap, "SETUP_LIMIT_S", 0.5)
@@ -97,7 +100,8 @@ def test_empty_files_are_bounded_where_no_cgroup_charges_them():
     box = BwrapSandbox(aggregate_limits=False)
     r = box.run(py(code, memory_mb=256, timeout_s=20))
     count, refused = r.stdout.split(" ", 1)
-    assert r.exit_code == 0 and int(count) <= (box.workspace_mb + box.tmp_mb + 16) * 256, r
+    assert r.exit_code == 0, r
+    assert int(count) <= (box.workspace_mb + box.tmp_mb + 16) * 256, r
     assert refused.strip() == "[28, 28, 28]", r  # ENOSPC on each mount
 
 
@@ -112,7 +116,8 @@ def test_limits_and_isolation_inside():
     assert limits.split()[:4] == ["300", "32", "0", "5"]
     assert int(limits.split()[4]) < 10  # a fresh pid namespace
     assert visible == "['group', 'hosts', 'passwd'] False False"
-    assert r.exit_code == 1 and "Read-only file system" in r.stderr
+    assert r.exit_code == 1
+    assert "Read-only file system" in r.stderr
 
 
 def test_hardening_seen_from_inside():
@@ -131,7 +136,8 @@ def test_hardening_seen_from_inside():
     assert lines[0].split()[:3] == ["2", "0000000000000000", "1"] or lines[0].split()[:2] == ["2", "0000000000000000"]
     assert lines[1:5] == ["/ 30", "/dev 30", "/etc 30", "/usr 30"], r.stdout  # EROFS everywhere but /work, /tmp
     sizes = lines[5]
-    assert "8192" in sizes and "4096" in sizes, sizes  # /work and /tmp are capped tmpfs
+    assert "8192" in sizes, sizes
+    assert "4096" in sizes, sizes  # /work and /tmp are capped tmpfs
     # the program is the sandbox's pid 1 (no bwrap init above it), with only its own environment and descriptors
     assert lines[6] == "1 ['HOME', 'LANG', 'PATH', 'PWD'] ['0', '1', '2', '3']", lines[6]
 
@@ -203,7 +209,8 @@ def test_session_workspace_is_size_and_inode_capped(workspace_root):
     with box.session() as s:
         r = s.run("head -c 10000000 /dev/zero > big; echo $?; du -k big | cut -f1")
         code, size = r.stdout.split()
-        assert code != "0" and int(size) <= 4096
+        assert code != "0"
+        assert int(size) <= 4096
         r = s.run("rm big; mkdir e && cd e && for i in $(seq 2000); do : > $i || break; done; ls | wc -l")
         assert int(r.stdout) < 1030, r  # 4 MB: 1024 inodes, so empty files cannot outgrow the cap
 
@@ -216,7 +223,8 @@ def test_one_memory_limit_for_the_whole_execution():
     box = BwrapSandbox(workspace_mb=8, tmp_mb=8)
     assert box.aggregate_limits == "cgroup"
     r = box.run(py(code, memory_mb=128))  # each child is within its own rlimit; together they are not
-    assert r.extra.get("oom_killed") and int(r.stdout) <= 2, r
+    assert r.extra.get("oom_killed"), r
+    assert int(r.stdout) <= 2, r
     assert BwrapSandbox(aggregate_limits=False).run(py(code, memory_mb=128)).stdout == "5\n"  # rlimits alone
 
 

@@ -24,7 +24,8 @@ def test_pump_pipes_feeds_reads_and_stops_at_the_deadline():
     data = b"x" * 300_000  # larger than a pipe buffer: writes and reads must interleave
     hit = pump_pipes([(out_r, out)], in_w, data, lambda: t0 + 10, proc.kill)
     proc.wait()
-    assert not hit and out.getvalue() == data
+    assert not hit
+    assert out.getvalue() == data
 
     out_r, out_w = os.pipe()
     proc = subprocess.Popen(["sleep", "30"], stdout=out_w)
@@ -32,7 +33,8 @@ def test_pump_pipes_feeds_reads_and_stops_at_the_deadline():
     t0 = time.monotonic()
     hit = pump_pipes([(out_r, CappedBuffer(10))], None, b"", lambda: t0 + 0.3, proc.kill)
     proc.wait()
-    assert hit and time.monotonic() - t0 < 3
+    assert hit
+    assert time.monotonic() - t0 < 3
 
 
 def test_pump_pipes_asks_for_the_deadline_again_after_each_read():
@@ -57,9 +59,11 @@ def test_frame_demux_holds_back_the_marker_and_splits_streams():
     stream = FRAME_HEADER.pack(1, 3) + b"REA" + FRAME_HEADER.pack(2, 2) + b"e!" + FRAME_HEADER.pack(1, 6) + b"DY\nhi\n"
     for i in range(0, len(stream), 5):  # arbitrary chunking
         demux.feed(stream[i:i + 5])
-    assert demux.ready and (out.getvalue(), err.getvalue()) == (b"hi\n", b"e!")
+    assert demux.ready
+    assert (out.getvalue(), err.getvalue()) == (b"hi\n", b"e!")
     out = CappedBuffer(100)
     forged = FrameDemux(out, CappedBuffer(10), marker=b"READY\n")
     forged.feed(FRAME_HEADER.pack(1, 4) + b"RE\nx")
     forged.finish()
-    assert not forged.ready and out.getvalue() == b"RE\nx"
+    assert not forged.ready
+    assert out.getvalue() == b"RE\nx"

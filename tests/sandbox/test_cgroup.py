@@ -69,7 +69,8 @@ def v1_host(layout_dirs: dict[str, Path]) -> CgroupHost:
 @pytest.mark.unit
 def test_hybrid_v1_uses_one_directory_per_controller_and_ignores_the_empty_cgroup2():
     layout = parse_layout(HYBRID_MOUNTINFO, HYBRID_CGROUP)
-    assert layout.version == 1 and not layout.reason
+    assert layout.version == 1
+    assert not layout.reason
     assert {name: str(path) for name, path in layout.dirs.items()} == {
         "memory": "/sys/fs/cgroup/memory/process_api/bef44c", "pids": "/sys/fs/cgroup/pids",
         "cpu": "/sys/fs/cgroup/cpu", "cpuacct": "/sys/fs/cgroup/cpuacct"}
@@ -109,9 +110,11 @@ def test_missing_controllers_or_filesystems_say_why():
     no_pids = "".join(line for line in HYBRID_MOUNTINFO.splitlines(keepends=True)
                       if "pids" not in line and "cgroup2" not in line)
     layout = parse_layout(no_pids, HYBRID_CGROUP)
-    assert layout.version == 0 and "pids" in layout.reason
+    assert layout.version == 0
+    assert "pids" in layout.reason
     nothing = parse_layout("22 1 0:20 / /sys rw - sysfs sysfs rw\n", "")
-    assert nothing.version == 0 and "no cgroup filesystem" in nothing.reason
+    assert nothing.version == 0
+    assert "no cgroup filesystem" in nothing.reason
 
 
 @pytest.mark.unit
@@ -165,7 +168,8 @@ def test_v2_moves_this_process_into_a_leaf_when_it_is_alone_in_its_cgroup(tmp_pa
 def test_v2_with_other_processes_in_our_cgroup_is_unavailable(tmp_path, monkeypatch):
     cgroups = fake_v2(tmp_path, f"1\n{os.getpid()}\n")
     writes = busy_subtree_control(monkeypatch, cgroups.bases["memory"])
-    assert "holds 1 other process" in cgroups._prepare_v2() and writes == []
+    assert "holds 1 other process" in cgroups._prepare_v2()
+    assert writes == []
 
 
 @pytest.mark.unit
@@ -212,7 +216,8 @@ def test_v2_limits_are_written_in_one_group(tmp_path):
     assert group.procs_files() == [str(tmp_path / "unified" / "posttrain-1-1-1" / "x" / "cgroup.procs")]
     (group.dirs["memory"] / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n")
     (group.dirs["cpu"] / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\n")
-    assert group.oom_killed() and group.cpu_seconds() == 2.5
+    assert group.oom_killed()
+    assert group.cpu_seconds() == 2.5
 
 
 @pytest.mark.unit
@@ -228,7 +233,8 @@ def test_a_nested_group_has_limits_of_its_own_inside_its_parent(tmp_path, versio
     assert {c: str(path.relative_to(tmp_path)) for c, path in run.dirs.items()} == {
         c: f"{h}/posttrain-1-1-1/slot/run" for c, h in hierarchies.items()}
     limits = {path.name: path.read_text() for directory in CgroupHost.unique(run.dirs) for path in directory.iterdir()}
-    assert limits["pids.max"] == "32" and limits.get("memory.limit_in_bytes", limits.get("memory.max")) == str(100 * MB)
+    assert limits["pids.max"] == "32"
+    assert limits.get("memory.limit_in_bytes", limits.get("memory.max")) == str(100 * MB)
     if version == 2:  # the parent's children get the controllers (and the parent keeps no process of its own)
         assert (slot.dirs["memory"] / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
     assert set(slot._subtree()) == {*CgroupHost.unique(slot.dirs), *CgroupHost.unique(run.dirs)}
@@ -241,7 +247,8 @@ def test_join_command_joins_every_hierarchy_then_drops_to_the_user():
     assert group.procs_files() == ["/cg/memory/p/x/cgroup.procs", "/cg/pids/p/x/cgroup.procs",
                                    "/cg/cpu,cpuacct/p/x/cgroup.procs"]
     cmd = group.join_command(["/usr/bin/bwrap", "--", "true"], user=(65534, 65534))
-    assert cmd[:2] == ["/bin/sh", "-c"] and "/cg/cpu,cpuacct/p/x/cgroup.procs" in cmd[2]
+    assert cmd[:2] == ["/bin/sh", "-c"]
+    assert "/cg/cpu,cpuacct/p/x/cgroup.procs" in cmd[2]
     assert cmd[3:] == ["sh", cgroup.SETPRIV, "--reuid=65534", "--regid=65534", "--clear-groups", "--",
                        "/usr/bin/bwrap", "--", "true"]
 
@@ -338,8 +345,10 @@ def test_a_sandbox_tmpfs_is_capped_by_the_group_in_bytes_and_in_empty_files(make
            "--tmpfs", "/tmp", "--unshare-all", "--unshare-user", "--die-with-parent", "--", PY, "-c", code]
     r = subprocess.run(group.join_command(cmd, user=NOBODY), check=False, capture_output=True, text=True, timeout=120,
                        env={})
-    assert r.stdout == "started\n" and r.returncode != 0, r
-    assert group.oom_killed() and group.memory_peak_bytes() <= 96 * MB
+    assert r.stdout == "started\n", r
+    assert r.returncode != 0, r
+    assert group.oom_killed()
+    assert group.memory_peak_bytes() <= 96 * MB
 
 
 @pytest.mark.integration
@@ -356,13 +365,17 @@ def test_an_oom_kill_in_a_nested_group_picks_only_its_processes(make_group):
         assert big.stdout.readline() == "ready\n"
         r = run_in(run, "import os\nfd = os.memfd_create('x')\nfor _ in range(512):\n"
                         "    os.write(fd, b'x' * (1 << 20))\nprint('wrote 512 MB')\n")
-        assert r.stdout == "" and (r.returncode == -signal.SIGKILL or "Errno 12" in r.stderr), r
-        assert not zygote.oom_killed() and big.poll() is None
-        assert set(slot.pids()) >= set(zygote.pids()) and zygote.pids()
+        assert r.stdout == "", r
+        assert r.returncode == -signal.SIGKILL or "Errno 12" in r.stderr, r
+        assert not zygote.oom_killed()
+        assert big.poll() is None
+        assert set(slot.pids()) >= set(zygote.pids())
+        assert zygote.pids()
     finally:
         big.kill()
         big.wait()
-    assert slot.remove() and not any(path.exists() for group in (zygote, run) for path in group.dirs.values())
+    assert slot.remove()
+    assert not any(path.exists() for group in (zygote, run) for path in group.dirs.values())
 
 
 @pytest.mark.integration
@@ -384,9 +397,11 @@ def test_pids_max_stops_a_fork_loop(make_group):
         """, timeout=60)
     assert r.returncode == 0, r.stderr
     started, err = map(int, r.stdout.split())
-    assert started < 20 and err == errno.EAGAIN
+    assert started < 20
+    assert err == errno.EAGAIN
     assert 0 < len(group.pids()) < 20  # the sleepers outlive their parent, until killed
-    assert group.kill() and group.pids() == []
+    assert group.kill()
+    assert group.pids() == []
 
 
 @pytest.mark.integration
@@ -414,7 +429,8 @@ def test_kill_empties_the_group_and_remove_leaves_nothing(make_group):
     t0 = time.monotonic()
     assert group.kill()
     kill_ms = (time.monotonic() - t0) * 1000
-    assert group.pids() == [] and kill_ms < 1000  # our child's zombie is not counted
+    assert group.pids() == []
+    assert kill_ms < 1000  # our child's zombie is not counted
     assert proc.wait(timeout=5) == -signal.SIGKILL
     assert group.remove()
     assert not any(path.exists() for path in group.dirs.values())
@@ -450,7 +466,8 @@ def test_groups_of_a_dead_owner_are_reaped_with_their_processes(tmp_path):
     proc.kill()  # no atexit: the groups and the sleeper are left behind
     proc.wait()
     left = [base / parent_name for base in CgroupHost.unique(cgroups.bases)]
-    assert all(path.is_dir() for path in left) and lifecycle.process_start(sleeper)
+    assert all(path.is_dir() for path in left)
+    assert lifecycle.process_start(sleeper)
     assert cgroup.reap_groups(cgroups) == len(left)
     assert not any(path.exists() for path in left)
     deadline = time.monotonic() + 5

@@ -57,9 +57,12 @@ def test_an_exception_in_the_caller_cleans_everything_up(backend):
             assert wait_until(lambda: processes_with(token) != [], 60)
             raise RuntimeError("caller failed")
     worker.join(30)
-    assert not worker.is_alive() and results and not results[0].ok  # the run in flight was killed, not waited for
+    assert not worker.is_alive()
+    assert results
+    assert not results[0].ok  # the run in flight was killed, not waited for
     assert wait_until(lambda: processes_with(token) == [])
-    assert workspaces_of(os.getpid()) == [] and session.closed
+    assert workspaces_of(os.getpid()) == []
+    assert session.closed
     assert containers_of(os.getpid()) == [] or backend == "bwrap"
 
 
@@ -109,7 +112,9 @@ def test_a_close_while_a_run_is_starting_kills_that_run_too(monkeypatch):
 
     monkeypatch.setattr(bwrap.subprocess, "Popen", popen_then_close)
     result = box.run(sleeper(token, seconds=300, timeout_s=120))
-    assert not result.ok and not result.timed_out and result.run_ms < 30_000, result
+    assert not result.ok, result
+    assert not result.timed_out, result
+    assert result.run_ms < 30_000, result
     assert wait_until(lambda: processes_with(token) == [])
 
 
@@ -132,7 +137,8 @@ def test_a_killed_caller_leaves_only_what_the_next_reaper_removes(backend):
 
         gone = wait_until(lambda: containers_of(child.pid) == [], 15)
         lifecycle.reap_containers(docker.from_env().api)
-        assert gone and containers_of(child.pid) == []  # they removed themselves; the reaper is the backstop
+        assert gone
+        assert containers_of(child.pid) == []  # they removed themselves; the reaper is the backstop
         assert wait_until(lambda: processes_with(token) == [])
 
 
@@ -142,7 +148,8 @@ def test_interpreter_exit_without_close_cleans_up(backend):
     child = start_child(backend, token, "close")
     assert child.wait(60) == 0
     assert wait_until(lambda: processes_with(token) == []), processes_with(token)
-    assert workspaces_of(child.pid) == [] and containers_of(child.pid) == []
+    assert workspaces_of(child.pid) == []
+    assert containers_of(child.pid) == []
 
 
 def test_reapers_spare_live_owners(tmp_path):
@@ -152,7 +159,8 @@ def test_reapers_spare_live_owners(tmp_path):
     (dead / "work").mkdir()
     (dead / "work" / "f").write_text("x")
     assert lifecycle.reap_workspaces(str(tmp_path)) == 1
-    assert mine.exists() and not dead.exists()
+    assert mine.exists()
+    assert not dead.exists()
     assert lifecycle.owner_alive(lifecycle.owner_labels())
     assert not lifecycle.owner_alive({**lifecycle.owner_labels(), lifecycle.OWNER_START: "1"})  # a recycled pid
     assert not lifecycle.owner_alive({**lifecycle.owner_labels(), lifecycle.BOOT: "an-earlier-boot"})

@@ -13,4 +13,5 @@ def test_owner_labels_identify_this_process():
     labels = lifecycle.owner_labels()
     assert lifecycle.owner_alive(labels)
     assert not lifecycle.owner_alive({**labels, lifecycle.OWNER: "0"})
-    assert lifecycle.once("test-key") and not lifecycle.once("test-key")
+    assert lifecycle.once("test-key")
+    assert not lifecycle.once("test-key")

@@ -79,7 +79,9 @@ def test_global_limit_holds_across_concurrent_batches():
         t.start()
     for t in threads:
         t.join()
-    assert box.peak == 3 and len(out) == 3 and all(len(r) == 6 for r in out)
+    assert box.peak == 3
+    assert len(out) == 3
+    assert all(len(r) == 6 for r in out)
 
 
 def test_short_work_is_never_queued_behind_long_work():
@@ -100,7 +102,8 @@ def test_long_work_is_not_starved_by_a_stream_of_short_work():
     sched = Scheduler(max_concurrency=2, long_slots=1, short_timeout_s=10)
     shorts = [sched.submit(box, job(f"S{i}", 0.1, timeout_s=1)) for i in range(12)]
     long = sched.submit(box, job("L0", 0.1, timeout_s=60))
-    assert long.result().ok and all(f.result().ok for f in shorts)
+    assert long.result().ok
+    assert all(f.result().ok for f in shorts)
     assert box.started("L0") < box.ended("S11") - 0.3  # it took the long slot as soon as that slot freed
 
 
@@ -110,9 +113,11 @@ def test_queue_timeout_expires_a_job_as_an_infra_error():
     blocker = sched.submit(box, job("L", 1.0))
     t0 = time.monotonic()
     late = sched.submit(box, job("late", 0.0, queue_timeout_s=0.2)).result()
-    assert "queue timeout" in late.infra_error and late.exit_code is None
+    assert "queue timeout" in late.infra_error
+    assert late.exit_code is None
     assert time.monotonic() - t0 < 0.8
-    assert blocker.result().ok and "late" not in [name for _, name, _ in box.log]
+    assert blocker.result().ok
+    assert "late" not in [name for _, name, _ in box.log]
 
 
 def test_a_hung_backend_is_reported_instead_of_waited_for():
@@ -120,7 +125,8 @@ def test_a_hung_backend_is_reported_instead_of_waited_for():
     sched = Scheduler(max_concurrency=2, hang_grace_s=0.3)
     t0 = time.monotonic()
     r = sched.submit(box, job("stuck", 2.0, timeout_s=0.2)).result()
-    assert "did not return" in r.infra_error and time.monotonic() - t0 < 1.5
+    assert "did not return" in r.infra_error
+    assert time.monotonic() - t0 < 1.5
     assert sched.stats()["running"][SHORT] == 1  # its slot stays taken until the backend really returns
 
 
@@ -128,10 +134,12 @@ def test_infra_errors_are_retried_then_reported_and_program_failures_are_not():
     box = FakeSandbox(fail_times=2)
     sched = Scheduler(max_concurrency=2)
     [ok] = sched.run_many(box, [job("a", 0)], start_retries=2, retry_delay_s=0)
-    assert ok.ok and ok.extra["attempts"] == 3
+    assert ok.ok
+    assert ok.extra["attempts"] == 3
     box = FakeSandbox(fail_times=5)
     [bad] = sched.run_many(box, [job("b", 0)], start_retries=1, retry_delay_s=0)
-    assert bad.infra_error == "daemon hiccup" and bad.extra["attempts"] == 2
+    assert bad.infra_error == "daemon hiccup"
+    assert bad.extra["attempts"] == 2
     [failed] = sched.run_many(FakeSandbox(), [Execution({}, ["sleep", "0", "3"])], start_retries=2)
     assert (failed.exit_code, failed.extra["attempts"]) == (3, 1)
 
@@ -143,7 +151,8 @@ def test_cancel_drops_queued_jobs_and_lets_running_ones_finish():
     futures = [sched.submit(box, job(f"c{i}", 0.2), _batch=batch) for i in range(4)]
     time.sleep(0.05)
     assert sched.cancel(batch) == 3
-    assert futures[0].result().ok and all(f.cancelled() for f in futures[1:])
+    assert futures[0].result().ok
+    assert all(f.cancelled() for f in futures[1:])
     assert sched.stats()["queued"] == {SHORT: 0, LONG: 0}
 
 

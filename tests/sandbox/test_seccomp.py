@@ -103,7 +103,8 @@ def test_profile_is_the_maintained_allow_list_narrowed_for_no_capabilities():
     policy = seccomp.profile()
     allowed = {n for r in policy["syscalls"] if r["action"] == "SCMP_ACT_ALLOW" for n in r["names"]}
     source = json.loads(seccomp.PROFILE_PATH.read_text())
-    assert policy["defaultAction"] == "SCMP_ACT_ERRNO" and policy["defaultErrnoRet"] == errno.ENOSYS
+    assert policy["defaultAction"] == "SCMP_ACT_ERRNO"
+    assert policy["defaultErrnoRet"] == errno.ENOSYS
     assert {"read", "write", "openat", "execve", "clone", "futex", "wait4"} <= allowed
     assert allowed <= {n for r in source["syscalls"] if r["action"] == "SCMP_ACT_ALLOW" for n in r["names"]}
     assert not allowed & {*seccomp.DENIED, "clone3", "chroot", "iopl", "init_module"}  # ours, and cap-gated ones
@@ -151,14 +152,16 @@ def test_missing_profile_names_the_package(monkeypatch, tmp_path):
 @pytest.mark.unit
 def test_docker_security_opt_carries_the_profile():
     opt = seccomp.docker_security_opt()
-    assert opt.startswith("seccomp=") and json.loads(opt.removeprefix("seccomp=")) == seccomp.profile()
+    assert opt.startswith("seccomp=")
+    assert json.loads(opt.removeprefix("seccomp=")) == seccomp.profile()
 
 
 @pytest.mark.unit
 def test_program_is_well_formed_for_the_known_machines_only():
     for machine in ("x86_64", "aarch64"):
         prog = seccomp.program(machine)
-        assert len(prog) % 8 == 0 and 100 < len(prog) // 8 < 4096  # BPF_MAXINSNS
+        assert len(prog) % 8 == 0
+        assert 100 < len(prog) // 8 < 4096  # BPF_MAXINSNS
     assert seccomp.program("x86_64") != seccomp.program("aarch64")
     assert seccomp.program("mips") is None
 
@@ -292,7 +295,8 @@ def test_docker_enforces_the_same_policy():
     client = docker_client()
     try:
         status, out = in_docker(client, PROBE)
-        assert status == 0 and verdicts(out) == EXPECTED, out
+        assert status == 0, out
+        assert verdicts(out) == EXPECTED, out
         for abi in sorted(FOREIGN_ABI):
             assert in_docker(client, "import ctypes, mmap\n" + FOREIGN_ABI[abi])[0] == SIGSYS_EXIT, abi
     finally:

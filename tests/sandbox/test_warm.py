@@ -77,8 +77,10 @@ def test_trusted_files_are_read_only_and_unlisted():
     with WarmBwrapSandbox(slots=1) as box:
         r = box.run(ex)
     lines = r.stdout.splitlines()
-    assert lines[0] == "exit 0" and "Permission denied" in lines[1], r.stdout  # opened by name, never listed
-    assert "Read-only file system" in lines[2] and "Read-only file system" in r.stderr, r  # chmod, append
+    assert lines[0] == "exit 0", r.stdout
+    assert "Permission denied" in lines[1], r.stdout  # opened by name, never listed
+    assert "Read-only file system" in lines[2], r
+    assert "Read-only file system" in r.stderr, r  # chmod, append
     assert lines[3:] == ["exit 0"], r.stdout
 
 
@@ -93,14 +95,18 @@ def test_interpreter_runs_in_the_fork_like_python3():
         crash = box.run(py("raise KeyError('k')"))
     assert (plain.exit_code, plain.stdout) == (3, "['main.py', 'plain', '3'] /work\natexit\n"), plain
     assert (isolated.exit_code, isolated.stdout) == (0, "['main.py', 'iso', '0'] isolated\natexit\n"), isolated
-    assert crash.exit_code == 1 and "KeyError: 'k'" in crash.stderr and "Traceback" in crash.stderr
+    assert crash.exit_code == 1
+    assert "KeyError: 'k'" in crash.stderr
+    assert "Traceback" in crash.stderr
 
 
 def test_a_slot_serves_many_executions_and_is_replaced_after_max_uses():
     with WarmBwrapSandbox(slots=1, max_uses=3) as box:
         results = [box.run(py("print(1)")) for _ in range(7)]
         assert [r.stdout for r in results] == ["1\n"] * 7
-        assert box._started == 1 and len(box._idle) == 1 and box._idle[0].uses == 1  # the third slot, used once
+        assert box._started == 1
+        assert len(box._idle) == 1
+        assert box._idle[0].uses == 1  # the third slot, used once
 
 
 def test_a_killed_slot_is_an_infra_error_then_replaced():
@@ -109,18 +115,22 @@ def test_a_killed_slot_is_an_infra_error_then_replaced():
         [slot] = box._idle
         os.kill(slot.zygote_pid, signal.SIGKILL)
         lost = box.run(py("print(2)"))
-        assert lost.exit_code is None and "warm bwrap" in lost.infra_error, lost
+        assert lost.exit_code is None, lost
+        assert "warm bwrap" in lost.infra_error, lost
         assert box.run(py("print(3)")).stdout == "3\n"
 
 
 def test_timeouts_and_memory_kills_are_program_outcomes_and_keep_the_slot():
     with WarmBwrapSandbox(slots=1) as box:
         slow = box.run(py("import time\ntime.sleep(30)", timeout_s=0.5))
-        assert slow.timed_out and not slow.infra_error, slow
+        assert slow.timed_out, slow
+        assert not slow.infra_error, slow
         hog = box.run(py("x = bytearray(400 << 20)", memory_mb=128))
-        assert hog.exit_code != 0 and not hog.infra_error, hog
+        assert hog.exit_code != 0, hog
+        assert not hog.infra_error, hog
         [slot] = box._idle
-        assert slot.uses == 2 and box.run(py("print(4)")).stdout == "4\n"
+        assert slot.uses == 2
+        assert box.run(py("print(4)")).stdout == "4\n"
 
 
 @pytest.mark.skipif(bool(cgroup.limits_unavailable_reason()), reason="no cgroups for us on this host")
@@ -131,7 +141,8 @@ def test_the_slot_cgroup_caps_many_processes_together():
             "print(sorted(os.waitstatus_to_exitcode(os.wait()[1]) for _ in range(6)))\n")
     with WarmBwrapSandbox(slots=1) as box:
         r = box.run(py(code, memory_mb=128, timeout_s=8))
-        assert r.extra.get("oom_killed") and r.stdout.startswith("[-9"), r  # the kernel killed a hog
+        assert r.extra.get("oom_killed"), r
+        assert r.stdout.startswith("[-9"), r  # the kernel killed a hog
         assert box.run(py("print(5)")).stdout == "5\n"
 
 
@@ -149,7 +160,9 @@ def test_an_oom_kill_is_the_programs_outcome_never_the_zygotes():
             r = box.run(bash(fill, memory_mb=16, timeout_s=20))
             assert (r.exit_code, r.infra_error, r.timed_out) == (137, "", False), r
             assert r.extra.get("oom_killed"), r
-        assert box.run(py("print(1)")).stdout == "1\n" and box._idle == [slot] and slot.uses == 5
+        assert box.run(py("print(1)")).stdout == "1\n"
+        assert box._idle == [slot]
+        assert slot.uses == 5
 
 
 def test_a_full_execution_leaves_nothing_charged_to_the_next():
@@ -165,7 +178,8 @@ def test_a_full_execution_leaves_nothing_charged_to_the_next():
             assert (full.exit_code, full.stdout, full.infra_error) == (0, "full\n", ""), full
             small = box.run(bash("echo small", memory_mb=16))
             assert (small.exit_code, small.stdout, small.infra_error) == (0, "small\n", ""), small
-        assert box._started == 1 and box._idle[0].uses == 6
+        assert box._started == 1
+        assert box._idle[0].uses == 6
 
 
 def test_writable_mounts_cap_their_inodes():
@@ -179,7 +193,8 @@ def test_slots_run_executions_at_once():
     with WarmBwrapSandbox(slots=2) as box:
         t0 = time.monotonic()
         results = run_many(box, [py("import time\ntime.sleep(1)\nprint(1)")] * 2, concurrency=2)
-        assert [r.stdout for r in results] == ["1\n", "1\n"] and time.monotonic() - t0 < 1.9
+        assert [r.stdout for r in results] == ["1\n", "1\n"]
+        assert time.monotonic() - t0 < 1.9
         assert box._started == 2
 
 

@@ -68,11 +68,13 @@ def test_a_reply_that_is_no_verdict_is_the_executions_infra_error(replying, repl
         results = [box.run(py("print(1)")), box.run(py("print(2)"))]  # never raises: the result says why
     assert [r.exit_code for r in results] == [None, None]
     assert all(r.infra_error.startswith("warm bwrap slot failed: no verdict from the slot") for r in results)
-    assert len(slots) == 2 and all(slot.broken for slot in slots)  # each broken slot retired, a fresh one started
+    assert len(slots) == 2
+    assert all(slot.broken for slot in slots)  # each broken slot retired, a fresh one started
 
 
 def test_a_verdict_is_the_programs_outcome(replying):
     slots = replying(b'{"exit_code": 3, "timed_out": false, "setup_error": ""}')
     with WarmBwrapSandbox(slots=1, use_seccomp=False, aggregate_limits=False) as box:
         result = box.run(py("print(1)"))
-    assert (result.exit_code, result.infra_error) == (3, "") and not slots[0].broken
+    assert (result.exit_code, result.infra_error) == (3, "")
+    assert not slots[0].broken

@@ -81,11 +81,15 @@ def test_agent_sample_rolls_out_and_evaluates_on_the_live_engine_and_caches(agen
     specs_by_id = {e.id: e for e in [*SINGLE_TURN, *AGENT_ENVS]}
     picked = sorted(e.id for e in rollout_envs(specs_by_id, 2, CFG.seed, 3))
     episodes = scored.drop_duplicates(["group_id", "sample_idx"])
-    assert sorted(set(scored.env_id)) == picked and set(scored.group_id) == {f"it3/{i}" for i in picked}
+    assert sorted(set(scored.env_id)) == picked
+    assert set(scored.group_id) == {f"it3/{i}" for i in picked}
     assert sorted(episodes.groupby("group_id").sample_idx.apply(sorted).tolist()) == [[0, 1], [0, 1]]
-    assert (scored.policy_version == 2).all() and (steps.policy_version == 2).all()
-    assert set(scored.finish_reason) <= set(FINISH_REASONS) and (scored.infra_error == "").all()
-    assert set(steps.group_id) <= set(scored.group_id) and (scored.verifier_reward < 1.0).all()  # untrained
+    assert (scored.policy_version == 2).all()
+    assert (steps.policy_version == 2).all()
+    assert set(scored.finish_reason) <= set(FINISH_REASONS)
+    assert (scored.infra_error == "").all()
+    assert set(steps.group_id) <= set(scored.group_id)
+    assert (scored.verifier_reward < 1.0).all()  # untrained
 
     # the loss mask marks the model's tokens only: model runs carry their behavior logprobs, the masked runs between
     # them are the template's closing + tool turn + next generation prompt, with logprob 0.0
@@ -93,9 +97,11 @@ def test_agent_sample_rolls_out_and_evaluates_on_the_live_engine_and_caches(agen
     for row in scored.itertuples():
         ids, mask, logprobs = (decode_ints(row.completion_token_ids), decode_ints(row.loss_mask),
                                decode_floats(row.behavior_logprobs))
-        assert sum(mask) == row.tokens and mask[0] == 1
+        assert sum(mask) == row.tokens
+        assert mask[0] == 1
         assert all(lp == 0.0 for lp, m in zip(logprobs, mask) if not m)
-        assert all(lp <= 0.0 for lp in logprobs) and any(lp < 0.0 for lp in logprobs)
+        assert all(lp <= 0.0 for lp in logprobs)
+        assert any(lp < 0.0 for lp in logprobs)
         model_runs = [r for r in runs(mask) if r[0] == 1]
         assert len(model_runs) == row.steps  # one per model turn (no compression in this short context)
         for bit, start, end in runs(mask):
@@ -103,24 +109,33 @@ def test_agent_sample_rolls_out_and_evaluates_on_the_live_engine_and_caches(agen
             if bit:
                 assert "<|im_start|>tool" not in text
             else:
-                assert "\n<|im_start|>tool\n" in text and text.endswith("<|im_start|>assistant\n")
+                assert "\n<|im_start|>tool\n" in text
+                assert text.endswith("<|im_start|>assistant\n")
 
     # the greedy eval: one row per agent eval env (single-turn envs are the other tier's)
     evals = sorted(e.id for e in AGENT_ENVS if e.split == "eval")
-    assert results.env_id.tolist() == evals and (results.decoding == "greedy").all()
-    assert (results.policy_version == 2).all() and (results.sample_idx == 0).all() and (results.steps >= 1).all()
-    assert (results.steps <= CFG.max_steps).all() and not results.passed.any()
+    assert results.env_id.tolist() == evals
+    assert (results.decoding == "greedy").all()
+    assert (results.policy_version == 2).all()
+    assert (results.sample_idx == 0).all()
+    assert (results.steps >= 1).all()
+    assert (results.steps <= CFG.max_steps).all()
+    assert not results.passed.any()
     assert all("result/tests_pass" in json.loads(a) for a in results.assertions)
     assert set(eval_steps.group_id) == {f"eval-v2/{i}" for i in evals}
 
     # the stats: episodes, turns, calls, finish reasons, tokens, timings, the prefix cache
     stats, eval_stats = out.stats, out.eval_stats
-    assert stats.episodes == 4 and eval_stats.episodes == 2
+    assert stats.episodes == 4
+    assert eval_stats.episodes == 2
     assert stats.model_turns == len(steps.drop_duplicates(["group_id", "sample_idx", "turn"])) >= 4
     assert sum(getattr(stats, f"finish_{r}") for r in FINISH_REASONS) == 4
-    assert stats.tokens == int(scored.tokens.sum()) > 0 and stats.solve_rate == 0.0
-    assert stats.engine_start_s + stats.engine_swap_s >= 0 and stats.wall_s >= stats.seconds > stats.generate_s > 0
-    assert stats.prompt_tokens > 0 and stats.prefix_cache_hit > 0  # the eval's episodes cached the stable prefix
+    assert stats.tokens == int(scored.tokens.sum()) > 0
+    assert stats.solve_rate == 0.0
+    assert stats.engine_start_s + stats.engine_swap_s >= 0
+    assert stats.wall_s >= stats.seconds > stats.generate_s > 0
+    assert stats.prompt_tokens > 0
+    assert stats.prefix_cache_hit > 0  # the eval's episodes cached the stable prefix
     print(f"agent_sample: rollout {stats}\neval {eval_stats}")
 
     # an identical call is served from Flyte's cache: nothing runs
@@ -130,7 +145,9 @@ def test_agent_sample_rolls_out_and_evaluates_on_the_live_engine_and_caches(agen
     for name in ("rollout_agent", "evaluate_agent", "live"):
         monkeypatch.setattr(tasks.agent, name, must_not_run)
     again = agent_sample(**inputs)
-    assert again.scored.equals(scored) and again.eval_results.equals(results) and again.steps.equals(steps)
+    assert again.scored.equals(scored)
+    assert again.eval_results.equals(results)
+    assert again.steps.equals(steps)
     assert again.stats == stats
 
 
@@ -146,7 +163,8 @@ def test_a_suite_without_agent_envs_starts_no_engine(tiny_policy, flyte_cache):
                        sandbox=SandboxConfig(), rollout_cfg=RolloutConfig(replicas=1), policy_version=0, rollout=True,
                        evaluate=True)
     assert len(out.scored) == len(out.steps) == len(out.eval_results) == len(out.eval_steps) == 0
-    assert out.stats.episodes == out.eval_stats.episodes == 0 and out.stats.engine_start_s == 0
+    assert out.stats.episodes == out.eval_stats.episodes == 0
+    assert out.stats.engine_start_s == 0
     assert live.counters() == before
 
 
@@ -162,8 +180,10 @@ def test_the_registered_task_is_cached_and_runs_its_sandboxes_in_the_bwrap_pod()
 
     settings = SerializationSettings(image_config=ImageConfig(default_image=Image(name="default", fqn="x", tag="y")))
     template = get_serializable(OrderedDict(), settings, agent_sample).template
-    assert template.metadata.discoverable and template.metadata.discovery_version == CACHE_VERSION
+    assert template.metadata.discoverable
+    assert template.metadata.discovery_version == CACHE_VERSION
     spec = template.k8s_pod.pod_spec  # the model's pod spec: a dict
     (container,) = spec["containers"]
-    assert spec["hostUsers"] is False and container["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
+    assert spec["hostUsers"] is False
+    assert container["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
     assert container["resources"]["requests"]["cpu"] == stage("rollout")["requests"].cpu

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.integration
 
 def test_a_checkpoint_dir_resolves_to_itself_unregistered(tiny_policy):
     resolved = resolve_policy(policy=str(tiny_policy))
-    assert resolved.policy.path == str(tiny_policy) and (resolved.version, resolved.registered) == (0, "")
+    assert resolved.policy.path == str(tiny_policy)
+    assert (resolved.version, resolved.registered) == (0, "")
 
 
 def test_bad_policies_are_refused_naming_the_input(tmp_path, monkeypatch):
@@ -35,7 +36,8 @@ def test_a_suite_with_bad_specs_keeps_its_good_envs_and_logs_the_rest(caplog):
         loaded = load_suite_envs(suite=str(suite))
     expected = load_suite(suite)
     assert sorted(loaded.envs["env_id"]) == sorted(env.id for env in expected.envs)
-    assert loaded.digest == suite_digest(suite) and len(expected.rejections) > 0
+    assert loaded.digest == suite_digest(suite)
+    assert len(expected.rejections) > 0
     assert sum("evaluate: skipping" in r.message for r in caplog.records) == len(expected.rejections)
     assert any("bad_malformed_yaml.yaml" in r.message for r in caplog.records)
 
@@ -81,8 +83,11 @@ def test_the_report_is_logged_on_the_run_and_shown_as_a_deck(tmp_path, monkeypat
     local = tmp_path / "download"
     local.mkdir()
     page = open(tracking.client().download_artifacts(report.run_id, REPORT_PATH, str(local))).read()
-    assert "<th>champion (registered v1)</th><th>my-policy</th>" in page and "<h2>flips vs champion</h2>" in page
+    assert "<th>champion (registered v1)</th><th>my-policy</th>" in page
+    assert "<h2>flips vs champion</h2>" in page
     assert re.findall(r'<td class="label">([^<]*)</td><td>(\w+)</td>', page) == [("demo/mul_2", "broken")]
     (deck_path,) = re.findall(r"report_evaluation task creates flyte deck html to file://(\S+)", caplog.text)
     deck = open(deck_path).read()
-    assert "evaluation report" in deck and "greedy pass@1 per stratum" in deck and "<svg" in deck
+    assert "evaluation report" in deck
+    assert "greedy pass@1 per stratum" in deck
+    assert "<svg" in deck

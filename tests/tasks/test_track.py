@@ -76,7 +76,8 @@ def test_each_version_prints_its_lines_once_logged_and_a_rerun_prints_them_resum
     assert first[0] == "v0 eval  greedy 0.500  (2 envs)"
     assert first[1].startswith("v1  reward 0.250  learnable 1/2  |  sample 2.0s  reward 1.5s  update 3.0s  eval 0.5s"
                                "  |  iteration ")
-    assert first[2:] == ["v1 eval  greedy 1.000  (2 envs)"] and len(first) == 3
+    assert first[2:] == ["v1 eval  greedy 1.000  (2 envs)"]
+    assert len(first) == 3
 
     log_baseline(run_id=parent, results=results(0, {"a": False, "b": True}), policy=policy(store, 0))
     log_iteration(**iteration)

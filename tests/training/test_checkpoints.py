@@ -65,7 +65,8 @@ def test_an_update_resumed_from_a_saved_version_continues_the_optimizer_bitwise(
     cfg = TrainConfig(micro_batch_size=4, learning_rate=LR, zero_stage=zero_stage, lr_warmup_steps=WARMUP)
     continuous = PolicyTrainer(tiny_policy, cfg)  # v0 carries no state: a fresh optimizer
     try:
-        assert continuous.engine.global_steps == 0 and continuous.engine.get_lr() == [LR / WARMUP]
+        assert continuous.engine.global_steps == 0
+        assert continuous.engine.get_lr() == [LR / WARMUP]
         continuous.train_on(_samples(0))  # 2 micro batches: 2 optimizer steps
         saved = _optimizer_state(continuous)
         v1 = continuous.save(tmp_path / "v1", metadata={"version": 1})
@@ -75,7 +76,8 @@ def test_an_update_resumed_from_a_saved_version_continues_the_optimizer_bitwise(
     finally:
         continuous.close()
     exported = AutoModelForCausalLM.from_pretrained(v1, dtype=torch.float32).state_dict()
-    assert saved["global_steps"] == 2 and saved["lr"] == [pytest.approx(3 * LR / WARMUP)]  # warmup step 3 is next
+    assert saved["global_steps"] == 2
+    assert saved["lr"] == [pytest.approx(3 * LR / WARMUP)]  # warmup step 3 is next
 
     resumed = PolicyTrainer(v1, cfg)
     try:
@@ -101,7 +103,8 @@ def test_without_carry_no_state_is_written_or_read(tiny_policy, tmp_path):
         out = trainer.save(tmp_path / "v1")
     finally:
         trainer.close()
-    assert (out / "model.safetensors").is_file() and not (out / TRAIN_STATE).exists()
+    assert (out / "model.safetensors").is_file()
+    assert not (out / TRAIN_STATE).exists()
 
 
 def _version_with_state(tmp_path, **saved) -> str:
@@ -119,8 +122,10 @@ def test_state_saved_under_other_settings_or_for_other_weights_is_not_restored(t
     d = _version_with_state(tmp_path, zero_stage=2, learning_rate=1e-4, weights_sha256="not these weights")
     caplog.set_level(logging.INFO, logger="posttrain.training.checkpoints")
     assert load_train_state(None, d, {"zero_stage": 2, "learning_rate": 1e-3}) is None  # the engine is not touched
-    assert "learning_rate: saved 0.0001, now 0.001" in caplog.text and "weights_sha256: saved not these" in caplog.text
-    assert weights_digest(d) != "not these weights" and read_state_meta(d)["zero_stage"] == 2
+    assert "learning_rate: saved 0.0001, now 0.001" in caplog.text
+    assert "weights_sha256: saved not these" in caplog.text
+    assert weights_digest(d) != "not these weights"
+    assert read_state_meta(d)["zero_stage"] == 2
 
     caplog.clear()
     assert load_train_state(None, tmp_path, {"zero_stage": 2}) is None

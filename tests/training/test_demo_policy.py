@@ -26,7 +26,8 @@ def test_demo_policy_build_is_deterministic_and_loadable(tmp_path):
     first = build_demo_policy(tmp_path / "a", cfg, pairs)
     second = build_demo_policy(tmp_path / "b", cfg, pairs)
     assert _weights_sha(first) == _weights_sha(second)
-    assert check_policy_dir(first) == first and policy_version(first) == 0
+    assert check_policy_dir(first) == first
+    assert policy_version(first) == 0
     other = build_demo_policy(tmp_path / "c", replace(cfg, seed=1), pairs)
     assert _weights_sha(other) != _weights_sha(first)
 
@@ -42,7 +43,8 @@ def test_tokenizer_trained_on_train_split_covers_the_eval_split():
     seen = {i for text in texts["train"] for i in tok(text).input_ids}
     for text in texts["eval"]:
         ids = tok(text).input_ids
-        assert set(ids) <= seen and tok.decode(ids, skip_special_tokens=True) == text, text
+        assert set(ids) <= seen, text
+        assert tok.decode(ids, skip_special_tokens=True) == text, text
     longest = max(len(tok(e.prompt + e.reference).input_ids) for e in envs if e.split == "eval")
     assert longest + 1 <= cfg.max_position_embeddings  # + EOS
 
@@ -67,5 +69,7 @@ def test_concurrent_callers_build_the_policy_once_and_both_get_it_whole(tmp_path
         caller.start()
     for caller in callers:
         caller.join()
-    assert len(builds) == 1 and got == [out, out]
-    assert demo_policy.is_complete(out, cfg) and policy_version(check_policy_dir(out)) == 0
+    assert len(builds) == 1
+    assert got == [out, out]
+    assert demo_policy.is_complete(out, cfg)
+    assert policy_version(check_policy_dir(out)) == 0

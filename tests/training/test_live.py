@@ -42,7 +42,8 @@ def test_the_next_update_reuses_the_trainer_and_ends_where_a_rebuilt_one_ends(ti
         rebuilt_weights = rebuilt.master_weights()
     finally:
         rebuilt.close()
-    assert torch.equal(from_memory["rng"], from_disk["rng"]) and from_memory["epoch_seed"] == from_disk["epoch_seed"]
+    assert torch.equal(from_memory["rng"], from_disk["rng"])
+    assert from_memory["epoch_seed"] == from_disk["epoch_seed"]
     assert from_memory["global_steps"] == from_disk["global_steps"] == 2
     assert all(torch.equal(w, rebuilt_weights[n]) for n, w in live_weights.items())
 

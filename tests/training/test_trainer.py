@@ -83,16 +83,20 @@ def test_one_step_changes_weights_and_reports(trainer, tiny_policy):
     stats = trainer.train_on(samples)
     print(f"\none DeepSpeed ZeRO-2 bf16 step on 4 samples: {time.perf_counter() - start:.3f} s ({stats})")
     assert stats.steps == 1
-    assert stats.num_samples == 4 and stats.skipped_samples == 3
+    assert stats.num_samples == 4
+    assert stats.skipped_samples == 3
     assert stats.num_tokens == sum(len(s.completion_token_ids) for s in samples[:4])
     for value in (stats.loss, stats.grad_norm, stats.approx_kl, stats.clip_fraction):
         assert math.isfinite(value)
     assert stats.grad_norm > 0
-    assert stats.entropy > 0 and 0 < stats.behavior_kl < 1e-2  # bf16 trainer vs the fp32 "sampler": a small gap
-    assert trainer.reference is None and math.isnan(stats.kl)  # kl_coef 0: no reference model, no KL
+    assert stats.entropy > 0
+    assert 0 < stats.behavior_kl < 1e-2  # bf16 trainer vs the fp32 "sampler": a small gap
+    assert trainer.reference is None
+    assert math.isnan(stats.kl)  # kl_coef 0: no reference model, no KL
     after = trainer.master_weights()
     changed = [n for n in before if not torch.equal(before[n], after[n])]
-    assert "model.embed_tokens.weight" in changed and len(changed) >= len(before) // 2
+    assert "model.embed_tokens.weight" in changed
+    assert len(changed) >= len(before) // 2
 
 
 def test_all_equal_groups_take_no_step(trainer, tiny_policy):
@@ -107,7 +111,8 @@ def test_save_reloads_with_same_weights_and_logits(trainer, tiny_policy, tmp_pat
 
     trainer.train_on(_samples(tiny_policy, {"g": [0.0, 1.0, 0.5, 0.0]}))
     out = trainer.save(tmp_path / "v1", metadata={"version": 1})
-    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    assert (out / "model.safetensors").is_file()
+    assert (out / "tokenizer.json").is_file()
     assert json.loads((out / POLICY_META).read_text())["version"] == 1
 
     master = trainer.master_weights()
@@ -134,8 +139,11 @@ def test_a_loss_registered_in_a_test_trains_by_name(tiny_policy):
         after = trainer.master_weights()
     finally:
         trainer.close()
-    assert (stats.steps, stats.num_samples) == (1, 4) and math.isfinite(stats.loss) and stats.grad_norm > 0
-    assert math.isnan(stats.clip_fraction) and math.isnan(stats.approx_kl)  # stats this loss does not report
+    assert (stats.steps, stats.num_samples) == (1, 4)
+    assert math.isfinite(stats.loss)
+    assert stats.grad_norm > 0
+    assert math.isnan(stats.clip_fraction)
+    assert math.isnan(stats.approx_kl)  # stats this loss does not report
     assert not torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
 
 
@@ -155,7 +163,9 @@ def test_the_algorithm_family_trains_by_name_and_the_reference_stays_frozen(tiny
     assert (stats.steps, stats.num_samples) == (2, 8)  # 2 epochs of one micro batch
     for name in ("loss", "grad_norm", "clip_fraction", "approx_kl", "entropy", "kl", "behavior_kl"):
         assert math.isfinite(getattr(stats, name)), name
-    assert stats.entropy > 0 and stats.kl > 0 and stats.behavior_kl > 0  # kl: the second step has moved away
+    assert stats.entropy > 0
+    assert stats.kl > 0
+    assert stats.behavior_kl > 0  # kl: the second step has moved away
     assert not torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
     assert all(not param.requires_grad and param.dtype == torch.bfloat16 for param in reference.values())
     assert all(torch.equal(param.detach(), frozen[name]) for name, param in reference.items())
@@ -189,8 +199,11 @@ def test_the_trainer_scores_each_sample_at_its_sampling_temperature(tiny_policy)
         raw = trainer.train_on(_samples(tiny_policy, {"g": [1.0, 0.0, 1.0, 0.0]}, temperature=0.5, labelled=1.0))
     finally:
         trainer.close()
-    assert tempered.behavior_kl < 1e-6 and tempered.approx_kl < 1e-6 and tempered.clip_fraction == 0.0
-    assert raw.behavior_kl > 1e-2 and raw.clip_fraction > 0
+    assert tempered.behavior_kl < 1e-6
+    assert tempered.approx_kl < 1e-6
+    assert tempered.clip_fraction == 0.0
+    assert raw.behavior_kl > 1e-2
+    assert raw.clip_fraction > 0
 
 
 def test_min_steps_splits_few_learnable_samples_into_that_many_optimizer_steps(tiny_policy):
@@ -238,8 +251,10 @@ def test_accumulated_micro_batches_make_the_step_of_one_double_batch(tiny_policy
     assert halves[0] != halves[1]  # so a mean of the micro batches' token means would differ
     one, _, [single] = _one_update(tiny_policy, samples, micro_batch_size=8)
     acc, _, [accumulated] = _one_update(tiny_policy, samples, micro_batch_size=4, grad_accum_steps=2)
-    assert one.steps == acc.steps == 1 and one.num_tokens == acc.num_tokens
-    assert acc.loss == pytest.approx(one.loss, rel=1e-5) and acc.grad_norm == pytest.approx(one.grad_norm, rel=1e-5)
+    assert one.steps == acc.steps == 1
+    assert one.num_tokens == acc.num_tokens
+    assert acc.loss == pytest.approx(one.loss, rel=1e-5)
+    assert acc.grad_norm == pytest.approx(one.grad_norm, rel=1e-5)
     torch.testing.assert_close(accumulated, single, rtol=1e-4, atol=1e-7)
     assert float(single.norm()) == pytest.approx(one.grad_norm, rel=1e-3)  # the hook saw the whole gradient
 
@@ -251,7 +266,8 @@ def test_gradient_checkpointing_recomputes_the_same_step(tiny_policy):
     samples = _samples(tiny_policy, {"a": [1.0, 0.0, 1.0, 0.0]})
     plain, off, [plain_grad] = _one_update(tiny_policy, samples, micro_batch_size=4)
     checkpointed, on, [grad] = _one_update(tiny_policy, samples, micro_batch_size=4, gradient_checkpointing=True)
-    assert (off, on) == (False, True) and checkpointed.steps == plain.steps == 1
+    assert (off, on) == (False, True)
+    assert checkpointed.steps == plain.steps == 1
     assert checkpointed.loss == pytest.approx(plain.loss, rel=1e-6)
     torch.testing.assert_close(grad, plain_grad, rtol=1e-5, atol=1e-8)
 

@@ -32,7 +32,8 @@ def test_every_program_ships_with_the_prelude_once_and_compiles(program):
     own = (trusted.HERE / f"{program}.py").read_text(encoding="utf-8")
     defined = {node.name for node in ast.parse(own).body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     assert not defined & PRELUDE_NAMES  # no program keeps its own copy of a prelude helper
-    assert "os.dup(1)" not in own and "PR_SET_DUMPABLE" not in own  # the preamble lives in the prelude only
+    assert "os.dup(1)" not in own
+    assert "PR_SET_DUMPABLE" not in own  # the preamble lives in the prelude only
 
 
 def test_every_file_of_the_package_is_a_program_or_the_prelude():
@@ -68,7 +69,8 @@ def test_harnesses_report_a_solution_that_does_not_compile(tmp_path):
     request = {"nonce": "N", "entry_point": "f", "cases": [], "setup": "", "tests": []}
     for program in ("python_tests_harness", "python_asserts_harness"):
         records, _ = run_harness(tmp_path, program, "def f(:\n", request)
-        assert [r["compiled"] for r in records] == [False] and records[0]["error"].startswith("SyntaxError: ")
+        assert [r["compiled"] for r in records] == [False]
+        assert records[0]["error"].startswith("SyntaxError: ")
 
 
 def asserts(tmp_path, solution: str, tests: list[str], setup: str = "", timeout: float = 5,
@@ -106,7 +108,8 @@ def test_python_asserts_harness_only_plain_values_cross(tmp_path):
               "class Str(str):\n    pass\n")
     got = asserts(tmp_path, always + "def f(x):\n    return Any() if x else Str('a')\n",
                   ["assert f(1) == 2", "assert f(0) == 'a'", "assert type(f(0)) is str"])
-    assert got[0]["ok"] is False and "non-plain value of type Any" in got[0]["error"]
+    assert got[0]["ok"] is False
+    assert "non-plain value of type Any" in got[0]["error"]
     assert [r["ok"] for r in got[1:]] == [False, False]  # a subclass of str is not plain ...
     loose = asserts(tmp_path, always + "def f(x):\n    return Str('a')\n", ["assert type(f(0)) is str"], plain=False)
     assert loose[0]["ok"] is True  # ... unless plain_values is false: then it crosses as a str
@@ -120,7 +123,8 @@ def test_python_asserts_harness_deadline_and_crashes_fail_one_test_each(tmp_path
                                        "assert f('b') == 'b'", "assert f('kill') == 'kill'", "assert f('c') == 'c'"],
                   timeout=1)
     assert [r["ok"] for r in got] == [False, True, False, True, True, False], got
-    assert got[0]["error"] == "timed out" and "process ended" in got[2]["error"]
+    assert got[0]["error"] == "timed out"
+    assert "process ended" in got[2]["error"]
     assert "could not be started" in got[5]["error"]  # the spawner was killed: the solution's own loss
 
 
@@ -173,7 +177,8 @@ def test_python_asserts_encoding_round_trips_plain_data_exactly():
     for value in values:
         text = json.dumps(h.encode(value))
         back = h.decode(json.loads(text))
-        assert type(back) is type(value) and repr(back) == repr(value), (value, back)
+        assert type(back) is type(value), (value, back)
+        assert repr(back) == repr(value), (value, back)
     with pytest.raises(TypeError, match="non-plain value of type object"):
         h.encode([object()])
     nested = []

@@ -68,7 +68,8 @@ def mlflow_server(tmp_path_factory):
                         break
             except OSError:
                 pass
-            assert proc.poll() is None and time.monotonic() < deadline, (home / "mlflow-server.log").read_text()
+            assert proc.poll() is None, (home / "mlflow-server.log").read_text()
+            assert time.monotonic() < deadline, (home / "mlflow-server.log").read_text()
             time.sleep(1)
         yield url
     finally:

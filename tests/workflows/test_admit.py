@@ -32,12 +32,16 @@ def test_admit_workflow_logs_the_report_to_mlflow(tmp_path):
 
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("posttrain-admission").experiment_id])
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert len(runs) == 1
+    assert runs[0].info.status == "FINISHED"
     run = runs[0]
-    assert run.data.params["suite"] == "tests/fixtures/broken_suite" and run.data.params["repeats"] == "3"
+    assert run.data.params["suite"] == "tests/fixtures/broken_suite"
+    assert run.data.params["repeats"] == "3"
     metrics = run.data.metrics
-    assert metrics["admission/admitted"] >= 3 and metrics["admission/rejected"] >= 15
-    assert metrics["admission/consistency/fail"] >= 10 and "admission/coverage/seconds" in metrics
+    assert metrics["admission/admitted"] >= 3
+    assert metrics["admission/rejected"] >= 15
+    assert metrics["admission/consistency/fail"] >= 10
+    assert "admission/coverage/seconds" in metrics
     tables = {f.path for f in client.list_artifacts(run.info.run_id, "tables")}
     assert {"tables/admission_report.parquet", "tables/admission_report.html",
             "tables/admission_check_stats.parquet"} <= tables
@@ -46,9 +50,11 @@ def test_admit_workflow_logs_the_report_to_mlflow(tmp_path):
     report = pd.read_parquet(client.download_artifacts(run.info.run_id, "tables/admission_report.parquet",
                                                        str(tmp_path)))
     assert {"env_id", "check", "passed", "status", "code", "value", "detail"} <= set(report.columns)
-    assert "reproducibility.flaky" in set(report["code"]) and "good/add_5" in set(report["env_id"])
+    assert "reproducibility.flaky" in set(report["code"])
+    assert "good/add_5" in set(report["env_id"])
     html = Path(client.download_artifacts(run.info.run_id, "admission/report.html", str(tmp_path))).read_text()
-    assert "Per-check statistics" in html and "coverage.mutants_survived" in html
+    assert "Per-check statistics" in html
+    assert "coverage.mutants_survived" in html
 
 
 def test_a_checkpoint_policy_samples_through_vllm_for_discrimination(tmp_path):
@@ -68,6 +74,7 @@ def test_a_checkpoint_policy_samples_through_vllm_for_discrimination(tmp_path):
     finally:
         box.close()
     discrimination = rows[rows["check"] == "discrimination"]
-    assert len(discrimination) == 3 and "infra" not in set(discrimination["code"]), discrimination["detail"].tolist()
+    assert len(discrimination) == 3, discrimination["detail"].tolist()
+    assert "infra" not in set(discrimination["code"]), discrimination["detail"].tolist()
     assert discrimination["detail"].str.contains(f"weak '{policy}'").all()
     assert discrimination["value"].between(0, 1).all()  # strong (reference) 1.0 minus the checkpoint's pass rate

@@ -69,7 +69,8 @@ def test_evaluate_a_registered_alias_reports_strata_and_flips(tmp_path, tiny_pol
     experiment = client.get_experiment_by_name("posttrain-eval")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     (run,) = client.search_runs([experiment.experiment_id])
-    assert run.info.status == "FINISHED" and run.data.tags["posttrain.registered_version"] == "1"
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["posttrain.registered_version"] == "1"
     assert run.data.tags["posttrain.baseline_version"] == "1"
     metrics = run.data.metrics
     for key in ("eval/pass_at_1", "eval/pass_at_1_sampled", "eval/pass_at_4_sampled", "eval/pass_at_1/domain_python",
@@ -83,5 +84,6 @@ def test_evaluate_a_registered_alias_reports_strata_and_flips(tmp_path, tiny_pol
     assert set(flips["flip"]) <= {"broken", "still_passing", "unverified"}  # the champion "passed" everything
     assert metrics["eval/flips/broken"] == float((flips["flip"] == "broken").sum())
     results = pd.read_parquet(client.download_artifacts(run.info.run_id, "tables/eval_results.parquet", str(local)))
-    assert len(results) == len(ENVS) * 5 and set(results["decoding"]) == {"greedy", "sampled"}
+    assert len(results) == len(ENVS) * 5
+    assert set(results["decoding"]) == {"greedy", "sampled"}
     shutil.rmtree(local)

@@ -82,7 +82,8 @@ def test_the_smoke_run_is_reviewable_in_the_mlflow_ui(tmp_path, smoke_run):
         missing = [text for text in expected if text not in dom]
         assert not missing, f"{name} ({url}) does not show {missing}; screenshot: {shots / name}.png"
         assert (shots / f"{name}.png").stat().st_size > 10_000, f"{name}: blank screenshot"
-    assert iteration_name == "iteration-1" and parent_name.startswith("rl_loop-")
+    assert iteration_name == "iteration-1"
+    assert parent_name.startswith("rl_loop-")
     # what the iframe shows (its blob document is not in the dumped DOM): the page the server serves the UI
     with urllib.request.urlopen(f"{mlflow_server}/get-artifact?path={REPORT_PATH}&run_uuid={parent.info.run_id}",
                                 timeout=30) as response:

@@ -119,7 +119,8 @@ def iteration_runs(runs: list) -> dict[int, list]:
 def max_difference(a, b) -> float:
     """The largest absolute difference between the tensors of two nested checkpoints (dicts, lists, tensors)."""
     if isinstance(a, torch.Tensor):
-        assert a.shape == b.shape and a.dtype == b.dtype
+        assert a.shape == b.shape
+        assert a.dtype == b.dtype
         return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
     if isinstance(a, dict):
         assert a.keys() == b.keys()
@@ -166,7 +167,8 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     killed = resumed.runs()
-    assert [r.info.status for r in iteration_runs(killed)[1]] == ["FINISHED"] and 2 not in iteration_runs(killed)
+    assert [r.info.status for r in iteration_runs(killed)[1]] == ["FINISHED"]
+    assert 2 not in iteration_runs(killed)
     assert [r.info.status for r in killed if "mlflow.parentRunId" not in r.data.tags] == ["RUNNING"]
 
     resumed.run("rerun.log")
@@ -179,17 +181,20 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
     assert Counter(hits) == Counter(computed), rerun
     assert {"tasks.admit.admit_suite", "tasks.rollout.sample", "tasks.reward.reward", "tasks.update.update",
             "tasks.evaluate.score_eval"} <= set(hits)
-    assert Counter(hits)["tasks.rollout.sample"] == 2 and Counter(hits)["tasks.update.update"] == 1  # v0, v1
+    assert Counter(hits)["tasks.rollout.sample"] == 2
+    assert Counter(hits)["tasks.update.update"] == 1  # v0, v1
     misses = [task for task, event in rerun if event == "miss"]
     assert {"tasks.update.update", "tasks.rollout.sample"} <= set(misses), rerun  # v2 is trained in the rerun
 
     # 2. MLflow: one parent run (resumed and finished), one run per iteration, one registry version per policy
     runs_ref, runs_res = reference.runs(), resumed.runs()
     parents = [r for r in runs_res if "mlflow.parentRunId" not in r.data.tags]
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED", parents
+    assert len(parents) == 1, parents
+    assert parents[0].info.status == "FINISHED", parents
     assert parents[0].info.run_id == next(r.info.run_id for r in killed if "mlflow.parentRunId" not in r.data.tags)
     by_iteration = iteration_runs(runs_res)
-    assert sorted(by_iteration) == [0, 1, 2] and all(len(rs) == 1 for rs in by_iteration.values()), by_iteration
+    assert sorted(by_iteration) == [0, 1, 2], by_iteration
+    assert all(len(rs) == 1 for rs in by_iteration.values()), by_iteration
     assert all(rs[0].info.status == "FINISHED" for rs in by_iteration.values())
     versions = resumed.client().search_model_versions(f"name='{MODEL}'")
     assert sorted(v.tags["policy_version"] for v in versions) == ["0", "1", "2"], versions
@@ -206,7 +211,8 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
                                                                      str(tmp_path / f"{name}-{k}")))
                   for store, run, name in ((reference, ref_run, "ref"), (resumed, res_run, "res"))]
         keys = [sorted(zip(t["env_id"], t["sample_idx"], t["policy_version"])) for t in tables]
-        assert keys[0] == keys[1] and len(set(keys[1])) == len(keys[1]) == 16
+        assert keys[0] == keys[1]
+        assert len(set(keys[1])) == len(keys[1]) == 16
         assert tables[0]["completion"].tolist() == tables[1]["completion"].tolist()
 
     # 4. the final policy and its optimizer state equal the uninterrupted run's; the state was carried across v1
@@ -221,7 +227,9 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
     print(f"resume evidence: cache hits {dict(Counter(hits))}, misses {dict(Counter(misses))}, "
           f"max |weight difference| {weight_difference:.3g} (v1 -> v2 moved weights by up to {update_size:.3g}), "
           f"max |optimizer state difference| {optimizer_difference:.3g}, optimizer steps v1/v2 ref/v2 resumed {steps}")
-    assert update_size > 0 and weight_difference <= 1e-6 and optimizer_difference <= 1e-6
+    assert update_size > 0
+    assert weight_difference <= 1e-6
+    assert optimizer_difference <= 1e-6
     assert 0 < steps[0] < steps[1] == steps[2]  # v2's optimizer continued v1's steps: the state was carried
 
     # 5. each run printed one line per version logged and per evaluation (v0 and the last evaluated), as it went; the
@@ -237,7 +245,8 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
     assert re.fullmatch(r"v1  reward \d\.\d{3}  learnable \d/4(  \d+ infra errors?)?  \|  "
                         r"sample .*s  reward .*s  update .*s  \|  iteration \d+\.\ds", ref[2]), ref
     parent_id = parents[0].info.run_id
-    assert killed_lines[0].startswith(f"MLflow run {parent_id} (experiment posttrain): ") and len(killed_lines) == 3
+    assert killed_lines[0].startswith(f"MLflow run {parent_id} (experiment posttrain): ")
+    assert len(killed_lines) == 3
     assert rerun_lines[0].startswith(f"MLflow run {parent_id} (experiment posttrain, resumed): "), rerun_lines
     assert rerun_lines[1:3] == [line + RESUMED for line in killed_lines[1:]], (killed_lines, rerun_lines)
     assert [line.split("  ")[0] for line in rerun_lines[3:]] == ["v2", "v2 eval"], rerun_lines
@@ -266,7 +275,8 @@ def test_tracking_resumes_the_parent_and_never_duplicates_an_iteration(tmp_path,
     again, resumed = tracking.start_or_resume_run("resume-test", key, run_name="second")
     assert (again, resumed) == (parent, True)
     assert tracking.client().get_run(parent).info.status == "RUNNING"
-    assert tracking.finished_iteration(parent, 0) is not None and tracking.finished_iteration(parent, 1) is None
+    assert tracking.finished_iteration(parent, 0) is not None
+    assert tracking.finished_iteration(parent, 1) is None
     assert tracking.log_iteration(parent, 1, {"eval/pass_at_1": 0.6}, policy_dir=str(policy),
                                   policy_version=1) == child
     assert tracking.finished_iteration(parent, 1) == child
@@ -275,7 +285,9 @@ def test_tracking_resumes_the_parent_and_never_duplicates_an_iteration(tmp_path,
     assert sorted(v.tags["policy_version"] for v in versions) == ["0", "1"]
     other, resumed = tracking.start_or_resume_run("resume-test", tracking.run_key({"iterations": 3}, "suite-sha",
                                                                                   "policy-sha"), run_name="other")
-    assert other != parent and not resumed
+    assert other != parent
+    assert not resumed
     fresh, resumed = tracking.start_or_resume_run("resume-test", key, run_name="recomputed", resume=False)
-    assert fresh != parent and not resumed  # --overwrite-cache: a new parent run, which later reruns resume
+    assert fresh != parent
+    assert not resumed  # --overwrite-cache: a new parent run, which later reruns resume
     assert tracking.start_or_resume_run("resume-test", key, run_name="third") == (fresh, True)

@@ -23,7 +23,8 @@ def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(smoke_run):
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(parents) == 1
+    assert parents[0].info.status == "FINISHED"
     parent = parents[0]
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     iteration_1 = [c for c in children if c.data.tags.get("posttrain.iteration") == "1"]
@@ -35,8 +36,10 @@ def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(smoke_run):
                 "time/overhead_fraction"):
         assert key in metrics, f"{key} missing from {sorted(metrics)}"
     timed = sum(metrics[f"time/{stage}_s"] for stage in ("sample", "reward", "update", "eval_score", "untimed"))
-    assert metrics["time/eval_score_s"] > 0 and abs(timed - metrics["time/iteration_s"]) < 0.05  # all of it, once
-    assert 0.0 <= metrics["eval/pass_at_1"] <= 1.0 and metrics["rollout/tokens_per_s"] > 0
+    assert metrics["time/eval_score_s"] > 0
+    assert abs(timed - metrics["time/iteration_s"]) < 0.05  # all of it, once
+    assert 0.0 <= metrics["eval/pass_at_1"] <= 1.0
+    assert metrics["rollout/tokens_per_s"] > 0
     flipped = {kind: metrics[f"eval/flips/{kind}"] for kind in ("fixed", "broken", "still_passing", "still_failing")}
     assert sum(flipped.values()) + metrics["eval/flips/unverified"] == 12  # v1 vs v0, per eval env (eval.limit 12)
     for curve in ("eval/pass_at_1", "eval/pass_at_1_sampled"):  # greedy and sampled, step = policy version
@@ -45,7 +48,8 @@ def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(smoke_run):
     artifacts = {f.path for f in client.list_artifacts(parent.info.run_id, "tables")}
     assert "tables/admission_report.parquet" in artifacts
     [suite] = client.get_run(parent.info.run_id).inputs.dataset_inputs  # the suite, with its content digest
-    assert suite.dataset.name == "demo_python" and len(suite.dataset.digest) == 32
+    assert suite.dataset.name == "demo_python"
+    assert len(suite.dataset.digest) == 32
     versions = client.search_model_versions("name='posttrain-policy'")
     assert {v.tags.get("policy_version") for v in versions} == {"0", "1"}
 
@@ -59,7 +63,8 @@ def test_the_smoke_run_admitted_every_bundled_demo_env_by_every_check(smoke_run,
     report = pd.read_parquet(client.download_artifacts(parent.info.run_id, "tables/admission_report.parquet",
                                                        str(tmp_path)))
     envs = load_suite(DEMO_SUITE).envs
-    assert len(envs) >= 400 and set(report["check"]) == set(ADMISSION_CHECKS)
+    assert len(envs) >= 400
+    assert set(report["check"]) == set(ADMISSION_CHECKS)
     assert len(report) == len(ADMISSION_CHECKS) * len(envs)
     assert set(report["env_id"]) == {spec.id for spec in envs}
     failed = report[~report["passed"]]
@@ -81,8 +86,10 @@ def test_dynamic_sampling_refills_zero_variance_groups_and_logs_what_it_did(tmp_
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     iteration_1 = next(r for r in runs if r.data.tags.get("posttrain.iteration") == "1")
     m = {key: value for key, value in iteration_1.data.metrics.items() if key.startswith("rollout/")}
-    assert m["rollout/target_groups"] == 4 and 1 <= m["rollout/resample_rounds"] <= 2, m
-    assert m["rollout/refilled_groups"] >= 1 and m["rollout/dropped_groups"] >= m["rollout/zero_variance_groups"]
+    assert m["rollout/target_groups"] == 4, m
+    assert 1 <= m["rollout/resample_rounds"] <= 2, m
+    assert m["rollout/refilled_groups"] >= 1
+    assert m["rollout/dropped_groups"] >= m["rollout/zero_variance_groups"]
     assert m["rollout/learnable_groups"] + m["rollout/dropped_groups"] == 4 + m["rollout/refilled_groups"], m
     assert m["rollout/samples"] == iteration_1.data.metrics["reward/samples"] == 2 * (4 + m["rollout/refilled_groups"])
 

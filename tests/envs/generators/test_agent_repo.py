@@ -20,7 +20,8 @@ ENVS = specs()
 
 def test_ids_splits_and_specs_are_valid():
     assert len({e.id for e in ENVS}) == 96
-    assert sum(e.split == "train" for e in ENVS) == 64 and sum(e.split == "eval" for e in ENVS) == 32
+    assert sum(e.split == "train" for e in ENVS) == 64
+    assert sum(e.split == "eval" for e in ENVS) == 32
     assert all(get_verifier("workspace_tests").validate(e) == [] for e in ENVS)
     assert specs() == ENVS  # deterministic
 
@@ -46,4 +47,5 @@ def test_references_pass_and_untouched_or_test_editing_workspaces_fail():
     assert not [v for v in reference + probes if v.infra_error]
     untouched, cheated = probes[0::2], probes[1::2]
     assert all(v.passed for v in reference), [e.id for e, v in zip(ENVS, reference) if not v.passed]
-    assert not any(v.passed for v in untouched) and not any(v.passed for v in cheated)
+    assert not any(v.passed for v in untouched)
+    assert not any(v.passed for v in cheated)

@@ -29,7 +29,8 @@ def test_rewriting_removes_stale_generated_files_only(tmp_path):
     (tmp_path / "old_env.yaml").write_text(HEADER + "id: demo/old\n")
     (tmp_path / "mine.yaml").write_text("id: mine\n")
     write_suite(demo_specs(), tmp_path, HEADER)
-    assert not (tmp_path / "old_env.yaml").exists() and (tmp_path / "mine.yaml").exists()
+    assert not (tmp_path / "old_env.yaml").exists()
+    assert (tmp_path / "mine.yaml").exists()
 
 
 def test_suite_loads_to_the_generated_specs():
@@ -47,11 +48,16 @@ def test_specs_are_small_and_regular():
     for spec in demo_specs():
         name = spec.entry_point
         assert spec.id == f"demo/{name}"
-        assert spec.prompt.startswith(f"# Write a function {name}(x) that returns ") and spec.prompt.endswith(".\n")
-        assert spec.reference.startswith(f"def {name}(x):\n    return ") and spec.reference.count("\n") == 2
-        assert len(spec.prompt) < 100 and len(spec.reference) < 60
+        assert spec.prompt.startswith(f"# Write a function {name}(x) that returns ")
+        assert spec.prompt.endswith(".\n")
+        assert spec.reference.startswith(f"def {name}(x):\n    return ")
+        assert spec.reference.count("\n") == 2
+        assert len(spec.prompt) < 100
+        assert len(spec.reference) < 60
         args = [case["args"][0] for case in spec.verifier["cases"]]
-        assert 5 <= len(args) <= 8 and 0 in args and min(args) < 0
+        assert 5 <= len(args) <= 8
+        assert 0 in args
+        assert min(args) < 0
         assert (spec.domain, spec.kind, spec.runtime, spec.verifier_kind) == (
             "python", "single_turn", "python", "python_tests")
         assert (spec.limits.timeout_s, spec.limits.memory_mb) == (5, 256)
@@ -77,7 +83,8 @@ def test_eval_split_is_large_disjoint_stratified_and_learnable():
     specs = demo_specs()
     train = [s for s in specs if s.split == "train"]
     evals = [s for s in specs if s.split == "eval"]
-    assert len(train) >= 300 and len(evals) >= 100
+    assert len(train) >= 300
+    assert len(evals) >= 100
     total, held = Counter(s.difficulty for s in specs), Counter(s.difficulty for s in evals)
     assert sorted(total) == [1, 2, 3]
     for difficulty, n in total.items():
@@ -109,7 +116,8 @@ def test_eval_envs_recombine_steps_and_shapes_seen_in_train():
     for spec in specs:
         if spec.split == "eval":
             steps = _steps(spec)
-            assert set(steps) <= train_steps and tuple(op for op, _ in steps) in train_shapes, spec.id
+            assert set(steps) <= train_steps, spec.id
+            assert tuple(op for op, _ in steps) in train_shapes, spec.id
     # e.g. add_3 alone is held out: train sees x + 3 only inside compositions
     assert [s for s in specs if s.split == "eval" and s.difficulty == 1]
 

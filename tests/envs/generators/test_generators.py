@@ -36,13 +36,15 @@ def test_every_bundled_suite_loads_without_rejections():
         assert {s.split for s in suite.envs} == {"train", "eval"}
         ids.update(s.id for s in suite.envs)
         for spec in suite.envs:
-            assert spec.reference.strip() and spec.id.startswith(("demo/", f"{name}/"))
+            assert spec.reference.strip()
+            assert spec.id.startswith(("demo/", f"{name}/"))
     assert max(ids.values()) == 1
     kinds = {s.kind for s in load_suite(SUITES / "terminal").envs}
     assert kinds == {"agent"}
     agent = load_suite(SUITES / "agent_repo").envs
     assert all(s.kind == "agent" and s.oracle and s.oracle[-1]["name"] == "submit" for s in agent)
-    assert sum(s.split == "train" for s in agent) == 64 and sum(s.split == "eval" for s in agent) == 32
+    assert sum(s.split == "train" for s in agent) == 64
+    assert sum(s.split == "eval" for s in agent) == 32
 
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
@@ -66,7 +68,8 @@ def test_host_suites_references_pass_cheats_fail_mutants_die(name):
         assert not passing, (spec.id, passing)
         mutants = verifier.mutants(spec)
         killed = sum(not verifier.score_on_host(spec, m).passed for m in mutants)
-        assert mutants and killed / len(mutants) >= 0.6, (spec.id, killed, len(mutants))
+        assert mutants, (spec.id, killed, len(mutants))
+        assert killed / len(mutants) >= 0.6, (spec.id, killed, len(mutants))
 
 
 DEGENERATE = ("untouched workspace", "exit 0", "empty file", "exit 0 at load")
@@ -105,4 +108,5 @@ def test_workspace_suites_in_bwrap():
     assert sum(1 for _, what in labels if what not in ("reference", "mutant")) >= 2 * len(envs)
     for env_id in MUTATED:
         outcomes = [not v.passed for (i, what), v in zip(labels, verdicts) if i == env_id and what == "mutant"]
-        assert outcomes and sum(outcomes) / len(outcomes) >= 0.6, (env_id, outcomes)
+        assert outcomes, (env_id, outcomes)
+        assert sum(outcomes) / len(outcomes) >= 0.6, (env_id, outcomes)

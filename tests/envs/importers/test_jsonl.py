@@ -26,7 +26,8 @@ HUMANEVAL, MBPP = FIXTURES / "humaneval_style.jsonl", FIXTURES / "mbpp_style.jso
 def imported(tmp_path):
     for source, name in ((HUMANEVAL, "he"), (MBPP, "mbpp")):
         result = import_jsonl(source, tmp_path / name)
-        assert len(result.written) == 3 and result.skipped == []
+        assert len(result.written) == 3
+        assert result.skipped == []
     return tmp_path
 
 
@@ -34,24 +35,30 @@ def test_fixtures_import_into_loadable_suites(imported):
     specs = {}
     for name in ("he", "mbpp"):
         suite = load_suite(imported / name)
-        assert suite.rejections == [] and len(suite.envs) == 3
+        assert suite.rejections == []
+        assert len(suite.envs) == 3
         specs.update({s.id: s for s in suite.envs})
     assert sorted(specs) == ["he/toy_0", "he/toy_1", "he/toy_2", "mbpp/101", "mbpp/102", "mbpp/103"]
     # literal `assert f(x) == y` everywhere: value cases decided on the host
     toy0 = specs["he/toy_0"].verifier
-    assert toy0["kind"] == "python_tests" and toy0["complete_prompt"] is True
+    assert toy0["kind"] == "python_tests"
+    assert toy0["complete_prompt"] is True
     assert toy0["cases"][2] == {"args": [[-5, -7, -1]], "expected": [-5, -5, -1]}
     assert specs["mbpp/101"].verifier == {"kind": "python_tests", "cases": [
         {"args": ["Hello"], "expected": 2}, {"args": [""], "expected": 0}, {"args": ["AEIOU xyz"], "expected": 5}]}
     # a loop, tuples, math.isclose: assert mode; `assert True` dropped; helper statements kept with their assert
     toy1 = specs["he/toy_1"].verifier
-    assert toy1["kind"] == "python_asserts" and len(toy1["asserts"]) == 3
-    assert toy1["asserts"][2].startswith("for word in") and not any("tests nothing" in a for a in toy1["asserts"])
+    assert toy1["kind"] == "python_asserts"
+    assert len(toy1["asserts"]) == 3
+    assert toy1["asserts"][2].startswith("for word in")
+    assert not any("tests nothing" in a for a in toy1["asserts"])
     toy2 = specs["he/toy_2"].verifier
-    assert toy2["setup"] == "import math\n" and toy2["asserts"][2].startswith("expected = [(-1, 4), (1, 2)]\n")
+    assert toy2["setup"] == "import math\n"
+    assert toy2["asserts"][2].startswith("expected = [(-1, 4), (1, 2)]\n")
     assert specs["mbpp/102"].verifier["kind"] == "python_asserts"
     mbpp103 = specs["mbpp/103"]
-    assert mbpp103.entry_point == "circle_area" and len(mbpp103.verifier["asserts"]) == 4  # + challenge test
+    assert mbpp103.entry_point == "circle_area"
+    assert len(mbpp103.verifier["asserts"]) == 4  # + challenge test
     assert "assert math.isclose(circle_area(1)" in mbpp103.prompt
     assert specs["he/toy_0"].reference.startswith(specs["he/toy_0"].prompt)
 
@@ -84,7 +91,8 @@ def test_bad_lines_are_skipped_with_line_numbers_and_the_rest_imported(tmp_path)
     result = import_jsonl(source, tmp_path / "out", prefix="mix", split="eval")
     assert [p.name for p in result.written] == ["101.yaml"]
     assert [n for n, _ in result.skipped] == [2, 4, 5]
-    assert result.skipped[0][1].startswith("not JSON") and "already exists" in result.skipped[2][1]
+    assert result.skipped[0][1].startswith("not JSON")
+    assert "already exists" in result.skipped[2][1]
     assert load_suite(tmp_path / "out").envs[0].split == "eval"
 
 
@@ -93,7 +101,9 @@ def test_cli_command(tmp_path, capsys):
     add_arguments(parser)
     assert import_jsonl_command(parser.parse_args([str(HUMANEVAL), str(tmp_path / "s"), "--prefix", "he"])) == 0
     out = capsys.readouterr().out
-    assert "imported 3 envs" in out and "1 python_tests" in out and "2 python_asserts" in out
+    assert "imported 3 envs" in out
+    assert "1 python_tests" in out
+    assert "2 python_asserts" in out
     assert import_jsonl_command(parser.parse_args([str(HUMANEVAL), str(tmp_path / "s")])) == 1  # all exist now
     assert "SKIPPED" in capsys.readouterr().out
     assert import_jsonl_command(argparse.Namespace(file=str(tmp_path / "nope.jsonl"), out=str(tmp_path))) == 1

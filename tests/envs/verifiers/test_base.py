@@ -45,7 +45,8 @@ def test_every_verifier_answers_every_hook(kind):
     assert verifier.solution_language(spec) in ("", "python", "shell", "javascript")
     assert isinstance(verifier.reference_program(spec), str)
     assert spec.entry_point in verifier.entry_point_names(spec) or not spec.entry_point
-    assert verifier.probes(spec) and isinstance(verifier.mutants(spec), list)
+    assert verifier.probes(spec)
+    assert isinstance(verifier.mutants(spec), list)
 
 
 def test_each_verifier_answers_for_its_own_config():
@@ -69,11 +70,13 @@ def test_each_verifier_answers_for_its_own_config():
     workspace = get_verifier("workspace_tests")
     assert workspace.vacuous_tests(agent) == ["noop"]
     assert [s.language for s in workspace.test_sources(agent)] == ["javascript", "shell", "shell"]
-    assert "edit script" in workspace.agent_only(agent) and workspace.agent_only(single) == ""
+    assert "edit script" in workspace.agent_only(agent)
+    assert workspace.agent_only(single) == ""
     assert (workspace.own_files(agent), workspace.own_files(single)) == (frozenset(), {"src/a.js"})
     assert (workspace.solution_language(agent), workspace.solution_language(single)) == ("shell", "javascript")
     for kind in ("numeric", "scene"):  # the answer is data: nothing to scan, no files of their own
-        assert get_verifier(kind).solution_language(agent) == "" and not get_verifier(kind).own_files(agent)
+        assert get_verifier(kind).solution_language(agent) == ""
+        assert not get_verifier(kind).own_files(agent)
 
 
 @dataclass
@@ -87,11 +90,14 @@ def test_a_new_verifier_gets_sensible_defaults():
                     score=host_only("echo"))
     spec = EnvSpec(id="t/e", prompt="p", reference="hi", runtime="node", verifier={"kind": "echo", "text": ""})
     assert echo.validate(spec) == [("verifier.text", "must be a non-empty string, got ''")]
-    assert echo.probes(spec) == {"empty solution": ""} and echo.mutants(spec) == []
+    assert echo.probes(spec) == {"empty solution": ""}
+    assert echo.mutants(spec) == []
     assert (echo.test_sources(spec), echo.vacuous_tests(spec), echo.agent_only(spec), echo.own_files(spec)) == (
         [], [], "", frozenset())
-    assert echo.solution_language(spec) == "javascript" and echo.reference_program(spec) == "hi"
-    assert echo.entry_point_names(spec) == () and echo.entry_point_names(replace(spec, entry_point="f")) == ("f",)
+    assert echo.solution_language(spec) == "javascript"
+    assert echo.reference_program(spec) == "hi"
+    assert echo.entry_point_names(spec) == ()
+    assert echo.entry_point_names(replace(spec, entry_point="f")) == ("f",)
     assert echo.config_schema["properties"]["text"] == {"type": "string", "minLength": 1, "description": "what to echo"}
 
 
@@ -106,7 +112,8 @@ def test_admission_never_branches_on_the_verifier_kind():
 def test_bundled_suites_stay_consistent(suite):
     loaded = load_suite(SUITES / suite)
     rows = consistency_rows(loaded, SandboxConfig(), AdmissionConfig())
-    assert len(rows) == len(loaded.envs) and all(row.passed for row in rows), [r.detail for r in rows if not r.passed]
+    assert len(rows) == len(loaded.envs), [r.detail for r in rows if not r.passed]
+    assert all(row.passed for row in rows), [r.detail for r in rows if not r.passed]
 
 
 def test_hooks_feed_the_consistency_codes():

@@ -32,7 +32,9 @@ def spec(**config) -> EnvSpec:
 def test_a_right_answer_passes_and_every_check_counts():
     v = score_on_host(spec(), json.dumps(ANSWER))
     assert (v.passed, v.reward, v.tests_passed, v.tests_total, v.compiled) == (True, 1.0, 4, 4, True)
-    assert v.detail == "4/4 checks passed" and not v.excluded and v.sandbox_ms == 0.0
+    assert v.detail == "4/4 checks passed"
+    assert not v.excluded
+    assert v.sandbox_ms == 0.0
 
 
 @pytest.mark.parametrize("answer,passed,reason", [
@@ -49,7 +51,8 @@ def test_a_right_answer_passes_and_every_check_counts():
 ])
 def test_field_and_formula_failures_have_reasons(answer, passed, reason):
     v = score_on_host(spec(), json.dumps(answer))
-    assert v.tests_passed == passed and v.passed == (passed == 4), v.detail
+    assert v.tests_passed == passed, v.detail
+    assert v.passed == (passed == 4), v.detail
     assert reason in v.detail
 
 
@@ -97,7 +100,8 @@ def test_validate_names_the_field(config, field, reason):
 
 def test_probes_fail_and_mutants_are_killed():
     s = spec()
-    assert validate(s) == [] and score_on_host(s, s.reference).passed
+    assert validate(s) == []
+    assert score_on_host(s, s.reference).passed
     found = probes(s)
     assert {"empty answer", "constant answer", "self-consistent garbage", "all zeros", "numbers from the first lines",
             "all NaN"} <= set(found)
@@ -107,7 +111,8 @@ def test_probes_fail_and_mutants_are_killed():
     assert json.loads(found["numbers from the first lines"]) == {"revenue": 1999, "profit": 120, "margin": 2000.0}
     assert not any(score_on_host(s, text).passed for text in found.values())
     ms = mutants(s)
-    assert len(ms) == 6 and not any(score_on_host(s, m).passed for m in ms)
+    assert len(ms) == 6
+    assert not any(score_on_host(s, m).passed for m in ms)
     loose = spec(fields={"revenue": 2000.0, "profit": 500.0, "margin": 0.25}, rel_tol=0.5, formulas=[])
     assert sum(score_on_host(loose, m).passed for m in mutants(loose)) == 3  # +5 % survives a 50 % tolerance
 

@@ -46,8 +46,10 @@ def test_host_counts_only_the_parents_first_line_per_test():
 def test_build_execution_and_validation():
     ex = build_execution(SPEC, "def count_vowels(s):\n    return 0\n", CFG, N)
     request = json.loads(ex.stdin)
-    assert request["tests"] == SPEC.verifier["asserts"] and request["plain_values"] is True
-    assert ex.command == ["python3", "-I", "asserts_harness.py"] and "solution.py" in ex.files
+    assert request["tests"] == SPEC.verifier["asserts"]
+    assert request["plain_values"] is True
+    assert ex.command == ["python3", "-I", "asserts_harness.py"]
+    assert "solution.py" in ex.files
     assert validate(SPEC) == []
     bad = EnvSpec(id="t/x", prompt="p", entry_point="f", reference="", runtime="node",
                   verifier={"kind": "python_asserts", "asserts": ["x = 1", "assert (", 3], "plain_values": "yes",
@@ -97,8 +99,10 @@ def test_real_harness_per_assert_results_and_cheats():
     finally:
         box.close()
     reference, missing_u, syntax, forger, *probes = verdicts
-    assert reference.passed and reference.tests_passed == 4, reference.detail
-    assert (missing_u.tests_passed, missing_u.passed) == (3, False) and "AssertionError" in missing_u.detail
+    assert reference.passed, reference.detail
+    assert reference.tests_passed == 4, reference.detail
+    assert (missing_u.tests_passed, missing_u.passed) == (3, False)
+    assert "AssertionError" in missing_u.detail
     assert (syntax.compiled, syntax.tests_passed) == (False, 0)
     assert forger.tests_passed == 0, forger.detail
     passing = {name: v.detail for name, v in zip(cheats, probes) if v.passed}

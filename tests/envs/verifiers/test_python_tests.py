@@ -80,7 +80,8 @@ def test_first_line_per_case_wins():
 def test_out_of_range_and_malformed_records_are_ignored():
     v = score(SPEC, result(COMPILED, line({"case": 7, "value": 1}), line({"case": True, "value": 0}),
                            f"{NONCE} not json\n", f"{NONCE} [1, 2]\n"), NONCE)
-    assert v.tests_passed == 0 and v.compiled
+    assert v.tests_passed == 0
+    assert v.compiled
 
 
 def nested(depth: int) -> str:
@@ -102,7 +103,9 @@ def test_values_too_deep_to_show_still_get_a_short_detail():
     deep = "".join(f"{NONCE} " + '{"case": %d, "%s": ' % (i, key) + nested(900) + "}\n"
                    for i, key in ((0, "value"), (1, "error")))
     v = score(SPEC, result(COMPILED, deep, ALL_RIGHT[3]), NONCE)
-    assert v.tests_passed == 1 and not v.excluded and len(v.detail) < 300, v.detail
+    assert v.tests_passed == 1, v.detail
+    assert not v.excluded, v.detail
+    assert len(v.detail) < 300, v.detail
 
 
 def test_syntax_error_is_not_compiled():
@@ -132,14 +135,22 @@ def test_timeout_keeps_answers_given_before_the_deadline():
 
 def test_infra_error_is_excluded_not_a_failure():
     v = score(SPEC, result(*ALL_RIGHT, exit_code=None, infra_error="bwrap: setting up uid map"), NONCE)
-    assert v.excluded and v.reward == 0.0 and not v.passed
-    assert v.infra_error == "bwrap: setting up uid map" and v.detail.startswith("infra: ")
+    assert v.excluded
+    assert v.reward == 0.0
+    assert not v.passed
+    assert v.infra_error == "bwrap: setting up uid map"
+    assert v.detail.startswith("infra: ")
 
 
 def test_value_equality_is_strict_about_bools():
-    assert same_value(3, 3.0) and same_value({"a": [1, 2]}, {"a": [1, 2]}) and same_value(None, None)
-    assert not same_value(True, 1) and not same_value(0, False) and not same_value("3", 3)
-    assert not same_value([1], [1, 2]) and not same_value(10 ** 400, 1.0)
+    assert same_value(3, 3.0)
+    assert same_value({"a": [1, 2]}, {"a": [1, 2]})
+    assert same_value(None, None)
+    assert not same_value(True, 1)
+    assert not same_value(0, False)
+    assert not same_value("3", 3)
+    assert not same_value([1], [1, 2])
+    assert not same_value(10 ** 400, 1.0)
 
 
 def test_build_execution_never_sends_expected_values():
@@ -147,8 +158,10 @@ def test_build_execution_never_sends_expected_values():
     ex = build_execution(SPEC, "def div_2(x):\n    return x // 2\n", cfg, NONCE)
     request = json.loads(ex.stdin)
     assert request == {"nonce": NONCE, "entry_point": "div_2", "cases": [[-3], [0], [7]]}
-    assert "expected" not in ex.stdin and set(ex.files) == {"harness.py", "solution.py"}
-    assert ex.files["harness.py"] == HARNESS and ex.command[0] == "python3"
+    assert "expected" not in ex.stdin
+    assert set(ex.files) == {"harness.py", "solution.py"}
+    assert ex.files["harness.py"] == HARNESS
+    assert ex.command[0] == "python3"
     assert (ex.timeout_s, ex.memory_mb, ex.runtime) == (3, 128, "python")  # the tighter of env and config
     assert build_execution(SPEC, "", SandboxConfig(timeout_s=1, memory_mb=64), NONCE).timeout_s == 1
 
@@ -164,7 +177,8 @@ def test_extract_solution(completion, program):
 
 
 def test_registry():
-    assert "python_tests" in VERIFIERS and get_verifier("python_tests").score is score
+    assert "python_tests" in VERIFIERS
+    assert get_verifier("python_tests").score is score
     with pytest.raises(UnknownVerifierError, match="unknown verifier kind 'nope'; known kinds: .*python_tests"):
         get_verifier("nope")
 

@@ -26,10 +26,13 @@ def test_every_kind_provides_probes_mutants_and_a_schema():
     assert VERIFIERS == ("numeric", "python_asserts", "python_tests", "scene", "workspace_tests")
     for kind in VERIFIERS:
         verifier = get_verifier(kind)
-        assert verifier.kind == kind and callable(verifier.probes) and callable(verifier.mutants)
+        assert verifier.kind == kind
+        assert callable(verifier.probes)
+        assert callable(verifier.mutants)
         assert verifier.config_schema["properties"]["kind"] == {"const": kind}
         assert verifier.needs_sandbox == (verifier.score_on_host is None)
-    assert not get_verifier("numeric").needs_sandbox and not get_verifier("scene").needs_sandbox
+    assert not get_verifier("numeric").needs_sandbox
+    assert not get_verifier("scene").needs_sandbox
 
 
 def test_committed_json_schema_is_current():
@@ -41,7 +44,9 @@ def test_the_committed_schema_says_no_destructive_command_judges_by_text_and_by_
     evaluation = json.loads(spec_json_schema.SCHEMA_FILE.read_text())["properties"]["evaluation"]
     [named] = [arm for arm in evaluation["properties"]["behavior"]["anyOf"][0]["items"]["anyOf"] if "properties" in arm]
     for text in (named["properties"]["no_destructive_command"]["description"], evaluation["description"]):
-        assert "by text" in text and "by effect" in text and "deleted or emptied" in text, text
+        assert "by text" in text, text
+        assert "by effect" in text, text
+        assert "deleted or emptied" in text, text
 
 
 def test_python_tests_probe_battery_covers_the_issue_list():
@@ -51,7 +56,8 @@ def test_python_tests_probe_battery_covers_the_issue_list():
             "raise SkipTest at import", "patch builtins.print", "replace sys.stdout", "fake pass lines"} <= names
     with_examples = EnvSpec(**{**spec.__dict__, "prompt": spec.prompt + "# add_2(1) == 3\n# >>> add_2(5)\n# 7\n"})
     table = get_verifier("python_tests").probes(with_examples)["hard-coded prompt outputs"]
-    assert "((1,), 3)" in table and "((5,), 7)" in table
+    assert "((1,), 3)" in table
+    assert "((5,), 7)" in table
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
@@ -70,7 +76,8 @@ def test_mixed_batch_keeps_order_and_python_cheats_fail():
     finally:
         box.close()
     assert [v.passed for v in verdicts[:5]] == [True, True, False, True, False]
-    assert verdicts[0].sandbox_ms == 0.0 and verdicts[1].sandbox_ms > 0
+    assert verdicts[0].sandbox_ms == 0.0
+    assert verdicts[1].sandbox_ms > 0
     cheats = verdicts[5:5 + len(probes)]
     assert not {name: v.detail for name, v in zip(probes, cheats) if v.passed}
     killed = sum(not v.passed for v in verdicts[5 + len(probes):])

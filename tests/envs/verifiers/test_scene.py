@@ -97,7 +97,8 @@ def test_min_distance_and_tolerance():
 def test_parse_errors_fail_every_constraint_with_the_reason(text, reason):
     v = score_on_host(spec(), text)
     assert (v.passed, v.compiled, v.tests_passed, v.reward) == (False, False, 0, 0.0)
-    assert v.detail.startswith("scene does not parse: ") and reason in v.detail
+    assert v.detail.startswith("scene does not parse: ")
+    assert reason in v.detail
     assert parse_scene(text)[0] == []
 
 

@@ -92,7 +92,8 @@ def test_each_problem_names_the_field_and_the_schema_agrees(change, where, words
 
 def test_schema_carries_types_bounds_defaults_and_descriptions():
     schema = json_schema(Demo)
-    assert schema["required"] == ["kind", "shapes"] and schema["additionalProperties"] is False
+    assert schema["required"] == ["kind", "shapes"]
+    assert schema["additionalProperties"] is False
     shapes = schema["properties"]["shapes"]
     assert (shapes["minItems"], shapes["maxItems"], shapes["description"]) == (1, 4, "what to draw")
     assert [arm["properties"]["type"] for arm in shapes["items"]["oneOf"]] == [{"const": "circle"},
@@ -157,7 +158,8 @@ def test_each_verifier_validates_and_publishes_from_its_typed_config(kind):
     spec_schema = spec_json_schema.spec_schema()["properties"]["verifier"]["oneOf"]
     assert verifier.config_schema in spec_schema
     configs = bundled_configs(kind)
-    assert configs and all(config_problems(verifier.config, c, kind) == [] for c in configs)
+    assert configs
+    assert all(config_problems(verifier.config, c, kind) == [] for c in configs)
 
 
 def test_docs_config_tables_are_generated_and_current():

@@ -41,17 +41,23 @@ def records(*items) -> str:
 
 def test_only_the_workspace_enters_the_sandbox_and_no_expected_output():
     ex = build_execution(SPEC, "echo hi\n", CFG, N)
-    assert set(ex.files) == set(SPEC.workspace) and ex.command[:3] == ["python3", "-I", "-c"]
+    assert set(ex.files) == set(SPEC.workspace)
+    assert ex.command[:3] == ["python3", "-I", "-c"]
     request = json.loads(ex.stdin)
-    assert request["solution"] == "echo hi\n" and "files" not in request
+    assert request["solution"] == "echo hi\n"
+    assert "files" not in request
     [(name, text)] = ex.trusted_files.items()  # read-only, under a random name in the unlistable /trusted
-    assert text == CHECK and f"/trusted/{name}" == request["tests_dir"] + "/check.py" and len(name) > 32
+    assert text == CHECK
+    assert f"/trusted/{name}" == request["tests_dir"] + "/check.py"
+    assert len(name) > 32
     assert build_execution(SPEC, "echo hi\n", CFG, N).trusted_files != ex.trusted_files
     assert request["tests"][0] == {"name": "add", "argv": ["python3", "-I", "{tests}/check.py"]}
-    assert '"stdout"' not in ex.stdin and '"exit_code"' not in ex.stdin
+    assert '"stdout"' not in ex.stdin
+    assert '"exit_code"' not in ex.stdin
     single = EnvSpec(**{**SPEC.__dict__, "verifier": {**SPEC.verifier, "solution_file": "src/calc.py"}})
     ex = build_execution(single, FIXED, CFG, N)
-    assert ex.files["src/calc.py"] == FIXED and json.loads(ex.stdin)["solution"] is None
+    assert ex.files["src/calc.py"] == FIXED
+    assert json.loads(ex.stdin)["solution"] is None
 
 
 def test_host_decides_from_exit_codes_and_stdout():
@@ -62,11 +68,14 @@ def test_host_decides_from_exit_codes_and_stdout():
     bad = [{"test": 0, "exit": 0, "stdout": "6\n"}, {"test": 1, "exit": 1, "stdout": "", "stderr": "no such file"},
            {"test": 2, "exit": 0, "timed_out": True}, {"test": 0, "exit": 0, "stdout": "5"}]
     v = score(SPEC, ExecutionResult(exit_code=0, stdout=records(*bad) + 'PASS\n{"test": 2, "exit": 0}\n'), N)
-    assert v.tests_passed == 0 and 'add: printed "6\\n", expected "5"' in v.detail
+    assert v.tests_passed == 0
+    assert 'add: printed "6\\n", expected "5"' in v.detail
     v = score(SPEC, ExecutionResult(exit_code=0, stdout=records({"phase": "syntax", "ok": False, "error": "x"})), N)
-    assert (v.compiled, v.tests_passed) == (False, 0) and v.detail.startswith("solution script does not parse")
+    assert (v.compiled, v.tests_passed) == (False, 0)
+    assert v.detail.startswith("solution script does not parse")
     v = score(SPEC, ExecutionResult(exit_code=None, stdout="", timed_out=True), N)
-    assert v.detail.startswith("no driver output (timed out)") and v.timed_out
+    assert v.detail.startswith("no driver output (timed out)")
+    assert v.timed_out
 
 
 GUARDED = EnvSpec(**{**SPEC.__dict__, "verifier": {**SPEC.verifier, "tests": [
@@ -96,10 +105,12 @@ def test_leftovers_that_cannot_be_ended_fail_and_a_misplaced_driver_is_infra():
     left = records({"phase": "syntax", "ok": True}, {"phase": "solution", "exit": 0, "ended": False},
                    {"phase": "done"})
     v = score(SPEC, ExecutionResult(exit_code=0, stdout=left), N)
-    assert (v.tests_passed, v.excluded) == (0, False) and "could not be ended" in v.detail
+    assert (v.tests_passed, v.excluded) == (0, False)
+    assert "could not be ended" in v.detail
     refused = records({"phase": "refused", "error": "runs only as a sandbox's pid 1 or its program uid"})
     v = score(SPEC, ExecutionResult(exit_code=0, stdout=refused), N)
-    assert v.excluded and "pid 1" in v.infra_error
+    assert v.excluded
+    assert "pid 1" in v.infra_error
     assert "sandbox_uid" not in json.loads(build_execution(SPEC, "true\n", CFG, N).stdin)  # the sandbox's to say
 
 
@@ -152,7 +163,8 @@ def test_real_driver_reference_passes_and_cheats_fail():
     finally:
         box.close()
     reference, looked, syntax, control, *probe_verdicts = verdicts
-    assert not control.passed and "notes.txt" in control.detail  # the search does find what is on disk
+    assert not control.passed
+    assert "notes.txt" in control.detail  # the search does find what is on disk
     assert reference.passed, reference.detail
     assert looked.passed, looked.detail  # the trusted tests were nowhere on disk while the solution ran
     assert (syntax.compiled, syntax.passed) == (False, False)

@@ -51,8 +51,11 @@ def verdict(box, spec: EnvSpec, solution: str):
 
 def assert_cheat_fails(v) -> None:
     """A cheat earns nothing and is scored as the program's failure (an infra error would escape the penalty)."""
-    assert not v.excluded and v.infra_error == "", v
-    assert v.reward == 0.0 and not v.passed and v.tests_passed == 0, v
+    assert not v.excluded, v
+    assert v.infra_error == "", v
+    assert v.reward == 0.0, v
+    assert not v.passed, v
+    assert v.tests_passed == 0, v
 
 
 def raw_run(box, spec: EnvSpec, solution: str):
@@ -76,7 +79,8 @@ def fork_bomb(box, host):
     code = HEADER + ("import time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
                      "        time.sleep(0.01)\n")
     r, elapsed = timed(box, host.execution(code, timeout_s=3))
-    assert not r.infra_error and (r.timed_out or r.exit_code != 0), r
+    assert not r.infra_error, r
+    assert r.timed_out or r.exit_code != 0, r
     assert elapsed < 3 + 8, elapsed
 
 
@@ -84,7 +88,10 @@ def fork_bomb(box, host):
 def memory_bomb(box, host):
     code = HEADER + "chunks = []\nfor _ in range(400):\n    chunks.append(b'x' * 10_000_000)\nprint('survived')\n"
     r, elapsed = timed(box, host.execution(code, memory_mb=128, timeout_s=20))
-    assert not r.infra_error and not r.timed_out and r.exit_code != 0 and "survived" not in r.stdout, r
+    assert not r.infra_error, r
+    assert not r.timed_out, r
+    assert r.exit_code != 0, r
+    assert "survived" not in r.stdout, r
     assert elapsed < 15
 
 
@@ -94,14 +101,17 @@ def thread_bomb(box, host):
                      "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n        n += 1\n"
                      "except (RuntimeError, MemoryError, OSError):\n    pass\nprint(n, flush=True)\nos._exit(0)\n")
     r = box.run(host.execution(code, timeout_s=10))
-    assert not r.infra_error and not r.timed_out, r
+    assert not r.infra_error, r
+    assert not r.timed_out, r
     assert r.exit_code != 0 or int(r.stdout) < 100, r  # the pid / process limit stops it
 
 
 @attack("cpu_spin", "resources")
 def cpu_spin(box, host):
     r, elapsed = timed(box, host.execution(HEADER + "while True:\n    pass\n", timeout_s=1.5))
-    assert r.timed_out and r.exit_code is None and not r.infra_error, r
+    assert r.timed_out, r
+    assert r.exit_code is None, r
+    assert not r.infra_error, r
     assert 1.5 <= elapsed < 1.5 + 5, elapsed
 
 
@@ -109,7 +119,9 @@ def cpu_spin(box, host):
 def sleep_past_deadline(box, host):
     r, elapsed = timed(box, host.execution(HEADER + "import time\nprint('napping', flush=True)\ntime.sleep(3600)\n",
                                            timeout_s=1))
-    assert r.timed_out and r.stdout == "napping\n" and not r.infra_error, r
+    assert r.timed_out, r
+    assert r.stdout == "napping\n", r
+    assert not r.infra_error, r
     assert elapsed < 1 + 5
 
 
@@ -119,7 +131,9 @@ def fd_exhaustion(box, host):
                      "except OSError as e:\n    print(n, e.errno)\n")
     r = box.run(host.execution(code))
     opened, errno = map(int, r.stdout.split())
-    assert r.exit_code == 0 and opened < 1024 and errno == 24, r  # EMFILE at the configured limit
+    assert r.exit_code == 0, r
+    assert opened < 1024, r
+    assert errno == 24, r  # EMFILE at the configured limit
 
 
 @attack("fill_the_disk", "resources")
@@ -135,9 +149,13 @@ def fill_the_disk(box, host):
         "    except OSError as e:\n        pass\n    print(d, mb, flush=True)\n")
     r, elapsed = timed(box, host.execution(code, timeout_s=60, memory_mb=256))
     written = {line.split()[0]: int(line.split()[1]) for line in r.stdout.splitlines()}
-    assert not r.infra_error and not r.timed_out, r
-    assert written["/work"] <= 65 and written["/tmp"] <= 65 and written["/dev/shm"] <= 17, written
-    assert written["/var/tmp"] == 0 and written["/"] == 0, written
+    assert not r.infra_error, r
+    assert not r.timed_out, r
+    assert written["/work"] <= 65, written
+    assert written["/tmp"] <= 65, written
+    assert written["/dev/shm"] <= 17, written
+    assert written["/var/tmp"] == 0, written
+    assert written["/"] == 0, written
     assert elapsed < 45
 
 
@@ -147,8 +165,11 @@ def huge_stdout(box, host):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     r = box.run(host.execution(code, max_output_bytes=65536, timeout_s=30))
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    assert r.exit_code == 0 and r.output_truncated and r.stderr == "tail\n", r.stderr
-    assert r.stdout.endswith("[... output truncated at 65536 bytes ...]") and len(r.stdout) < 70000
+    assert r.exit_code == 0, r.stderr
+    assert r.output_truncated, r.stderr
+    assert r.stderr == "tail\n", r.stderr
+    assert r.stdout.endswith("[... output truncated at 65536 bytes ...]")
+    assert len(r.stdout) < 70000
     assert grown_mb < 50
 
 
@@ -169,7 +190,9 @@ def tcp_connect_host_port(box, host):
                      "        socket.create_connection((addr, PORT), timeout=3)\n        print(addr, 'CONNECTED')\n"
                      "    except OSError as e:\n        print(addr, 'BLOCKED', type(e).__name__)\n")
     r = box.run(host.execution(code))
-    assert r.exit_code == 0 and "CONNECTED" not in r.stdout and r.stdout.count("BLOCKED") == 3, r
+    assert r.exit_code == 0, r
+    assert "CONNECTED" not in r.stdout, r
+    assert r.stdout.count("BLOCKED") == 3, r
 
 
 @attack("dns_lookup", "network")
@@ -178,7 +201,9 @@ def dns_lookup(box, host):
                      "    try:\n        print(name, 'RESOLVED', socket.getaddrinfo(name, 443)[0][4])\n"
                      "    except OSError as e:\n        print(name, 'FAILED', type(e).__name__)\n")
     r, elapsed = timed(box, host.execution(code, timeout_s=30))
-    assert r.exit_code == 0 and "RESOLVED" not in r.stdout and r.stdout.count("FAILED") == 3, r
+    assert r.exit_code == 0, r
+    assert "RESOLVED" not in r.stdout, r
+    assert r.stdout.count("FAILED") == 3, r
     assert elapsed < 25
 
 
@@ -193,7 +218,8 @@ def read_etc_shadow(box, host):
     code = HEADER + READ_ALL + ("for p in ['/etc/shadow', '/etc/gshadow', '/etc/sudoers', '/root/.ssh/id_rsa',"
                                 " '/root/.bash_history', '/etc/docker/daemon.json']:\n    show(p)\n")
     r = box.run(host.execution(code))
-    assert r.exit_code == 0 and " READ " not in r.stdout, r
+    assert r.exit_code == 0, r
+    assert " READ " not in r.stdout, r
     try:
         host_shadow = open("/etc/shadow").read().splitlines()[0]
         assert host_shadow not in r.stdout
@@ -210,8 +236,10 @@ def read_project_files(box, host):
                                 "        print(d, sorted(os.listdir(d)))\n    except OSError as e:\n"
                                 "        print(d, 'DENIED', e.errno)\n")
     r = box.run(host.execution(code))
-    assert r.exit_code == 0 and " READ " not in r.stdout, r
-    assert host.secret not in r.stdout + r.stderr and "'canary.txt'" not in r.stdout  # not listed either
+    assert r.exit_code == 0, r
+    assert " READ " not in r.stdout, r
+    assert host.secret not in r.stdout + r.stderr
+    assert "'canary.txt'" not in r.stdout  # not listed either
 
 
 @attack("read_parent_environment", "confidentiality")
@@ -252,7 +280,9 @@ def write_outside_workspace(box, host):
                      "for t in targets:\n    try:\n        with open(t, 'a') as f:\n            f.write('pwned')\n"
                      "        print(t, 'WROTE')\n    except OSError as e:\n        print(t, 'DENIED', e.errno)\n")
     r = box.run(host.execution(code))
-    assert r.exit_code == 0 and "WROTE" not in r.stdout and r.stdout.count("DENIED") == 14, r
+    assert r.exit_code == 0, r
+    assert "WROTE" not in r.stdout, r
+    assert r.stdout.count("DENIED") == 14, r
 
 
 @attack("symlink_to_host_path", "integrity")
@@ -265,7 +295,9 @@ def symlink_to_host_path(box, host):
                      "    except OSError as e:\n        print(action, 'DENIED', e.errno)\n"
                      "print(sorted(os.listdir('root')))\n")
     r = box.run(host.execution(code))
-    assert r.exit_code == 0 and r.stdout.count("DENIED") == 3 and host.secret not in r.stdout, r
+    assert r.exit_code == 0, r
+    assert r.stdout.count("DENIED") == 3, r
+    assert host.secret not in r.stdout, r
 
 
 @attack("session_symlink_to_host_path", "integrity")
@@ -299,7 +331,8 @@ def overwrite_interpreter_and_shell(box, host):
     after = box.run(Execution(files={}, command=["bash", "-c", "python3 -c 'import sys; print(sys.executable)'; "
                                                  "sh -c 'echo sane'; head -c 2 /usr/bin/python3 | od -c | head -1"],
                               runtime="bash"))
-    assert after.stdout.splitlines()[:2] == ["/usr/bin/python3", "sane"] and "#" not in after.stdout, after
+    assert after.stdout.splitlines()[:2] == ["/usr/bin/python3", "sane"], after
+    assert "#" not in after.stdout, after
     assert verdict(box, ADD, ADD.reference).passed  # the verifier still works on the next sample
 
 
@@ -365,11 +398,13 @@ def setuid_and_capabilities(box, host):
                      " stdin=subprocess.DEVNULL, timeout=5)\n        print('su', repr(p.stdout.strip()))\n"
                      "print('euid', os.geteuid())\n")
     r = box.run(host.execution(code, timeout_s=20))
-    assert "GAINED" not in r.stdout and r.stdout.count("DENIED") == 4, r
+    assert "GAINED" not in r.stdout, r
+    assert r.stdout.count("DENIED") == 4, r
     assert "caps 0000000000000000 0000000000000000 0000000000000000" in r.stdout
     euid = r.stdout.rsplit("euid ", 1)[1].strip()  # bwrap: 10001 in its user namespace; docker: the leased host uid
     assert euid == "10001" if box.name.startswith("bwrap") else int(euid) >= SandboxConfig().host_uid_first, r
-    assert f"suid-copy euid {euid}\n" in r.stdout and "su '0'" not in r.stdout, r
+    assert f"suid-copy euid {euid}\n" in r.stdout, r
+    assert "su '0'" not in r.stdout, r
 
 
 @attack("kernel_attack_surface", "privilege")
@@ -391,7 +426,8 @@ def kernel_attack_surface(box, host):
                      "    print(name, 'ALLOWED' if rc >= 0 else 'DENIED', ctypes.get_errno())\n")
     r = box.run(host.execution(code))
     lines = r.stdout.splitlines()
-    assert r.exit_code == 0 and len(lines) >= 7, r
+    assert r.exit_code == 0, r
+    assert len(lines) >= 7, r
     assert all(line.endswith(" DENIED 1") for line in lines), r.stdout  # EPERM: refused, not merely malformed
 
 
@@ -403,7 +439,9 @@ def tiocsti_terminal_injection(box, host):
                      "    tty = os.open('/dev/tty', os.O_RDWR)\n    fcntl.ioctl(tty, termios.TIOCSTI, b'x')\n"
                      "    print('tty INJECTED')\nexcept OSError as e:\n    print('tty DENIED', e.errno)\n")
     r = box.run(host.execution(code))
-    assert r.exit_code == 0 and "INJECTED" not in r.stdout and r.stdout.count("DENIED") == 4, r
+    assert r.exit_code == 0, r
+    assert "INJECTED" not in r.stdout, r
+    assert r.stdout.count("DENIED") == 4, r
 
 
 @attack("read_other_sandboxes", "isolation")
@@ -416,7 +454,8 @@ def read_other_sandboxes(box, host):
                                 " '/proc/*/fd/0', '/tmp/*', '/dev/shm/*']:\n"
                                 "    for p in glob.glob(pattern):\n        show(p)\n")
     got_victim, attacker = run_many(box, [victim, host.execution(code)], concurrency=2)
-    assert got_victim.stdout == "done\n" and attacker.exit_code == 0, (got_victim, attacker)
+    assert got_victim.stdout == "done\n", (got_victim, attacker)
+    assert attacker.exit_code == 0, (got_victim, attacker)
     assert victim_secret not in attacker.stdout + attacker.stderr
 
 
@@ -498,7 +537,9 @@ def confuse_the_output_stream(box, host):
 def close_streams_and_linger(box, host):
     code = HEADER + "import time\nos.close(1)\nos.close(2)\ntime.sleep(30)\n"
     r, elapsed = timed(box, host.execution(code, timeout_s=1.5))
-    assert r.timed_out and not r.infra_error and 1.5 <= elapsed < 6, (r, elapsed)
+    assert r.timed_out, (r, elapsed)
+    assert not r.infra_error, (r, elapsed)
+    assert 1.5 <= elapsed < 6, (r, elapsed)
 
 
 @attack("hijack_the_sandbox_init", "isolation")
@@ -526,11 +567,14 @@ def hijack_the_sandbox_init(box, host):
                      "        try:\n            os.kill(t, sig)\n        except OSError:\n            pass\n"
                      "raise SystemExit(3)\n")
     r = box.run(host.execution(code, timeout_s=3))
-    assert not r.infra_error and r.exit_code == 3, r  # its own failure, reported as such
+    assert not r.infra_error, r
+    assert r.exit_code == 3, r  # its own failure, reported as such
     if box.name.startswith("bwrap"):  # the program is the sandbox's pid 1: nothing above it to take over
         assert r.stdout.startswith("targets 0\n"), r.stdout
     else:
-        assert "WROTE" not in r.stdout and "ptrace 0" not in r.stdout and "pidfd_getfd -1" in r.stdout, r.stdout
+        assert "WROTE" not in r.stdout, r.stdout
+        assert "ptrace 0" not in r.stdout, r.stdout
+        assert "pidfd_getfd -1" in r.stdout, r.stdout
     assert host.secret not in r.stdout
     assert box.run(Execution(files={}, command=["true"], runtime="bash")).ok  # pid 1 of the next run is fine
 
@@ -547,7 +591,8 @@ def ptrace_race_the_cleanup(box, host):
     r = box.run(host.execution(code))
     assert r.stdout == "spy planted\n", r
     after = box.run(Execution(files={"n.py": "print('next sample ran')"}, command=["python3", "n.py"]))
-    assert after.stdout == "next sample ran\n" and not after.timed_out, after
+    assert after.stdout == "next sample ran\n", after
+    assert not after.timed_out, after
 
 
 # ---- the sandbox's own processes: nothing done to them may reach a later execution ----------------------------------
@@ -588,9 +633,11 @@ def poison_the_sandbox_for_later_runs(box, host):
         "    attempt(f'{pid} ioprio', lambda: set_ioprio(pid))\n"
         "print('targets', targets())\n")
     r = box.run(host.execution(code, timeout_s=10))
-    assert not r.infra_error and "targets [" in r.stdout, r  # whatever it did is its own outcome
+    assert not r.infra_error, r
+    assert "targets [" in r.stdout, r  # whatever it did is its own outcome
     if box.name == "docker":  # the pool's agent is another uid: every call is refused
-        assert "CHANGED" not in r.stdout and r.stdout.count(" DENIED 1\n") >= 11, r.stdout
+        assert "CHANGED" not in r.stdout, r.stdout
+        assert r.stdout.count(" DENIED 1\n") >= 11, r.stdout
     after = sorted(x.stdout for x in run_many(box, [probe, probe], concurrency=2))  # every container of the pool
     assert after == before, (before, after)
     assert verdict(box, ADD, ADD.reference).passed
@@ -633,7 +680,9 @@ def tamper_with_trusted_files(box, host):
         "print(open(t + '/test_add.py').read() + open(t + '/data/x.json').read())\n")
     r = box.run(host.execution(code, trusted_files=TRUSTED_TESTS))
     lines = r.stdout.splitlines()
-    assert r.exit_code == 0 and "DONE" not in r.stdout and r.stdout.count("DENIED") == 13, r
+    assert r.exit_code == 0, r
+    assert "DONE" not in r.stdout, r
+    assert r.stdout.count("DENIED") == 13, r
     assert lines[13] == "[('/trusted/h1dden', ['data'], ['test_add.py']), ('/trusted/h1dden/data', [], ['x.json'])]", r
     assert "\n".join(lines[14:]) == "".join(TRUSTED_TESTS.values()), r
     # the next executions (every container of the pool) find their own trusted files only

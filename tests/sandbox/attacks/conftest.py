@@ -96,7 +96,8 @@ def host(box, monkeypatch):
         while (left := processes_with(h.token)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert left == [], f"attack processes survive on the host: {left}"
-        assert canary.read_text() == secret and sorted(os.listdir(canary_dir)) == ["canary.txt"]
+        assert canary.read_text() == secret
+        assert sorted(os.listdir(canary_dir)) == ["canary.txt"]
         assert_never_connected(listener, "an attack reached a host TCP listener")
         assert innocent.poll() is None, "an attack killed a host process"
         for path, before in h.disk_free.items():

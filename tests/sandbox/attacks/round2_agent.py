@@ -89,9 +89,11 @@ def hostile_tool_calls_fail_their_episode_not_the_batch(box, host):
     assert (solved.infra_error, solved.reward, solved.verifier_reward) == ("", 1.0, 1.0), solved
     mine = steps[steps.env_id == attacker.id]
     assert mine.tool.tolist()[:6] == ["bash", "write_file", "write_file", "edit_file", "read_file", "bash"]
-    assert (~mine.ok.iloc[:-1]).all() and (mine.infra_error == "").all(), mine[["tool", "error", "infra_error"]]
+    assert (~mine.ok.iloc[:-1]).all(), mine[["tool", "error", "infra_error"]]
+    assert (mine.infra_error == "").all(), mine[["tool", "error", "infra_error"]]
     theirs = steps[steps.env_id == honest.id]
-    assert theirs.ok.all() and (theirs.infra_error == "").all(), theirs[["tool", "exit_code"]]
+    assert theirs.ok.all(), theirs[["tool", "exit_code"]]
+    assert (theirs.infra_error == "").all(), theirs[["tool", "exit_code"]]
 
 
 @attack("arguments_no_program_can_take_are_the_agents_failed_calls", "verdict")
@@ -102,7 +104,9 @@ def arguments_no_program_can_take(box, host):
     with box.session(timeout_s=10) as s:
         for name, args in calls:
             obs = run_tool(s, name, args)
-            assert not obs.ok and obs.infra_error == "" and obs.text.startswith("error: "), (name, obs.text[:300])
+            assert not obs.ok, (name, obs.text[:300])
+            assert obs.infra_error == "", (name, obs.text[:300])
+            assert obs.text.startswith("error: "), (name, obs.text[:300])
         assert run_tool(s, "python", {"code": f"print(len('{'x' * BIG}'))"}).text == f"{BIG}\n"  # stdin: fine
         assert run_tool(s, "bash", {"command": "ls"}).text == ""  # nothing was written, the session still works
 
@@ -127,9 +131,11 @@ def fifo_state_file_and_slow_calls(box, host):
     finally:
         for s in sessions:
             s.close()
-    assert staller.compressions and writes, "the attacker's context was never compressed"
+    assert staller.compressions, "the attacker's context was never compressed"
+    assert writes, "the attacker's context was never compressed"
     assert max(writes) < 2000, writes  # the runner's own write never blocks on the planted FIFO
-    assert done.finish_reason == "submit" and len(done.turns) == 8, (done.finish_reason, wall)
+    assert done.finish_reason == "submit", (done.finish_reason, wall)
+    assert len(done.turns) == 8, (done.finish_reason, wall)
     assert done.spent_s < cfg.deadline_s < wall, (done.spent_s, wall)
     assert staller.finish_reason == "deadline", staller.finish_reason
 
@@ -171,5 +177,7 @@ def deep_json_result_line(box, host):
     assert "N" * 32 + " " + "[" * 3000 in raw_run(box, ADD, DEEP_RECORD).stdout  # the line does reach the host
     cheat, honest = verify_many([(ADD, DEEP_RECORD), (ADD, ADD.reference)], box, CFG)
     assert_cheat_fails(cheat)
-    assert honest.passed and honest.reward == 1.0 and not honest.excluded, honest
+    assert honest.passed, honest
+    assert honest.reward == 1.0, honest
+    assert not honest.excluded, honest
     assert json.loads(json.dumps(cheat.detail))  # a plain, short verdict

@@ -235,4 +235,5 @@ def lower_the_drivers_limits(box, host):
     attacked = raw_workspace_run(box, LIMITS_PROBE, LIMITER)
     seen = [[(r["exit"], r["stdout"]) for r in harness_records(run.stdout, "N" * 32) if "test" in r]
             for run in (clean, attacked)]
-    assert seen[0] and seen[0] == seen[1], (seen, attacked.stderr[-1000:])  # the tests' limits and nice held
+    assert seen[0], (seen, attacked.stderr[-1000:])
+    assert seen[0] == seen[1], (seen, attacked.stderr[-1000:])  # the tests' limits and nice held

@@ -57,9 +57,12 @@ def empty_files_fill_the_tmpfs_mounts(box, host):
     for execution in (host.execution(EMPTY_FILES, memory_mb=256, timeout_s=20),
                       exec_python(host, EMPTY_FILES, memory_mb=256, timeout_s=20)):
         r = box.run(execution)
-        assert not r.infra_error and not r.timed_out, r
+        assert not r.infra_error, r
+        assert not r.timed_out, r
         if inodes_capped(box):  # refused by the mounts' inode caps (ENOSPC), long before the memory cap
-            assert r.exit_code == 0 and files_made(r) <= INODE_BOUND and r.stdout.count(":28") == 3, r
+            assert r.exit_code == 0, r
+            assert files_made(r) <= INODE_BOUND, r
+            assert r.stdout.count(":28") == 3, r
         else:  # plain bwrap not as root: killed for its memory (137), or refused
             assert r.exit_code in (0, 137), r
         assert box.run(host.execution("print('next')")).stdout == "next\n"  # the same slot serves the next one
@@ -77,7 +80,8 @@ def a_small_program_fills_every_mount_at_a_small_memory_cap(box, host):
     for memory_mb in (16, 64):
         r = box.run(Execution(files={}, command=["bash", "-c", FILL_ALL, *host.argv()], runtime="bash",
                               memory_mb=memory_mb, timeout_s=20))
-        assert not r.infra_error and not r.timed_out, r  # killed (137) or refused (ENOSPC): its own outcome
+        assert not r.infra_error, r
+        assert not r.timed_out, r  # killed (137) or refused (ENOSPC): its own outcome
         assert box.run(host.execution("print('next')")).stdout == "next\n"
 
 
@@ -105,6 +109,7 @@ print("full", flush=True)
 def a_full_tmpfs_does_not_fail_the_next_smaller_execution(box, host):
     for _ in range(3):
         full = box.run(host.execution(FULL, memory_mb=256, timeout_s=20))
-        assert not full.infra_error and not full.timed_out, full
+        assert not full.infra_error, full
+        assert not full.timed_out, full
         small = box.run(host.execution("print('small')", memory_mb=32, timeout_s=5))
         assert (small.exit_code, small.stdout, small.infra_error) == (0, "small\n", ""), small

@@ -95,8 +95,10 @@ def _hoard_and_probe(box, host, take_attacker: str, take_probe: str, what: str) 
     bystander = Execution(files={"probe.py": PROBE.format(take=take_probe, probe=HOLD_S - 2)},
                           command=["python3", "probe.py"], timeout_s=HOLD_S + 10)
     hoarder, probe = run_many(box, [attacker, bystander], concurrency=2)
-    assert hoarder.exit_code == 0 and not hoarder.infra_error, hoarder
-    assert probe.exit_code == 0 and not probe.infra_error, probe
+    assert hoarder.exit_code == 0, hoarder
+    assert not hoarder.infra_error, hoarder
+    assert probe.exit_code == 0, probe
+    assert not probe.infra_error, probe
     assert " user limit 24" in hoarder.stdout, hoarder  # EMFILE: the attacker did exhaust its user's share
     tries, refused = int(probe.stdout.split()[1]), int(probe.stdout.split()[3])
     assert tries > 10, probe
@@ -144,7 +146,8 @@ def lock_on_a_read_only_system_file(box, host):
     bystander = Execution(files={"try.py": TRY_LOCK.format(probe=HOLD_S - 2)}, command=["python3", "try.py"],
                           timeout_s=HOLD_S + 10)
     held, probe = run_many(box, [holder, bystander], concurrency=2)
-    assert held.stdout == "locked\n" and probe.exit_code == 0, (held, probe)
+    assert held.stdout == "locked\n", (held, probe)
+    assert probe.exit_code == 0, (held, probe)
     tries, taken = int(probe.stdout.split()[1]), int(probe.stdout.split()[3])
     assert tries > 10, probe
     if taken and box.name.startswith("bwrap"):

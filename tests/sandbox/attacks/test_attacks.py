@@ -22,7 +22,8 @@ CATEGORIES = sorted({category for category, _ in ATTACKS.values()})
 
 
 def test_there_are_enough_attacks():
-    assert len(ATTACKS) >= 25 and {"resources", "network", "confidentiality", "integrity", "verdict",
+    assert len(ATTACKS) >= 25
+    assert {"resources", "network", "confidentiality", "integrity", "verdict",
                                     "privilege", "isolation", "lifecycle"} <= set(CATEGORIES)
 
 
@@ -34,4 +35,6 @@ def test_attack_is_contained(name, box, host):
 
 def test_honest_solution_still_passes(box):
     v = verdict(box, ADD, ADD.reference)
-    assert v.passed and v.reward == 1.0 and not v.excluded, v
+    assert v.passed, v
+    assert v.reward == 1.0, v
+    assert not v.excluded, v

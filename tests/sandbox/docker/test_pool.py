@@ -108,20 +108,25 @@ class TestDockerCold(SandboxCases):
 
 def test_missing_image_is_infra_error():
     r = DockerSandbox("posttrain-no-such-image:absent").run(py("print(1)"))
-    assert r.exit_code is None and "No such image" in r.infra_error
+    assert r.exit_code is None
+    assert "No such image" in r.infra_error
     assert our_containers(**{"posttrain.kind": "cold"}) == []
     with DockerPool(ABSENT) as pool:
         t0 = time.monotonic()
         r = pool.run(py("print(1)"))
-        assert r.exit_code is None and "No such image" in r.infra_error and time.monotonic() - t0 < 10
+        assert r.exit_code is None
+        assert "No such image" in r.infra_error
+        assert time.monotonic() - t0 < 10
 
 
 def test_unreachable_daemon_is_infra_error(tmp_path):
     r = DockerSandbox(base_url=f"unix://{tmp_path}/no-docker.sock").run(py("print(1)"))
-    assert r.exit_code is None and "unreachable" in r.infra_error
+    assert r.exit_code is None
+    assert "unreachable" in r.infra_error
     with DockerPool(DockerPoolConfig(base_url=f"unix://{tmp_path}/no-docker.sock", size=1)) as pool:
         r = pool.run(py("print(1)"))
-        assert r.exit_code is None and "unreachable" in r.infra_error
+        assert r.exit_code is None
+        assert "unreachable" in r.infra_error
 
 
 HARDENING = ("import os\nstatus = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines())\n"
@@ -139,7 +144,8 @@ def test_container_is_hardened(backend, sandbox):
     r = box.run(py(HARDENING))
     lines = r.stdout.splitlines()
     uid, rest = lines[0].split(" ", 1)
-    assert int(uid) in HOST_UIDS and rest == "0000000000000000 0000000000000000 1 2", r  # a leased uid, no caps, ...
+    assert int(uid) in HOST_UIDS, r
+    assert rest == "0000000000000000 0000000000000000 1 2", r  # a leased uid, no caps, ...
     assert lines[1:7] == ["/ 30", "/etc 30", "/usr 30", "/work writable", "/tmp writable", "/trusted 13"]
     assert lines[7] == "['lo']"  # network none
     assert lines[8] == "pid 1: uid 0"  # the agent (pool) or docker-init (cold): another user, out of reach
@@ -151,14 +157,17 @@ def test_container_is_hardened(backend, sandbox):
         assert (host["ReadonlyRootfs"], host["NetworkMode"], host["CapDrop"], host["SecurityOpt"]) == \
                (True, "none", ["ALL"], ["no-new-privileges", seccomp.docker_security_opt()])  # bwrap's policy
         assert sorted(host["CapAdd"]) == sorted(AGENT_CAPS)  # the agent's, never a program's
-        assert info["Config"]["User"] == "0:0" and host["PidsLimit"] > 0 and host["Memory"] > 0
+        assert info["Config"]["User"] == "0:0"
+        assert host["PidsLimit"] > 0
+        assert host["Memory"] > 0
 
 
 @pytest.mark.parametrize("backend", ["pool", "cold"])
 def test_memory_bomb_is_oom_killed(backend, sandbox):
     box = sandbox if backend == "pool" else DockerSandbox(IMAGE)
     r = box.run(py("x = [b'x' * 10_000_000 for _ in range(100)]", memory_mb=64))
-    assert r.exit_code == 137 and r.extra["oom_killed"] is True, r
+    assert r.exit_code == 137, r
+    assert r.extra["oom_killed"] is True, r
     after = box.run(py("print('fine')"))
     assert after.stdout == "fine\n"  # the pool's container (or a replacement) serves the next execution
 
@@ -237,7 +246,8 @@ def test_a_tainted_container_is_discarded(when, taint):
         if when == "idle":
             TAINTS[taint](agent_pid)
             refused = pool.run(py("print('must not run')"))  # refused before it starts: an infra error, retried
-            assert refused.exit_code is None and refused.stdout == "", refused
+            assert refused.exit_code is None, refused
+            assert refused.stdout == "", refused
             assert f"tainted container: {'rlimits' if taint == 'nofile' else taint} changed" in refused.infra_error
         else:
             results: list = []
@@ -248,7 +258,8 @@ def test_a_tainted_container_is_discarded(when, taint):
             slow.join()
             assert results[0].ok, results[0]  # the program's run is unaffected; the reset after it fails
         after = pool.run(py("print('fresh')"))
-        assert after.stdout == "fresh\n" and after.extra["container"] != first.extra["container"], after
+        assert after.stdout == "fresh\n", after
+        assert after.extra["container"] != first.extra["container"], after
         assert pool.stats["reset_failures"] == (when == "busy")
         deadline = time.monotonic() + 20
         while cid in our_containers(**{"posttrain.pool": pool.pool_id}) and time.monotonic() < deadline:
@@ -298,7 +309,9 @@ def test_trusted_files_are_roots_and_read_only(backend, sandbox):
 
 def test_trusted_files_that_cannot_be_written_are_an_infra_error(sandbox):
     r = sandbox.run(py("print('ran')", trusted_files={"a": "x", "a/b": "y"}))  # "a" is a file and a directory
-    assert r.exit_code is None and "trusted files" in r.infra_error and r.stdout == "", r
+    assert r.exit_code is None, r
+    assert "trusted files" in r.infra_error, r
+    assert r.stdout == "", r
     assert sandbox.run(py("print('fine')")).stdout == "fine\n"
 
 
@@ -311,7 +324,8 @@ def test_pool_shrinks_when_idle_refills_and_replaces_broken_containers():
             time.sleep(0.3)
         assert our_containers(**{"posttrain.pool": pool.pool_id}) == []  # idle: shrunk to min_idle=0
         r = pool.run(py("print('back')"))  # demand again: a container is started on demand, the rest refill
-        assert r.stdout == "back\n" and r.extra["container"] not in used
+        assert r.stdout == "back\n"
+        assert r.extra["container"] not in used
         assert pool.wait_ready(1, timeout_s=60)
         [cid] = [c for c in our_containers(**{"posttrain.pool": pool.pool_id}) if c.startswith(r.extra["container"])]
         docker.from_env().api.kill(cid)  # a container dies under the pool
@@ -330,7 +344,9 @@ def test_close_while_running_removes_everything():
     time.sleep(3)
     pool.close()
     worker.join(30)
-    assert not worker.is_alive() and results and not results[0].ok
+    assert not worker.is_alive()
+    assert results
+    assert not results[0].ok
     assert our_containers(**{"posttrain.pool": pool.pool_id}) == []
 
 
@@ -345,4 +361,6 @@ def test_memory_limit_follows_the_execution(sandbox):
 
 def test_runtimes_exist_in_the_image(sandbox):
     r = sandbox.run(Execution(files={}, command=["bash", "-c", "python3 --version; node --version"], runtime="bash"))
-    assert r.exit_code == 0 and r.stdout.startswith("Python 3") and "\nv" in r.stdout
+    assert r.exit_code == 0
+    assert r.stdout.startswith("Python 3")
+    assert "\nv" in r.stdout

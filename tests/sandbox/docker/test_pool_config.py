@@ -19,7 +19,8 @@ pytest.importorskip("docker")
 
 def test_sandbox_config_nests_the_pool_settings_once():
     cfg = SandboxConfig()
-    assert cfg.docker == DockerPoolConfig() and cfg.docker.image == "posttrain-sandbox:latest"
+    assert cfg.docker == DockerPoolConfig()
+    assert cfg.docker.image == "posttrain-sandbox:latest"
     assert not [f.name for f in fields(SandboxConfig) if f.name.startswith("docker_")]
     assert SandboxConfig().docker is not cfg.docker  # a fresh one per config
 
@@ -32,7 +33,8 @@ def test_make_sandbox_hands_the_pool_its_config_and_the_shared_limits(tmp_path):
         assert (pool.memory_mb, pool.workspace_mb, pool.tmp_mb, pool.max_processes, pool.session_output_bytes) == \
                (300, 32, 16, 20, 99)
         r = pool.run(Execution(files={}, command=["true"], runtime="bash"))
-        assert r.exit_code is None and "unreachable" in r.infra_error
+        assert r.exit_code is None
+        assert "unreachable" in r.infra_error
 
 
 def test_the_pool_normalizes_impossible_sizes(tmp_path):
@@ -46,4 +48,5 @@ def test_the_pool_normalizes_impossible_sizes(tmp_path):
 
 def test_batch_and_global_concurrency_are_separate_settings():
     cfg = SandboxConfig(batch_concurrency=3, global_concurrency=5)
-    assert configure_from(Scheduler(), cfg).max_concurrency == 5 and cfg.batch_concurrency == 3
+    assert configure_from(Scheduler(), cfg).max_concurrency == 5
+    assert cfg.batch_concurrency == 3

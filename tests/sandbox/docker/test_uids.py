@@ -51,13 +51,16 @@ def test_concurrent_containers_run_as_distinct_leased_uids_named_sandbox():
         pooled = run_many(pool, [who(), who()], concurrency=2)
         cold_run.join(60)
     results = [*pooled, *cold_result]
-    assert len(results) == 3 and all(r.exit_code == 0 for r in results), results
+    assert len(results) == 3, results
+    assert all(r.exit_code == 0 for r in results), results
     uids = set()
     for r in results:
         uid, gid, name, work_owner, py_name, node_name = r.stdout.split()
-        assert uid == gid == work_owner and name == py_name == node_name == "sandbox", r.stdout
+        assert uid == gid == work_owner, r.stdout
+        assert name == py_name == node_name == "sandbox", r.stdout
         uids.add(int(uid))
-    assert len(uids) == 3 and uids <= set(HOST_UIDS), uids  # one each, none shared while they all ran
+    assert len(uids) == 3, uids
+    assert uids <= set(HOST_UIDS), uids  # one each, none shared while they all ran
 
 
 def test_a_uid_serves_one_container_at_a_time_and_comes_back_once_it_is_gone():
@@ -65,9 +68,11 @@ def test_a_uid_serves_one_container_at_a_time_and_comes_back_once_it_is_gone():
         first = pool.run(who())
         assert first.stdout.split()[0] == str(OWN.start), first
         taken = DockerSandbox(IMAGE, host_uids=OWN).run(who())  # the pool's container holds the only uid
-        assert taken.exit_code is None and "leased" in taken.infra_error, taken
+        assert taken.exit_code is None, taken
+        assert "leased" in taken.infra_error, taken
     again = DockerSandbox(IMAGE, host_uids=OWN).run(who())  # the pool's container is gone: its uid is free
-    assert again.exit_code == 0 and again.stdout.split()[0] == str(OWN.start), again
+    assert again.exit_code == 0, again
+    assert again.stdout.split()[0] == str(OWN.start), again
 
 
 @pytest.mark.parametrize("owner", ["dead", "alive"])

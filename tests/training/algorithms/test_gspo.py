@@ -70,4 +70,5 @@ def test_one_token_sequences_are_ppo_clip():
 def test_a_sequence_without_tokens_has_ratio_one():
     per_token, stats = gspo_loss(torch.full((1, 2), 3.0), torch.zeros(1, 2), torch.tensor([2.0]), torch.zeros(1, 2),
                                  CLIP_02)
-    assert torch.equal(per_token, torch.full((1, 2), -2.0)) and float(stats["clip_fraction"]) == 0.0
+    assert torch.equal(per_token, torch.full((1, 2), -2.0))
+    assert float(stats["clip_fraction"]) == 0.0

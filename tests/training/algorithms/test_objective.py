@@ -29,7 +29,8 @@ def _objective(cfg, pg=PG, logp=LOGP, entropy=ENTROPY):
 def test_all_terms_off_return_the_policy_loss_itself():
     per_token, stats = _objective(TrainConfig())
     assert per_token is PG
-    assert set(stats) == {"entropy"} and float(stats["entropy"]) == pytest.approx(0.75)  # token mean over the mask
+    assert set(stats) == {"entropy"}
+    assert float(stats["entropy"]) == pytest.approx(0.75)  # token mean over the mask
 
 
 def test_tis_multiplies_the_policy_loss_by_the_capped_weight():
@@ -65,7 +66,8 @@ def test_entropy_bonus_is_subtracted_and_its_gradient_raises_entropy():
     aggregate(per_token, MASK, "token_mean").backward()
     # descending the loss ascends the entropy: the gradient step moves the logits of each position toward uniform
     step = -logits.grad[0]
-    assert float(step[0, 0] - step[0, 1]) > 0 and float(step[1, 0] - step[1, 1]) < 0
+    assert float(step[0, 0] - step[0, 1]) > 0
+    assert float(step[1, 0] - step[1, 1]) < 0
     assert float(logits.grad[0, 2].abs().sum()) == 0.0  # the masked position gets none
 
 
@@ -74,4 +76,5 @@ def test_all_terms_together_hand_computed():
     k3 = -0.5 + math.log(2.0)
     expected = torch.tensor([[-1.0 * 2.0 + 0.1 * k3 - 0.2 * 1.0, 2.0 * 1.0 + 0.1 * 0.0 - 0.2 * 0.5]])
     assert torch.allclose(per_token[:, :2], expected, atol=1e-6)
-    assert set(stats) == {"entropy", "kl"} and all(not v.requires_grad and v.dim() == 0 for v in stats.values())
+    assert set(stats) == {"entropy", "kl"}
+    assert all(not v.requires_grad and v.dim() == 0 for v in stats.values())

@@ -62,7 +62,8 @@ def test_ppo_clip_on_policy_is_policy_gradient():
 def test_ppo_clip_empty_mask_is_zero():
     lp = torch.zeros(2, 3, requires_grad=True)
     loss, stats = _ppo_clip_token_mean(lp, torch.zeros(2, 3), torch.tensor([1.0, -1.0]), torch.zeros(2, 3))
-    assert float(loss.detach()) == 0.0 and stats["clip_fraction"] == 0.0
+    assert float(loss.detach()) == 0.0
+    assert stats["clip_fraction"] == 0.0
 
 
 def _clip_higher_case():
@@ -95,7 +96,8 @@ def test_clip_higher_hand_computed():
 def test_symmetric_clip_removes_the_gradient_clip_higher_keeps():
     logprobs, behavior, adv, mask = _clip_higher_case()
     per_token, stats = ppo_clip_loss(logprobs, behavior, adv, mask, CLIP_02)
-    assert float(per_token[0, 2]) == pytest.approx(-1.2) and float(stats["clip_fraction"]) == pytest.approx(4 / 6)
+    assert float(per_token[0, 2]) == pytest.approx(-1.2)
+    assert float(stats["clip_fraction"]) == pytest.approx(4 / 6)
 
 
 def test_a_lower_clip_eps_low_clips_more_negative_advantage_tokens():

@@ -73,7 +73,8 @@ def test_register_variants_by_name(registry_snapshot):
     logprobs = torch.log(torch.tensor([[0.5, 0.25]]))
     per_token, stats = get_policy_loss("reinforce_unit")(logprobs, logprobs, torch.tensor([2.0]), torch.ones(1, 2),
                                                      TrainConfig())
-    assert stats == {} and torch.allclose(per_token, torch.tensor([[2 * math.log(2), 4 * math.log(2)]]))
+    assert stats == {}
+    assert torch.allclose(per_token, torch.tensor([[2 * math.log(2), 4 * math.log(2)]]))
 
 
 def test_a_name_is_registered_once(registry_snapshot):
@@ -102,7 +103,8 @@ def test_empty_mask_aggregates_to_zero(mode):
     per_token = torch.ones(2, 3, requires_grad=True)
     loss = aggregate(per_token, torch.zeros(2, 3), mode)
     loss.backward()
-    assert float(loss.detach()) == 0.0 and torch.equal(per_token.grad, torch.zeros(2, 3))
+    assert float(loss.detach()) == 0.0
+    assert torch.equal(per_token.grad, torch.zeros(2, 3))
 
 
 def _ppo_clip_before_the_seam(logprobs, behavior_logprobs, advantages, mask, clip_eps):
@@ -164,7 +166,8 @@ def test_with_advantages_matches_grpo_over_trainable_rows_in_order():
     expected = group_advantages([1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"], cfg).tolist()
     assert rows["advantage"].iloc[[0, 1, 3, 4]].tolist() == expected  # float32 values kept exactly
     assert math.isnan(rows["advantage"].iloc[2])
-    assert rows["reward"].tolist() == scored["reward"].tolist() and "advantage" not in scored
+    assert rows["reward"].tolist() == scored["reward"].tolist()
+    assert "advantage" not in scored
 
 
 def test_train_rows_rejects_an_advantage_on_an_infra_error_row():
