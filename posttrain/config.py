@@ -329,7 +329,7 @@ class DemoPolicyConfig(Validated):
              "sft_steps": at_least(0), "sft_learning_rate": above(0)}
 
 
-AGENT_TOOLS = "posttrain.agent.tools:TOOLS"  # the registry of tool names
+AGENT_TOOLS = "posttrain.envs.tools:TOOLS"  # the registry of tool names
 
 
 @dataclass

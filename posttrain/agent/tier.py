@@ -37,9 +37,9 @@ import pandas as pd
 from posttrain.agent.metrics import AgentStats, agent_stats
 from posttrain.agent.rollout import AgentBatch, rollout_episodes
 from posttrain.agent.template import ChatFormat
-from posttrain.agent.tools import tool_specs
 from posttrain.config import AgentConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
+from posttrain.envs.tools import tool_specs
 from posttrain.rollout.collect import iteration_seed, pick_envs
 from posttrain.rollout.engine import TokenRolloutEngine
 from posttrain.schemas import AgentScored, Steps, empty

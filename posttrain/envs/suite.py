@@ -23,8 +23,8 @@ from pathlib import Path
 
 import yaml
 
-from posttrain.agent.tools import TOOLS
 from posttrain.envs.spec import KINDS, RUNTIMES, SPLITS, EnvSpec, Limits
+from posttrain.envs.tools import TOOLS
 from posttrain.envs.verifiers import VERIFIERS, get_verifier
 
 MAX_TIMEOUT_S = 300.0

@@ -51,8 +51,8 @@ import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from posttrain.agent.tools import TOOLS
 from posttrain.envs.spec import EnvSpec
+from posttrain.envs.tools import TOOLS
 from posttrain.evaluation.destructive import destructive_commands
 
 __all__ = ["ASSERTIONS", "Assertion", "Episode", "EvaluationSpecError", "TRACKS", "destructive_commands",
