@@ -12,7 +12,7 @@ Example (hand-computed: greedy passes env e; of its 4 samples 1 passes, of f's 2
     >>> summary["eval/pass_at_1"], summary["eval/pass_at_1_sampled"], summary["eval/pass_at_1_sampled/difficulty_1"]
     (1.0, 0.625, 0.25)
 
-Each row's ``assertions`` are its env's (``posttrain.evaluation.assertions``; ``result/tests_pass`` alone when the
+Each row's ``assertions`` are its env's (``posttrain.envs.assertions``; ``result/tests_pass`` alone when the
 spec declares none), judged on the row's verdict, the previous policy's greedy verdicts (``previous``), the
 episode's step log (``steps``) and the destructive effects its final workspace shows (``effects``); what cannot be
 judged is null (not applicable):
@@ -30,8 +30,8 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from posttrain.envs import assertions as checks
 from posttrain.envs.spec import EnvSpec
-from posttrain.evaluation import assertions as checks
 from posttrain.evaluation.metrics import pass_at_k
 from posttrain.evaluation.regression import greedy_verdicts
 from posttrain.schemas import EvalResults
