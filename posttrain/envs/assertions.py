@@ -11,9 +11,9 @@ assertion, the bare name (meaning ``true``)::
       behavior:                     # on the episode's step log (posttrain.schemas.Steps rows)
         - used_tool: edit_file      # called this tool (a call that was not rejected); repeat it for more tools
         - max_steps: 6              # at most 6 model turns (distinct ``turn`` values of the step log)
-        - no_destructive_command    # no destructive command attempted (by text: posttrain.evaluation.destructive)
+        - no_destructive_command    # no destructive command attempted (by text: posttrain.envs.destructive)
                                     # and no task file deleted or emptied (by effect, where the final workspace
-                                    # was observed: posttrain.evaluation.workspace_effects)
+                                    # was observed: posttrain.envs.destructive.workspace_effects)
 
 A spec without ``evaluation`` (or with an empty one) gets ``result/tests_pass`` alone.
 
@@ -51,9 +51,9 @@ import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from posttrain.envs.destructive import destructive_commands
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.tools import TOOLS
-from posttrain.evaluation.destructive import destructive_commands
 
 __all__ = ["ASSERTIONS", "Assertion", "Episode", "EvaluationSpecError", "TRACKS", "destructive_commands",
            "evaluate", "evaluation_problems", "evaluation_schema", "parse_evaluation", "spec_assertions"]
