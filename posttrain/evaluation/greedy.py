@@ -39,7 +39,7 @@ def split_envs(envs: dict[str, EnvSpec], split: str, limit: int, agent: bool) ->
 
 def eval_envs(envs: dict[str, EnvSpec], cfg: EvalConfig) -> list[EnvSpec]:
     """The single-turn envs of the configured split (``split_envs``); agent envs are evaluated in episodes
-    (``posttrain.agent.evaluate``)."""
+    (``posttrain.evaluation.agent``)."""
     return split_envs(envs, cfg.split, cfg.limit, agent=False)
 
 
