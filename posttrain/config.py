@@ -420,7 +420,7 @@ class AdmissionConfig(Validated):
 
 @dataclass
 class PromotionConfig(Validated):
-    """The regression gate that moves the registry's ``champion`` alias (``posttrain.registry.promote``)."""
+    """The regression gate that moves the registry's ``champion`` alias (``posttrain.tracking.registry.promote``)."""
 
     regression_envs: list[str] = field(default_factory=list)  # env ids a candidate must not break; []: every env
     max_regressions: int = 0  # envs of the regression set the champion passes that a candidate may fail

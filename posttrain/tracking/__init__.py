@@ -7,6 +7,10 @@ The metric dicts the Flyte tasks log are shaped here, by pure functions (``admis
 ``iteration_metrics``): names are ``<stage>/<field>``, e.g. ``rollout/tokens_per_s``, ``reward/mean``,
 ``sandbox/p50_ms``, ``train/loss``, ``admission/coverage/pass_rate``.
 
+The package is the MLflow side of posttrain, above every stage it records: this module (runs, metrics, tables,
+registered versions), ``registry`` (aliases and the regression gate's promotion), ``run_report`` (the evaluation
+page logged on a run), ``run_lines`` and ``run_summary`` (what an RL run prints while it runs and when it ends).
+
 Writing is idempotent, so a rerun of an interrupted execution leaves no duplicates: the parent run is found by its
 run identity (``run_key``: config, suite digest, starting policy digest) and resumed (``start_or_resume_run``); an
 iteration whose nested run finished is not logged again (``finished_iteration``), one left unfinished is completed

@@ -13,10 +13,10 @@ from posttrain.agent.metrics import AgentStats, agent_metrics
 from posttrain.envs.spec import EnvSpec
 from posttrain.evaluation.regression import flip_metrics, flips
 from posttrain.evaluation.results import eval_results, summarize
-from posttrain.evaluation.run_lines import eval_line, iteration_line, mlflow_line, version_lines, write_lines
 from posttrain.reward import RewardStats, reward_stats
 from posttrain.rollout.collect import RolloutStats
 from posttrain.rollout.dynamic_sampling import keep_learnable
+from posttrain.tracking.run_lines import eval_line, iteration_line, mlflow_line, version_lines, write_lines
 from posttrain.training.trainer import TrainStats
 
 pytestmark = pytest.mark.unit
