@@ -30,6 +30,8 @@ from functools import reduce
 from pathlib import Path
 from typing import Any, ClassVar
 
+from posttrain.precision import ENGINE_DTYPES, PRECISIONS
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEMO_SUITE = str(Path(__file__).resolve().parent / "envs" / "suites" / "demo_python")  # on this machine
 DEMO_SUITE_REF = "posttrain:envs/suites/demo_python"  # in configs: resolved where it runs (posttrain.locations)
@@ -69,12 +71,23 @@ def above(low: float) -> Rule:
     return check(lambda value: value > low, f"> {low}")
 
 
+# Why some rules name their choices as ``"module:NAME"`` strings, resolved when a value is checked: this module is the
+# bottom of the layering (every stage imports it; it imports only ``locations`` and ``precision``, which import
+# nothing of posttrain), while the names a field may take belong to registries above it, beside their variants: the
+# sandbox backends (``posttrain.sandbox``), the env spec's splits and tools (``posttrain.envs``), the KL estimators and
+# the loss and advantage registries (``posttrain.training.algorithms``, which imports torch). A new variant is one new
+# module registered there, never an edit here; importing those registries at the top would make config import torch
+# and the sandbox package, and make every layer that imports config depend on every other. So the lookup goes up by
+# name, at validation time only (building any config, its defaults included, resolves every reference).
+def _lookup(ref: str):
+    """What a ``"module:NAME"`` reference names (the module imported now)."""
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def _resolve(choices: tuple | str) -> tuple:
     """``choices`` itself, or the tuple a ``"module:NAME"`` reference names (imported only when a value is checked)."""
-    if isinstance(choices, str):
-        module, name = choices.split(":")
-        return tuple(getattr(importlib.import_module(module), name))
-    return choices
+    return tuple(_lookup(choices)) if isinstance(choices, str) else choices
 
 
 def one_of(choices: tuple | str) -> Rule:
@@ -98,13 +111,14 @@ def below(other: str) -> Rule:
     return rule
 
 
+ALGORITHMS = "posttrain.training.algorithms"  # the loss, advantage and aggregation registries
+
+
 def registered(lookup: str) -> Rule:
     """A name ``posttrain.training.algorithms.<lookup>`` knows (imported only when a value is checked)."""
     def rule(value, cfg):
-        from posttrain.training import algorithms
-
         try:
-            getattr(algorithms, lookup)(value)
+            _lookup(f"{ALGORITHMS}:{lookup}")(value)
         except ValueError as unknown:  # "TrainConfig.<field>: unknown ...; known: [...]"
             return str(unknown).split(": ", 1)[-1]
         return None
@@ -239,7 +253,7 @@ class RolloutConfig(Validated):
     RULES = {"samples_per_env": at_least(1), "envs_per_iteration": at_least(1), "temperature": at_least(0),
              "top_p": check(lambda p: 0 < p <= 1, "in (0, 1]"), "max_model_len": at_least(1),
              "replicas": at_least(0), "engine_start_timeout_s": above(0),
-             "dtype": one_of("posttrain.precision:ENGINE_DTYPES"),
+             "dtype": one_of(ENGINE_DTYPES),
              "max_new_tokens": (at_least(1), below("max_model_len")), "max_resample_rounds": at_least(0)}
 
 
@@ -287,7 +301,7 @@ class TrainConfig(Validated):
              "nproc_per_node": at_least(1),
              "nnodes": at_least(1),
              "clip_eps_low": check(lambda eps: 0 <= eps < 1, "in [0, 1)"), "clip_eps_high": at_least(0),
-             "zero_stage": one_of((-1, 0, 1, 2, 3)), "precision": one_of("posttrain.precision:PRECISIONS"),
+             "zero_stage": one_of((-1, 0, 1, 2, 3)), "precision": one_of(PRECISIONS),
              "max_grad_norm": at_least(0), "advantage_eps": at_least(0),
              "advantage_estimator": registered("get_advantage_estimator"), "policy_loss": registered("get_policy_loss"),
              "loss_aggregation": registered("check_aggregation"), "loss_norm_len": at_least(0),
