@@ -24,7 +24,7 @@ from posttrain import tracking
 from posttrain.agent.metrics import AgentStats, agent_metrics
 from posttrain.config import LoopConfig, PromotionConfig
 from posttrain.evaluation.regression import flip_metrics, flips
-from posttrain.evaluation.results import summarize
+from posttrain.evaluation.results import eval_metrics
 from posttrain.reward import RewardStats
 from posttrain.rollout.collect import RolloutStats
 from posttrain.rollout.dynamic_sampling import DynamicSamplingStats
@@ -79,7 +79,7 @@ def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir
                  agent_eval_steps: Optional[DataFrame[Steps]] = None) -> str:
     """Iteration 0: the starting policy's evaluation, so every curve starts at the baseline (with agent envs, also
     its greedy episodes': ``agent_eval/*`` and their steps table)."""
-    metrics, tables = summarize(results), {"eval_results": results}
+    metrics, tables = eval_metrics(results), {"eval_results": results}
     _add_agent(metrics, tables, None, None, agent_eval, agent_eval_steps)
     return _log_once(run_id, 0, metrics, tables, policy, results, promotion)
 

@@ -51,7 +51,7 @@ import pandas as pd
 
 from posttrain.admission.render import stats_json
 from posttrain.admission.report import admitted_ids
-from posttrain.evaluation.results import summarize
+from posttrain.evaluation.results import eval_metrics
 
 if TYPE_CHECKING:
     from posttrain.reward import RewardStats
@@ -271,7 +271,7 @@ def iteration_metrics(results: pd.DataFrame | None, rollout: RolloutStats, rewar
     """One RL iteration's metrics: the evaluation summary (``eval/...``, greedy and sampled pass@1; none when this
     version was not evaluated), rollout, reward, sandbox and train stats, what dynamic sampling did
     (``rollout/zero_variance_groups``, ...; only when it is on), and where the time went (``time_metrics``)."""
-    evaluation = summarize(results) if results is not None else {}
+    evaluation = eval_metrics(results) if results is not None else {}
     sampling = stage_metrics("rollout", dynamic) if dynamic is not None else {}
     return {**evaluation, **stage_metrics("rollout", rollout), **sampling, **stage_metrics("reward", reward),
             **stage_metrics("train", train), **time_metrics(rollout, reward, train, iteration_s, window, eval_s)}
