@@ -25,9 +25,9 @@ from posttrain.agent.envs import score_final_workspaces, task_of
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import ScriptedPolicy, noop_policy
 from posttrain.agent.template import ChatFormat
-from posttrain.agent.tools import tool_specs
 from posttrain.config import AgentConfig, DockerPoolConfig, SandboxConfig, default_policy_dir
 from posttrain.envs.generators.agent_repo import oracle, specs
+from posttrain.envs.tools import tool_specs
 from posttrain.sandbox import make_sandbox
 
 

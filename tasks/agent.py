@@ -2,7 +2,7 @@
 
 ``agent_sample`` runs, on the process's live vLLM engine swapped to v_k (``posttrain.rollout.live``) and in one
 sandbox (``SandboxConfig``), the greedy agent eval of v_k (when this version is evaluated) and the agent rollout of
-iteration k+1 from it (``posttrain.agent.tier``, ``posttrain.agent.evaluate``). Its scored rows are rewarded already
+iteration k+1 from it (``posttrain.agent.tier``, ``posttrain.evaluation.agent``). Its scored rows are rewarded already
 (the verifier on each final workspace), so they go straight to the update; its eval rows join the version's
 EvalResults. A version without agent envs to run returns empty tables and starts no engine.
 
@@ -20,11 +20,11 @@ import pandas as pd
 
 from flytekit import task
 
-from posttrain.agent.evaluate import eval_envs, evaluate_agent
 from posttrain.agent.metrics import AgentStats
 from posttrain.agent.tier import chat_format, rollout_agent, rollout_envs
 from posttrain.config import AgentConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.table import envs_from_table
+from posttrain.evaluation.agent import eval_envs, evaluate_agent
 from posttrain.rollout import live
 from posttrain.sandbox import make_sandbox
 from posttrain.schemas import AgentScored, Envs, EvalResults, Scored, Steps, empty

@@ -41,7 +41,7 @@ def policy_folder(ref: str) -> FlyteDirectory:
     registered version or alias (``models:/posttrain-policy@champion``), downloaded from the MLflow registry; a URI
     (``s3://...``), referenced as it is (not copied; ``PolicyDir`` fetches it to hash it); a local or packaged
     folder, checked (config.json, weights, tokenizer)."""
-    from posttrain import registry
+    from posttrain.tracking import registry
     from posttrain.training.demo_policy import main_demo_policy
 
     if ref == DEMO_POLICY:

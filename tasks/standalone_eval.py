@@ -13,16 +13,17 @@ from flytekit import Deck, task
 from flytekit.types.error import FlyteError
 from pandera.typing import DataFrame
 
-from posttrain import registry, tracking
+from posttrain import tracking
 from posttrain.config import EvaluateConfig
 from posttrain.envs.suite import load_suite, suite_digest
 from posttrain.envs.table import envs_to_table
-from posttrain.locations import is_remote, local_copy
 from posttrain.evaluation.regression import FLIPS, Flips, flips
-from posttrain.evaluation.run_report import log_report
 from posttrain.evaluation.strata import EvalStrata, strata, strata_metrics
+from posttrain.locations import is_remote, local_copy
 from posttrain.rollout import live
 from posttrain.schemas import Envs, EvalResults, empty
+from posttrain.tracking import registry
+from posttrain.tracking.run_report import log_report
 from posttrain.training.checkpoints import policy_version
 from tasks.execution import execution_name
 from tasks.policy import PolicyDir, policy_folder

@@ -5,7 +5,7 @@ digest, starting policy digest, cache version), so a rerun of an interrupted exe
 parent run, skips the iterations it finished and completes the one it left open: no duplicate runs or registry
 versions. ``pyflyte run --overwrite-cache`` recomputes every stage, so it opens a new parent run.
 
-While the loop runs these tasks print to stdout (``posttrain.evaluation.run_lines``): where to open the run, then
+While the loop runs these tasks print to stdout (``posttrain.tracking.run_lines``): where to open the run, then
 per policy version, as it is logged, a line for the iteration that trained it and one for its evaluation (marked
 resumed when an earlier execution logged them); ``finish_tracking`` prints the summary table.
 """
@@ -20,19 +20,20 @@ from flytekit import Deck, task
 from flytekit.configuration import LocalConfig
 from pandera.typing import DataFrame
 
-from posttrain import registry, tracking
+from posttrain import tracking
 from posttrain.agent.metrics import AgentStats, agent_metrics
 from posttrain.config import LoopConfig, PromotionConfig
 from posttrain.evaluation.regression import flip_metrics, flips
-from posttrain.evaluation.results import summarize
-from posttrain.evaluation.run_lines import mlflow_line, version_lines, write_lines
-from posttrain.evaluation.run_report import log_loop_report
-from posttrain.evaluation.run_summary import print_summary
+from posttrain.evaluation.results import eval_metrics
 from posttrain.reward import RewardStats
 from posttrain.rollout.collect import RolloutStats
 from posttrain.rollout.dynamic_sampling import DynamicSamplingStats
 from posttrain.rollout.staleness import staleness_metrics
 from posttrain.schemas import AdmissionReport, EvalResults, Scored, Steps
+from posttrain.tracking import registry
+from posttrain.tracking.run_lines import mlflow_line, version_lines, write_lines
+from posttrain.tracking.run_report import log_loop_report
+from posttrain.tracking.run_summary import print_summary
 from posttrain.training.checkpoints import dir_digest
 from posttrain.training.trainer import TrainStats
 from tasks.execution import execution_name
@@ -78,7 +79,7 @@ def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir
                  agent_eval_steps: Optional[DataFrame[Steps]] = None) -> str:
     """Iteration 0: the starting policy's evaluation, so every curve starts at the baseline (with agent envs, also
     its greedy episodes': ``agent_eval/*`` and their steps table)."""
-    metrics, tables = summarize(results), {"eval_results": results}
+    metrics, tables = eval_metrics(results), {"eval_results": results}
     _add_agent(metrics, tables, None, None, agent_eval, agent_eval_steps)
     return _log_once(run_id, 0, metrics, tables, policy, results, promotion)
 

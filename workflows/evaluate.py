@@ -14,7 +14,7 @@ greedy pass@1, unbiased sampled pass@k and assertion pass rates per domain, diff
 numbers as metrics, and ``reports/evaluation.html``: one self-contained page with greedy and sampled pass@1 per domain
 and difficulty of the baseline and this policy (tables and plots) and the flips, also the Flyte Deck of
 ``report_evaluation``. A registered policy's run is tagged with its version and the suite digest, so the regression gate
-(``posttrain.registry.promote``) compares later candidates against these results.
+(``posttrain.tracking.registry.promote``) compares later candidates against these results.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Defaults are references, not this machine's paths (``posttrain.locations``): the
 the policy as ``demo`` or a registry alias; a suite in blob storage is named by its URI. The regression set is the
 eval split of ``REGRESSION_SUITE`` (the demo suite unless ``POSTTRAIN_REGRESSION_SUITE`` -- a URI, say -- is set when
 registering): the nightly run's results are tagged with champion's version and the suite's digest, so the
-regression gate (``posttrain.registry.promote``) compares later candidates against them.
+regression gate (``posttrain.tracking.registry.promote``) compares later candidates against them.
 
 Example:
     >>> evaluate_champion_nightly.schedule.cron_schedule.schedule

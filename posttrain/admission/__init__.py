@@ -17,7 +17,7 @@ Example:
 
 from posttrain.admission.checks import AdmissionResult, admit, run_checks
 from posttrain.admission.render import write_report
-from posttrain.admission.report import check_stats, env_codes, rejection_reasons, summarize
+from posttrain.admission.report import check_stats, env_codes, rejection_reasons, report_text
 
-__all__ = ["AdmissionResult", "admit", "check_stats", "env_codes", "rejection_reasons", "run_checks", "summarize",
+__all__ = ["AdmissionResult", "admit", "check_stats", "env_codes", "rejection_reasons", "report_text", "run_checks",
            "write_report"]

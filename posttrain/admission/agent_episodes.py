@@ -38,9 +38,9 @@ from posttrain.agent.envs import final_workspaces, task_of
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import SUBMIT, ScriptedPolicy
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
-from posttrain.agent.tools import TOOLS, tool_specs
 from posttrain.config import AdmissionConfig, AgentConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
+from posttrain.envs.tools import TOOLS, tool_specs
 from posttrain.envs.verifiers.base import Verdict
 
 NOOP, TEST_EDITING = "no-op agent", "test-editing agent"

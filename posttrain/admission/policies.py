@@ -53,7 +53,7 @@ class SolutionPolicy(Protocol):
     def close(self) -> None: ...
 
 
-class ScriptedPolicy:
+class ScriptedSolutionPolicy:
     """Base of the scripted policies: ``solutions_many`` loops over ``solutions``; nothing to close."""
 
     name = "scripted"
@@ -68,7 +68,7 @@ class ScriptedPolicy:
         pass
 
 
-class ReferencePolicy(ScriptedPolicy):
+class ReferencePolicy(ScriptedSolutionPolicy):
     """The strong scripted policy: answers every env with its reference solution."""
 
     name = "reference"
@@ -77,7 +77,7 @@ class ReferencePolicy(ScriptedPolicy):
         return [spec.reference] * k
 
 
-class DegeneratePolicy(ScriptedPolicy):
+class DegeneratePolicy(ScriptedSolutionPolicy):
     """The weak scripted policy: a trivial program (``identity`` returns the first argument, ``noop`` nothing)."""
 
     MODES = ("identity", "noop")
@@ -98,7 +98,7 @@ class DegeneratePolicy(ScriptedPolicy):
         return [self.program(spec)] * k
 
 
-class NoisyReferencePolicy(ScriptedPolicy):
+class NoisyReferencePolicy(ScriptedSolutionPolicy):
     """The reference with probability ``p``, else a mutant of it (a policy of tunable, known quality)."""
 
     def __init__(self, p: float):

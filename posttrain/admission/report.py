@@ -16,7 +16,7 @@ Example:
     ...                            "0/8 cases passed")])
     >>> sorted(admitted_ids(frame)), reason_code(frame["detail"][1])
     (['demo/add_2'], 'solvability.reference_failed')
-    >>> print(summarize(frame))
+    >>> print(report_text(frame))
     admitted 1/2 envs
       solvability: 1 pass, 1 fail
     rejected:
@@ -152,7 +152,7 @@ def env_codes(frame: pd.DataFrame) -> dict[str, set[str]]:
     return out
 
 
-def summarize(frame: pd.DataFrame) -> str:
+def report_text(frame: pd.DataFrame) -> str:
     """A short text report: admitted count, row statuses per check, and every failing row."""
     details = with_status(frame) if "status" not in frame else frame
     lines = [f"admitted {len(admitted_ids(details))}/{details['env_id'].nunique()} envs"]

@@ -8,14 +8,14 @@ The rules, each a pure function here (the runner applies them after every turn):
 2. ``budget_for``: the env's domain budget (``AgentConfig.context_budgets``) or ``AgentConfig.context_budget``;
 3. ``turns_to_compress``: once the context is over budget, every turn older than the last ``keep_recent_turns``
    whose observations are still verbatim;
-4. ``summarize``: one line per step (tool, exit code, size, the start of the first line);
+4. ``observation_line``: one line per step (tool, exit code, size, the start of the first line);
 5. ``state_entry``: the full observations, appended to ``AgentConfig.state_file`` so the agent can read them back.
 
 Example:
     >>> from posttrain.agent.episode import StepRecord
     >>> step = StepRecord(turn=0, tool="bash", arguments='{"command": "pytest"}', ok=False, exit_code=1,
     ...                   duration_ms=12.0, observation_bytes=2048)
-    >>> summarize(step, "FAILED test_calc.py::test_add - assert 3 == 4\\n...", 30, ".agent/state.md")
+    >>> observation_line(step, "FAILED test_calc.py::test_add - assert 3 == 4\\n...", 30, ".agent/state.md")
     '[bash exit 1, 2048 B: FAILED test_calc.py::test_add ... full text: .agent/state.md]'
     >>> turns_to_compress(context=900, budget=800, turns=5, compressed={0}, keep_recent=2)
     [1, 2]
@@ -46,7 +46,7 @@ def turns_to_compress(context: int, budget: int, turns: int, compressed: Set[int
     return [k for k in range(max(0, turns - keep_recent)) if k not in compressed]
 
 
-def summarize(step: StepRecord, observation: str, chars: int, state_file: str) -> str:
+def observation_line(step: StepRecord, observation: str, chars: int, state_file: str) -> str:
     """One line standing in for ``observation``."""
     first = (observation.strip().splitlines() or [""])[0]
     head = first[:chars] + ("..." if len(first) > chars else "")
@@ -74,7 +74,7 @@ def compress(episode: Episode, fmt: ChatFormat, domain: str, cfg: AgentConfig) -
     now = len(episode.turns) - 1
     for k in chosen:
         turn = episode.turns[k]
-        turn.summaries = [summarize(s, o, cfg.summary_chars, cfg.state_file)
+        turn.summaries = [observation_line(s, o, cfg.summary_chars, cfg.state_file)
                           for s, o in zip(turn.steps, turn.observations)]
         turn.observation_ids = fmt.observation_ids(turn.summaries)
         episode.state_text += "".join(state_entry(k, s, o) for s, o in zip(turn.steps, turn.observations))

@@ -30,10 +30,10 @@ from collections.abc import Sequence
 
 from posttrain.agent.runner import AgentTask
 from posttrain.config import SandboxConfig
+from posttrain.envs.destructive.workspace_effects import final_files, workspace_effects
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import verify_many
 from posttrain.envs.verifiers.base import Verdict
-from posttrain.evaluation.workspace_effects import final_files, workspace_effects
 from posttrain.sandbox.session import SandboxSession, SessionError
 
 

@@ -8,7 +8,7 @@ episode's failure, infra only if the sandbox failed); (4) the shaping terms of e
 on their own; an episode whose tool call hit a sandbox infra error is flagged ``infra_error`` (excluded from the
 update, never a reward of 0), like a failed verification; (5) what each final workspace shows of the episode's
 destructive effects (``envs.final_effects``), for the ``no_destructive_command`` assertion of the eval
-(``posttrain.agent.evaluate``). ``rollout_episodes`` returns all of it (``AgentBatch``), ``collect_episodes`` the
+(``posttrain.evaluation.agent``). ``rollout_episodes`` returns all of it (``AgentBatch``), ``collect_episodes`` the
 tables.
 
 Example (pure: the shaping terms and the shaped reward):

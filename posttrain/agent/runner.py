@@ -25,7 +25,7 @@ An episode that ends keeps its last window as *last prompt + last model tokens*,
 Example (a scripted policy here; a ``VLLMEngine`` the same way):
     >>> from posttrain.agent.scripted import ScriptedPolicy
     >>> from posttrain.agent.template import ChatFormat
-    >>> from posttrain.agent.tools import tool_specs
+    >>> from posttrain.envs.tools import tool_specs
     >>> from posttrain.sandbox import make_sandbox
     >>> from posttrain.training.demo_policy import train_tokenizer
     >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]))
@@ -50,8 +50,9 @@ from posttrain.agent.budget import compress
 from posttrain.agent.episode import Episode, StepRecord, Turn
 from posttrain.agent.parser import CallError, parse_calls
 from posttrain.agent.template import ChatFormat
-from posttrain.agent.tools import TOOLS, Observation, run_tool
+from posttrain.agent.tools import Observation, run_tool
 from posttrain.config import AgentConfig
+from posttrain.envs.tools import TOOLS
 from posttrain.rollout.engine import TokenRolloutEngine
 from posttrain.sandbox.session import SandboxSession, SessionError
 

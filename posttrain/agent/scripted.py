@@ -9,7 +9,7 @@ use both as doubles of a model.
 
 Example:
     >>> from posttrain.agent.template import ChatFormat
-    >>> from posttrain.agent.tools import tool_specs
+    >>> from posttrain.envs.tools import tool_specs
     >>> from posttrain.training.demo_policy import train_tokenizer
     >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]))
     >>> oracle = ScriptedPolicy(fmt, {"List files.": [{"name": "bash", "arguments": {"command": "ls"}}]})

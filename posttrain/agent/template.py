@@ -15,7 +15,7 @@ rendering sentinel conversations and taking differences (so it works for any inc
 - ``observation_ids(observations)``: the tool turn(s) plus the next generation prompt; ``[O]``.
 
 Example (a demo-style byte-level BPE tokenizer, trained in place):
-    >>> from posttrain.agent.tools import tool_specs
+    >>> from posttrain.envs.tools import tool_specs
     >>> from posttrain.training.demo_policy import train_tokenizer
     >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]))
     >>> print(fmt.render([{"role": "user", "content": "List files."}], add_generation_prompt=True))

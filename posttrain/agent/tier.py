@@ -10,7 +10,7 @@ batch shape. This module is the tier's library half, top to bottom:
 2. ``rollout_agent``: ``samples_per_env`` episodes of each (``posttrain.agent.rollout.rollout_episodes``: the
    verifier scores the final workspaces; the rows go straight to the update), seeded per iteration
    (``iteration_seed``: no two iterations sample with the same seeds);
-3. the greedy eval: ``posttrain.agent.evaluate``;
+3. the greedy eval: ``posttrain.evaluation.agent``;
 4. the stats of each batch: ``posttrain.agent.metrics.agent_stats`` (with the seconds spent generating, measured by
    ``TimedEngine``).
 
@@ -37,9 +37,9 @@ import pandas as pd
 from posttrain.agent.metrics import AgentStats, agent_stats
 from posttrain.agent.rollout import AgentBatch, rollout_episodes
 from posttrain.agent.template import ChatFormat
-from posttrain.agent.tools import tool_specs
 from posttrain.config import AgentConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
+from posttrain.envs.tools import tool_specs
 from posttrain.rollout.collect import iteration_seed, pick_envs
 from posttrain.rollout.engine import TokenRolloutEngine
 from posttrain.schemas import AgentScored, Steps, empty

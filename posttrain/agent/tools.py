@@ -1,12 +1,12 @@
 """The agent's tools, run in the env's sandbox session: ``bash``, ``python``, ``read_file``, ``write_file``,
 ``edit_file`` (search/replace, exactly one match), ``submit``.
 
-Each tool is one ``Tool`` (name, description, argument names, an ``execute(session, args) -> Observation``) in
-``TOOLS``, registered by name; ``tool_specs(names)`` gives the OpenAI-style function specs that
-``apply_chat_template(tools=...)`` takes. A tool never raises for the agent's mistakes (a missing file, a search
-string that is not there, a failing command, an argument the session refuses: a NUL in a command, a command too long
-for a program's argv, a path that is not UTF-8 text): those are observations with ``ok=False``; only a sandbox that
-failed the step is flagged as such (``infra_error``).
+The tools are named, described and given their arguments by the env spec's vocabulary (``posttrain.envs.tools``:
+``TOOLS``, ``tool_specs``); here each has its ``execute(session, args) -> Observation`` in ``EXECUTORS``, under the
+same name. A tool never raises for the agent's mistakes (a missing file, a search string that is not there, a
+failing command, an argument the session refuses: a NUL in a command, a command too long for a program's argv, a path
+that is not UTF-8 text): those are observations with ``ok=False``; only a sandbox that failed the step is flagged as
+such (``infra_error``).
 
 Example:
     >>> from posttrain.sandbox import make_sandbox
@@ -16,15 +16,16 @@ Example:
     ...     obs = run_tool(s, "python", {"code": "import a; print(a.x)"})
     >>> obs.ok, obs.text, obs.exit_code
     (True, '2\\n', 0)
-    >>> [spec["function"]["name"] for spec in tool_specs(["bash", "submit"])]
-    ['bash', 'submit']
+    >>> sorted(EXECUTORS) == sorted(TOOLS)
+    True
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from posttrain.envs.tools import TOOLS
 from posttrain.sandbox.session import SandboxSession, SessionError
 
 
@@ -42,20 +43,6 @@ class Observation:
     exit_code: int | None = None
     infra_error: str = ""
     submitted: bool = False
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str
-    arguments: tuple[str, ...]  # all required, all strings
-    execute: Callable[[SandboxSession, dict], Observation]
-
-    def spec(self) -> dict:
-        properties = {arg: {"type": "string"} for arg in self.arguments}
-        return {"type": "function", "function": {
-            "name": self.name, "description": self.description,
-            "parameters": {"type": "object", "properties": properties, "required": list(self.arguments)}}}
 
 
 def _command(session: SandboxSession, argv: str | list[str], stdin: str = "", runtime: str | None = None
@@ -117,25 +104,16 @@ def _submit(session: SandboxSession, args: dict) -> Observation:
     return Observation(text="submitted", ok=True, submitted=True)
 
 
-TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
-    Tool("bash", "run a shell command in /work", ("command",), lambda s, a: _command(s, NO_PYC + a["command"])),
-    Tool("python", "run Python code in /work", ("code",),
-         lambda s, a: _command(s, ["python3", "-B", "-"], a["code"], "python")),
-    Tool("read_file", "show a file", ("path",), _read),
-    Tool("write_file", "create or replace a file", ("path", "content"), _write),
-    Tool("edit_file", "replace the one occurrence of search in a file", ("path", "search", "replace"), _edit),
-    Tool("submit", "finish the task", (), _submit),
-)}
-
-
-def tool_specs(names: Sequence[str]) -> list[dict]:
-    """The function specs of the tools ``names`` (in that order) for ``apply_chat_template(tools=...)``."""
-    unknown = [n for n in names if n not in TOOLS]
-    if unknown:
-        raise ValueError(f"AgentConfig.tools: unknown {unknown}; known: {list(TOOLS)}")
-    return [TOOLS[name].spec() for name in names]
+EXECUTORS: dict[str, Callable[[SandboxSession, dict], Observation]] = {  # by the names of TOOLS
+    "bash": lambda s, a: _command(s, NO_PYC + a["command"]),
+    "python": lambda s, a: _command(s, ["python3", "-B", "-"], a["code"], "python"),
+    "read_file": _read,
+    "write_file": _write,
+    "edit_file": _edit,
+    "submit": _submit,
+}
 
 
 def run_tool(session: SandboxSession, name: str, arguments: dict) -> Observation:
     """Execute one (already validated) call of tool ``name`` in ``session``."""
-    return TOOLS[name].execute(session, arguments)
+    return EXECUTORS[name](session, arguments)

@@ -39,9 +39,9 @@ from posttrain.agent.episode import Episode, concat
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import ScriptedPolicy
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
-from posttrain.agent.tools import tool_specs
 from posttrain.config import DEMO_SUITE, AgentConfig, DemoPolicyConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
+from posttrain.envs.tools import tool_specs
 from posttrain.training.checkpoints import POLICY_META
 
 AGENT_SUITE = str(Path(DEMO_SUITE).parent / "agent_repo")

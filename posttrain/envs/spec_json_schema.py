@@ -25,11 +25,11 @@ import re
 import sys
 from pathlib import Path
 
-from posttrain.agent.tools import TOOLS
+from posttrain.envs.assertions import evaluation_schema
 from posttrain.envs.spec import KINDS, RUNTIMES, SPLITS, EnvSpec
+from posttrain.envs.tools import TOOLS
 from posttrain.envs.verifiers import VERIFIERS, get_verifier
 from posttrain.envs.verifiers.typed_config import json_schema, markdown_table
-from posttrain.evaluation.assertions import evaluation_schema
 
 SCHEMA_FILE = Path(__file__).with_name("spec_schema.json")
 DOCS_FILE = Path(__file__).parents[2] / "docs" / "env-spec.md"

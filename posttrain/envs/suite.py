@@ -23,9 +23,10 @@ from pathlib import Path
 
 import yaml
 
-from posttrain.agent.tools import TOOLS
 from posttrain.declaration import interval, rule_of, within
+from posttrain.envs.assertions import evaluation_problems
 from posttrain.envs.spec import KINDS, RUNTIMES, SPLITS, EnvSpec, Limits
+from posttrain.envs.tools import TOOLS
 from posttrain.envs.verifiers import VERIFIERS, get_verifier
 
 DOCUMENT = "<document>"  # the field named when the file as a whole is the problem
@@ -152,9 +153,7 @@ def _check_fields(data: dict) -> list[tuple[str, str, str]]:
 
 
 def _check_evaluation(data: dict) -> list[tuple[str, str, str]]:
-    """The ``evaluation`` assertions (``posttrain.evaluation.assertions``): known tracks, names and values."""
-    from posttrain.evaluation.assertions import evaluation_problems
-
+    """The ``evaluation`` assertions (``posttrain.envs.assertions``): known tracks, names and values."""
     if "evaluation" not in data:
         return []
     return [(field, reason, "invalid_evaluation") for field, reason in evaluation_problems(data["evaluation"])]

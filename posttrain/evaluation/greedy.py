@@ -11,7 +11,7 @@ Example (real vLLM and bwrap; tests/evaluation/test_greedy.py runs it):
     >>> from posttrain.config import EvalConfig, RolloutConfig, SandboxConfig
     >>> table = evaluate_policy("policy_dir", envs, EvalConfig(), RolloutConfig(), SandboxConfig(),
     ...                         version=0)                                              # doctest: +SKIP
-    >>> summarize(table)["eval/pass_at_1"], summarize(table)["eval/pass_at_1_sampled"]  # doctest: +SKIP
+    >>> eval_metrics(table)["eval/pass_at_1"], eval_metrics(table)["eval/pass_at_1_sampled"]  # doctest: +SKIP
     (0.25, 0.1875)
 """
 
@@ -39,7 +39,7 @@ def split_envs(envs: dict[str, EnvSpec], split: str, limit: int, agent: bool) ->
 
 def eval_envs(envs: dict[str, EnvSpec], cfg: EvalConfig) -> list[EnvSpec]:
     """The single-turn envs of the configured split (``split_envs``); agent envs are evaluated in episodes
-    (``posttrain.agent.evaluate``)."""
+    (``posttrain.evaluation.agent``)."""
     return split_envs(envs, cfg.split, cfg.limit, agent=False)
 
 

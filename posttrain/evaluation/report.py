@@ -1,6 +1,6 @@
 """The evaluation report: one self-contained HTML page (tables, and plots as inline SVG) from evaluation results.
 
-Pure rendering, no MLflow: ``posttrain.evaluation.run_report`` gathers a run's results and logs the page. The page
+Pure rendering, no MLflow: ``posttrain.tracking.run_report`` gathers a run's results and logs the page. The page
 shows greedy and sampled pass@1 per stratum (overall, domain, difficulty) across the evaluated policies (one column
 and one point per policy, in the order given, labelled by the caller: ``v0``, ``v10``, ``champion (v3)``), the
 reward curve when given (training reward per iteration) and the per-env flips when given (``regression.flips``).

@@ -8,11 +8,11 @@ Example (hand-computed: greedy passes env e; of its 4 samples 1 passes, of f's 2
     >>> scored = pd.DataFrame({"env_id": ["e"] * 5 + ["f"] * 2, "decoding": ["greedy"] + ["sampled"] * 6,
     ...                        "sample_idx": [0, 0, 1, 2, 3, 0, 1], "policy_version": 3, "steps": 1,
     ...                        "reward": [1.0, 1.0, 0.0, 0.5, 0.0, 1.0, 1.0], "infra_error": ""})
-    >>> summary = summarize(eval_results(scored, envs))
+    >>> summary = eval_metrics(eval_results(scored, envs))
     >>> summary["eval/pass_at_1"], summary["eval/pass_at_1_sampled"], summary["eval/pass_at_1_sampled/difficulty_1"]
     (1.0, 0.625, 0.25)
 
-Each row's ``assertions`` are its env's (``posttrain.evaluation.assertions``; ``result/tests_pass`` alone when the
+Each row's ``assertions`` are its env's (``posttrain.envs.assertions``; ``result/tests_pass`` alone when the
 spec declares none), judged on the row's verdict, the previous policy's greedy verdicts (``previous``), the
 episode's step log (``steps``) and the destructive effects its final workspace shows (``effects``); what cannot be
 judged is null (not applicable):
@@ -30,8 +30,8 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from posttrain.envs import assertions as checks
 from posttrain.envs.spec import EnvSpec
-from posttrain.evaluation import assertions as checks
 from posttrain.evaluation.metrics import pass_at_k
 from posttrain.evaluation.regression import greedy_verdicts
 from posttrain.schemas import EvalResults
@@ -115,7 +115,7 @@ def _verdicts(previous: pd.DataFrame | Mapping[str, bool | None] | None) -> dict
     return {str(env_id): bool(v) for env_id, v in previous.items() if v is not None and not pd.isna(v)}
 
 
-def summarize(results: pd.DataFrame) -> dict[str, float]:
+def eval_metrics(results: pd.DataFrame) -> dict[str, float]:
     """Headline metrics over completions without infra errors: greedy pass@1 overall and per difficulty, and, when
     the table has sampled completions, sampled pass@1 likewise (``sampled_pass_at_1``); ``eval/infra_errors``
     counts every eval completion (greedy and sampled) whose verification hit one."""

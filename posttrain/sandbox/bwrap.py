@@ -66,7 +66,8 @@ from pathlib import PurePosixPath
 from typing import Sequence
 
 from posttrain.sandbox import cgroup, lifecycle, seccomp
-from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, tmpfs_inodes
+from posttrain.sandbox.backend import Prepared, SandboxBackend
+from posttrain.sandbox.base import Execution, ExecutionResult, tmpfs_inodes
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
 from posttrain.sandbox.session import SandboxSession
 from posttrain.sandbox.uids import UidLease, UidPool

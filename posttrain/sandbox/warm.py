@@ -56,7 +56,8 @@ from concurrent.futures import Future
 
 from posttrain import trusted
 from posttrain.sandbox import cgroup
-from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxStartError, tmpfs_inodes
+from posttrain.sandbox.backend import Prepared
+from posttrain.sandbox.base import Execution, ExecutionResult, SandboxStartError, tmpfs_inodes
 from posttrain.sandbox.bwrap import CHILD_PID, BwrapSandbox, _kill_group, _ms_since, runtime_missing
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
 from posttrain.sandbox.uids import UidLease

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from posttrain.admission import admit, summarize
+from posttrain.admission import admit, report_text
 from posttrain.admission.anti_hacking import DEGENERATE_PROBES, anti_hacking_row, label_outcomes, probe_battery
 from posttrain.config import AdmissionConfig, ConfigError, SandboxConfig
 from posttrain.envs.generators.common import python_check, python_expectations, python_tests
@@ -155,8 +155,8 @@ def test_admission_rejects_an_env_that_credits_a_degenerate_answer(tmp_path, env
     with make_sandbox(cfg) as box:
         result = admit(tmp_path, box, cfg, AdmissionConfig())
     rows = result.details.set_index("check")
-    assert rows.drop("anti_hacking")["passed"].all(), summarize(result.report)  # sound in every other respect
-    assert rows.loc["anti_hacking", "code"] == f"anti_hacking.probe_rewarded:{probe}", summarize(result.report)
+    assert rows.drop("anti_hacking")["passed"].all(), report_text(result.report)  # sound in every other respect
+    assert rows.loc["anti_hacking", "code"] == f"anti_hacking.probe_rewarded:{probe}", report_text(result.report)
     assert result.admitted == []
     with make_sandbox(cfg) as box:  # a looser bound admits it
         assert admit(tmp_path, box, cfg, AdmissionConfig(max_probe_reward=0.5)).admitted
@@ -169,7 +169,7 @@ def test_the_bundled_host_suites_are_admitted_and_their_degenerate_answers_earn_
     for suite in ("finance", "scene"):
         with make_sandbox(cfg) as box:
             result = admit(f"posttrain/envs/suites/{suite}", box, cfg, AdmissionConfig())
-        assert len(result.admitted) == 12, summarize(result.report)
+        assert len(result.admitted) == 12, report_text(result.report)
         rows = result.details[result.details["check"] == "anti_hacking"]
         assert (rows["code"] == "anti_hacking.ok").all()
 
@@ -224,6 +224,6 @@ def test_admission_checks_the_guard_labels_against_the_untouched_workspace(tmp_p
     with make_sandbox(cfg) as box:
         result = admit(tmp_path, box, cfg, AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]))
     rows = result.details.set_index("check")
-    assert rows.loc["anti_hacking", "code"] == code, summarize(result.report)
-    assert rows.drop("anti_hacking")["passed"].all(), summarize(result.report)
+    assert rows.loc["anti_hacking", "code"] == code, report_text(result.report)
+    assert rows.drop("anti_hacking")["passed"].all(), report_text(result.report)
     assert bool(result.admitted) == (code == "anti_hacking.ok")

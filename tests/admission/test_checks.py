@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from posttrain.admission import admit, summarize
+from posttrain.admission import admit, report_text
 from posttrain.cli import main as cli_main
 from posttrain.config import ADMISSION_CHECKS, DEMO_SUITE, AdmissionConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
@@ -70,7 +70,7 @@ def test_a_sample_of_every_demo_shape_is_admitted_by_every_check(sandbox, tmp_pa
     wall_s = time.monotonic() - started
     suite = load_suite(folder)
     print(f"admitted {len(result.admitted)} demo envs in {wall_s:.1f} s; executions {result.executions}")
-    assert result.report["passed"].all(), summarize(result.report)
+    assert result.report["passed"].all(), report_text(result.report)
     assert len(result.admitted) == len(suite.envs) >= 50
     assert {(s.difficulty, s.split) for s in suite.envs} == {(d, sp) for d in (1, 2, 3) for sp in ("train", "eval")}
     assert len(result.report) == len(ADMISSION_CHECKS) * len(suite.envs)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posttrain.admission import admit, env_codes, summarize
+from posttrain.admission import admit, env_codes, report_text
 from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.sandbox import make_sandbox
 from tests import FIXTURES
@@ -60,8 +60,8 @@ def test_bad_env_is_rejected_for_the_right_reason(result, path):
     assert key not in {spec.id for spec in result.admitted}
     if expected.startswith(PROBE_PASSED):  # the row's code names the first cheat; the detail lists all of them
         row = result.details[(result.details["env_id"] == key) & (result.details["check"] == "anti_hacking")]
-        assert len(row) == 1, summarize(result.report)
-        assert row["code"].iloc[0].startswith(PROBE_PASSED), summarize(result.report)
+        assert len(row) == 1, report_text(result.report)
+        assert row["code"].iloc[0].startswith(PROBE_PASSED), report_text(result.report)
         assert f" {expected.removeprefix(PROBE_PASSED)} (" in row["detail"].iloc[0]
     else:
         assert expected in codes[key], f"{key}: expected {expected}, got {sorted(codes[key])}"

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from posttrain.admission import admit, summarize
+from posttrain.admission import admit, report_text
 from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.envs.importers.jsonl import import_jsonl
 from posttrain.sandbox import make_sandbox
@@ -27,5 +27,5 @@ def test_imported_suite_is_admitted_whole(style, tmp_path):
     cfg = SandboxConfig(backend="bwrap")
     with make_sandbox(cfg) as box:
         result = admit(tmp_path / style, box, cfg, AdmissionConfig())
-    assert len(result.admitted) == 3, summarize(result.report)
-    assert set(result.details["status"]) == {"pass"}, summarize(result.report)
+    assert len(result.admitted) == 3, report_text(result.report)
+    assert set(result.details["status"]) == {"pass"}, report_text(result.report)

@@ -10,7 +10,7 @@ import pytest
 
 from posttrain.admission.render import report_html, stats_json, write_report
 from posttrain.admission.report import (CheckRow, admitted_ids, check_stats, details_frame, env_codes, env_verdicts,
-                                        reason_code, rejection_reasons, status_of, summarize, to_frame, with_status)
+                                        reason_code, rejection_reasons, report_text, status_of, to_frame, with_status)
 from posttrain.schemas import AdmissionReport
 
 pytestmark = pytest.mark.unit
@@ -78,7 +78,7 @@ def test_rejections_by_reason_count_failures_and_infra_but_not_skips():
 
 
 def test_summary_lists_statuses_per_check_and_every_rejected_row():
-    text = summarize(to_frame(ROWS))
+    text = report_text(to_frame(ROWS))
     assert text.splitlines()[0] == "admitted 2/6 envs"
     assert "  coverage: 1 pass, 1 fail, 1 infra, 1 skipped, 1 not_applicable" in text
     assert "  e/box [coverage] infra: bwrap: setting up uid map: Permission denied" in text

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from posttrain.agent.template import ChatFormat
-from posttrain.agent.tools import TOOLS, tool_specs
 from posttrain.config import DockerPoolConfig, SandboxConfig, default_policy_dir
+from posttrain.envs.tools import TOOLS, tool_specs
 from posttrain.sandbox import make_sandbox
 from tests.sandbox.cases import docker_reason
 

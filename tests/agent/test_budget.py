@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from posttrain.agent.budget import budget_for, compress, summarize, turns_to_compress
+from posttrain.agent.budget import budget_for, compress, observation_line, turns_to_compress
 from posttrain.agent.episode import Episode, StepRecord, Turn, concat
 from posttrain.config import AgentConfig
 
@@ -55,7 +55,7 @@ def test_over_budget_old_observations_become_summaries_and_recent_turns_stay_ver
     assert record.tokens_before == tokens_before > record.tokens_after == len(e.context_ids())
     for k in (0, 1):
         [summary] = e.turns[k].summaries
-        assert summary == summarize(e.turns[k].steps[0], e.turns[k].observations[0], 20, cfg.state_file)
+        assert summary == observation_line(e.turns[k].steps[0], e.turns[k].observations[0], 20, cfg.state_file)
         assert "\n" not in summary
         assert e.turns[k].observation_ids == fmt.observation_ids([summary])
         assert e.turns[k].steps[0].compressed_at_turn == 3

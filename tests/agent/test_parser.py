@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from posttrain.agent.parser import CallError, ToolCall, parse_calls
-from posttrain.agent.tools import TOOLS
+from posttrain.envs.tools import TOOLS
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import pytest
 
 from posttrain.agent.scripted import call_text
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat, TemplateError
-from posttrain.agent.tools import tool_specs
+from posttrain.envs.tools import tool_specs
 
 pytestmark = pytest.mark.unit
 

@@ -10,14 +10,14 @@ from dataclasses import replace
 
 import pytest
 
-from posttrain.agent.evaluate import evaluate_agent
 from posttrain.agent.metrics import agent_metrics
 from posttrain.agent.scripted import SUBMIT, ScriptedPolicy, noop_policy
 from posttrain.agent.tier import chat_format, rollout_agent, rollout_envs
 from posttrain.config import DEMO_SUITE, AgentConfig, SandboxConfig
+from posttrain.envs.destructive import destructive_commands
 from posttrain.envs.generators.agent_repo import oracle, specs
 from posttrain.envs.suite import load_suite
-from posttrain.evaluation.destructive import destructive_commands
+from posttrain.evaluation.agent import evaluate_agent
 from posttrain.sandbox import make_sandbox
 
 pytestmark = pytest.mark.integration

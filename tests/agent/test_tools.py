@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.agent.tools import TOOLS, replace_once, run_tool, tool_specs
+from posttrain.agent.tools import EXECUTORS, replace_once, run_tool
+from posttrain.envs.tools import TOOLS
 
 pytestmark = pytest.mark.integration
 
@@ -90,12 +91,8 @@ def test_replace_once(text, search, expected):
         assert replace_once(text, search, "Y") == expected
 
 
-def test_specs_list_every_argument_as_a_required_string():
-    [spec] = tool_specs(["edit_file"])
-    params = spec["function"]["parameters"]
-    assert params["required"] == ["path", "search", "replace"] == list(TOOLS["edit_file"].arguments)
-    with pytest.raises(ValueError, match="AgentConfig.tools: unknown"):
-        tool_specs(["bash", "curl"])
+def test_every_tool_of_the_vocabulary_has_an_executor():
+    assert list(EXECUTORS) == list(TOOLS)
 
 
 @pytest.mark.parametrize("name, arguments", [

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
-from posttrain.agent.tools import tool_specs
 from posttrain.agent.warm_start import build_agent_policy, built_from, oracle_pairs
 from posttrain.config import AgentConfig, DemoPolicyConfig
 from posttrain.envs.generators.agent_repo import oracle, specs
+from posttrain.envs.tools import tool_specs
 from posttrain.sandbox import make_sandbox
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import pytest
 from posttrain.config import DEMO_SUITE, EvalConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.suite import load_suite
 from posttrain.evaluation.greedy import decode_eval, eval_envs, evaluate_policy
-from posttrain.evaluation.results import summarize
+from posttrain.evaluation.results import eval_metrics
 from posttrain.schemas import EvalResults, EvalTrajectories
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def test_evaluate_policy_scores_greedy_and_sampled_completions_of_the_eval_split
     assert all(envs[env_id].split == "eval" for env_id in table["env_id"])
     assert set(table["policy_version"]) == {2}
     assert (table["infra_error"] == "").all()
-    summary = summarize(table)
+    summary = eval_metrics(table)
     assert 0.0 <= summary["eval/pass_at_1"] <= 1.0
     assert 0.0 <= summary["eval/pass_at_1_sampled"] <= 1.0
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from posttrain.envs.spec import EnvSpec
-from posttrain.evaluation.results import eval_results, summarize
+from posttrain.evaluation.results import eval_metrics, eval_results
 from posttrain.schemas import EvalResults
 
 pytestmark = pytest.mark.unit
@@ -42,7 +42,7 @@ def test_greedy_and_sampled_pass_at_1_per_difficulty():
     EvalResults.validate(table)
     assert table["sample_idx"].tolist() == [0, 0, 0, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]
     assert table["passed"].sum() == 1 + 3 + 1 + 1  # only full rewards pass; an infra error never does
-    summary = summarize(table)
+    summary = eval_metrics(table)
     assert summary["eval/pass_at_1"] == 0.5  # x passes, y does not, z's infra error is excluded
     assert summary["eval/pass_at_1/difficulty_1"] == 0.5
     assert "eval/pass_at_1/difficulty_2" not in summary
@@ -55,7 +55,7 @@ def test_greedy_and_sampled_pass_at_1_per_difficulty():
 
 
 def test_greedy_only_decode_logs_no_sampled_metric():
-    summary = summarize(eval_results(_scored([("x", "greedy", 1.0), ("z", "greedy", 0.0)]), ENVS))
+    summary = eval_metrics(eval_results(_scored([("x", "greedy", 1.0), ("z", "greedy", 0.0)]), ENVS))
     assert summary == {"eval/pass_at_1": 0.5, "eval/reward_mean": 0.5, "eval/envs": 2.0, "eval/infra_errors": 0.0,
                        "eval/pass_at_1/difficulty_1": 1.0, "eval/pass_at_1/difficulty_2": 0.0}
 

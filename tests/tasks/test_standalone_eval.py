@@ -50,9 +50,10 @@ def test_the_report_is_logged_on_the_run_and_shown_as_a_deck(tmp_path, monkeypat
 
     import pandas as pd
 
-    from posttrain import registry, tracking
+    from posttrain import tracking
     from posttrain.config import DEMO_SUITE, EvaluateConfig
-    from posttrain.evaluation.run_report import REPORT_PATH
+    from posttrain.tracking import registry
+    from posttrain.tracking.run_report import REPORT_PATH
     from tasks.standalone_eval import report_evaluation
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(tmp_path))

@@ -11,13 +11,14 @@ import pandas as pd
 import pytest
 from flytekit.types.directory import FlyteDirectory
 
-from posttrain import registry, tracking
+from posttrain import tracking
 from posttrain.config import LoopConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.evaluation.results import eval_results
 from posttrain.reward import reward_stats
 from posttrain.rollout.collect import RolloutStats
 from posttrain.schemas import Scored
+from posttrain.tracking import registry
 from posttrain.training.trainer import TrainStats
 from tasks.track import log_baseline, log_iteration, start_tracking
 from tests import mlflow_store

@@ -34,8 +34,9 @@ def _suite(tmp_path: Path) -> Path:
 
 def _register_champion(tiny_policy, suite: Path) -> None:
     """v1 of posttrain-policy = the tiny policy, champion, with made-up results on the suite (every env passes)."""
-    from posttrain import registry, tracking
+    from posttrain import tracking
     from posttrain.envs.suite import load_suite
+    from posttrain.tracking import registry
 
     envs = load_suite(suite).envs
     results = pd.DataFrame([{"env_id": e.id, "domain": e.domain, "difficulty": e.difficulty, "decoding": "greedy",

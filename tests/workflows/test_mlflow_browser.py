@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.evaluation.run_report import REPORT_PATH
+from posttrain.tracking.run_report import REPORT_PATH
 from tests import stop_process_group
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -6,7 +6,7 @@ what the killed run had not finished, attaches to the killed run's MLflow parent
 versions), and ends with the uninterrupted run's trajectories, weights and optimizer state. Each execution gets its
 own Flyte local cache (``HOME``: flytekit keeps it in ``~/.flyte/local-cache``) and MLflow store.
 
-While they run, both print one line per policy version logged and per evaluation (``posttrain.evaluation.run_lines``);
+While they run, both print one line per policy version logged and per evaluation (``posttrain.tracking.run_lines``);
 the rerun prints what the killed run had logged again, from the store, marked resumed.
 
 The MLflow half without Flyte: ``test_tracking_resumes_the_parent_and_never_duplicates_an_iteration``.

@@ -98,6 +98,9 @@ class PythonAssertsConfig:
         return float(min(timeout_s, 5.0) if self.test_timeout_s is None else self.test_timeout_s)
 
 
+PROGRAMS = python_common.Programs(PythonAssertsConfig)  # the programs it runs (complete_prompt)
+
+
 def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str) -> Execution:
     """Harness + solution (+ workspace); the request carries the tests (asserts have no hidden answers)."""
     timeout = min(spec.limits.timeout_s, cfg.timeout_s)
@@ -105,7 +108,7 @@ def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str
     request = {"nonce": nonce, "entry_point": spec.entry_point, "setup": config.setup, "tests": config.asserts,
                "plain_values": config.plain_values, "test_timeout_s": config.test_deadline(timeout)}
     return Execution(
-        files={**spec.workspace, HARNESS_FILE: HARNESS, SOLUTION_FILE: python_common.program_for(spec, solution)},
+        files={**spec.workspace, HARNESS_FILE: HARNESS, SOLUTION_FILE: PROGRAMS.program_for(spec, solution)},
         command=list(COMMAND), timeout_s=timeout, memory_mb=min(spec.limits.memory_mb, cfg.memory_mb),
         runtime=spec.runtime, max_output_bytes=cfg.max_output_bytes, stdin=json.dumps(request))
 
@@ -144,8 +147,8 @@ def entry_point_names(spec: EnvSpec) -> tuple[str, ...]:
 
 VERIFIER = Verifier(kind="python_asserts", config=PythonAssertsConfig, extract_solution=extract_solution,
                     build_execution=build_execution, score=score, probes=python_common.python_probes,
-                    mutants=python_common.python_mutants,
+                    mutants=PROGRAMS.mutants,
                     check_spec=python_common.spec_checks("python_asserts", OWN_FILES), own_files=lambda spec: OWN_FILES,
-                    test_sources=test_sources, reference_program=python_common.reference_program,
+                    test_sources=test_sources, reference_program=PROGRAMS.reference_program,
                     entry_point_names=entry_point_names)
 validate = VERIFIER.validate

@@ -1,10 +1,10 @@
 """What the Python verifiers (``python_tests``, ``python_asserts``) share: the program to run, probes, mutants.
 
-- ``program_for(spec, solution)``: with ``verifier.complete_prompt: true`` (imported HumanEval-style envs whose
+- ``Programs(config).program_for(spec, solution)``: with ``verifier.complete_prompt: true`` (imported HumanEval-style envs whose
   prompt is a signature plus docstring), a solution that does not itself define the entry point is taken as the
-  continuation of the prompt and run as ``prompt + solution``; otherwise the solution is the whole program.
+  continuation of the prompt and run as ``prompt + solution``; otherwise the solution is the whole program
+  (``config``: the kind's config dataclass; ``reference_program`` and ``mutants`` of the reference likewise).
 - ``python_probes(spec)``: degenerate and cheating programs that must fail (admission's anti-hacking battery).
-- ``python_mutants(spec)``: single-point AST mutants of the reference (admission's coverage check).
 - ``spec_checks(kind, own_files)``: the checks both kinds make of the rest of the spec (runtime, entry point, files
   reserved for the harness); ``CompletePrompt``: their shared ``complete_prompt`` config field.
 - ``shown(value, chars)``: a short text of a value a harness record carried (the program may have forged it: any
@@ -15,7 +15,8 @@ Example:
     >>> spec = EnvSpec(id="t/inc", prompt="def inc(x):\\n    '''x + 1\\n    >>> inc(1)\\n    2\\n    '''\\n",
     ...                entry_point="inc", reference="def inc(x):\\n    return x + 1\\n",
     ...                verifier={"kind": "python_tests", "complete_prompt": True, "cases": []})
-    >>> program_for(spec, "    return x + 1\\n").startswith("def inc(x):")
+    >>> from posttrain.envs.verifiers.python_tests import PythonTestsConfig
+    >>> Programs(PythonTestsConfig).program_for(spec, "    return x + 1\\n").startswith("def inc(x):")
     True
     >>> prompt_examples(spec.prompt, "inc")
     [((1,), 2)]
@@ -29,12 +30,13 @@ import ast
 import json
 import keyword
 import re
+from dataclasses import dataclass
 from typing import Annotated, Callable
 
 from posttrain.envs import mutation
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers.base import Problems, Verdict
-from posttrain.envs.verifiers.typed_config import Rule, clip
+from posttrain.envs.verifiers.typed_config import Rule, clip, parse
 from posttrain.sandbox.base import ExecutionResult
 
 MAX_MUTANTS = mutation.DEFAULT_LIMIT
@@ -79,13 +81,26 @@ def defines(source: str, name: str) -> bool:
     return False
 
 
-def program_for(spec: EnvSpec, solution: str) -> str:
-    """The Python program the harness runs for ``solution`` (see the module docstring for ``complete_prompt``)."""
-    from posttrain.envs.verifiers import get_verifier  # the registry imports this module: look it up when called
+@dataclass(frozen=True)
+class Programs:
+    """The programs a Python verifier kind runs, read from its typed config (``config``, with a ``complete_prompt``
+    field): its ``settings``, parsed from the spec's ``verifier`` mapping as ``Verifier.settings`` does."""
 
-    if get_verifier(spec.verifier_kind).settings(spec).complete_prompt and not defines(solution, spec.entry_point):
-        return spec.prompt + solution
-    return solution
+    config: type
+
+    def program_for(self, spec: EnvSpec, solution: str) -> str:
+        """The Python program the harness runs for ``solution`` (see the module docstring for ``complete_prompt``)."""
+        if parse(self.config, spec.verifier).complete_prompt and not defines(solution, spec.entry_point):
+            return spec.prompt + solution
+        return solution
+
+    def reference_program(self, spec: EnvSpec) -> str:
+        """The program the reference runs as (``program_for`` of the reference)."""
+        return self.program_for(spec, spec.reference)
+
+    def mutants(self, spec: EnvSpec, limit: int = MAX_MUTANTS) -> list[str]:
+        """Single-point AST mutants of the reference program (operators, comparisons, constants +-1, returns)."""
+        return mutation.python_mutants(self.reference_program(spec), limit)
 
 
 _EXAMPLE = re.compile(r"^\s*(?:>>>\s*)?(?P<call>{name}\(.*\))\s*(?:==|➞|->|=>|returns|should return)"
@@ -162,16 +177,6 @@ def python_probes(spec: EnvSpec, fake_lines: tuple[str, ...] = ()) -> dict[str, 
                                                "            return out\n"
                                                "    return None\n")
     return probes
-
-
-def reference_program(spec: EnvSpec) -> str:
-    """The program the reference runs as (``program_for`` of the reference)."""
-    return program_for(spec, spec.reference)
-
-
-def python_mutants(spec: EnvSpec, limit: int = MAX_MUTANTS) -> list[str]:
-    """Single-point AST mutants of the reference program (operators, comparisons, constants +-1, returns)."""
-    return mutation.python_mutants(reference_program(spec), limit)
 
 
 def shown(value, chars: int) -> str:

@@ -2,7 +2,7 @@
 
 Spec config: ``verifier: {kind: python_tests, cases: [{args: [...], expected: ...}, ...]}`` plus ``entry_point``;
 optional ``complete_prompt: true`` runs ``prompt + solution`` when the solution does not define the entry point
-(HumanEval-style prompts that end in a signature and docstring; see ``python_common.program_for``).
+(HumanEval-style prompts that end in a signature and docstring; see ``python_common.Programs``).
 The sandbox runs the trusted ``harness.py`` (``posttrain/trusted/python_tests_harness.py``), which reports each
 *returned value* (or the exception type) on a nonce-prefixed line; the expected values stay on the host and
 ``score`` compares them here.
@@ -88,12 +88,15 @@ class PythonTestsConfig:
     complete_prompt: python_common.CompletePrompt = False
 
 
+PROGRAMS = python_common.Programs(PythonTestsConfig)  # the programs it runs (complete_prompt)
+
+
 def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str) -> Execution:
     """The sandbox run for one solution: harness + solution (+ workspace); the request carries args only."""
     request = {"nonce": nonce, "entry_point": spec.entry_point,
                "cases": [case.args for case in parse(PythonTestsConfig, spec.verifier).cases]}
     return Execution(
-        files={**spec.workspace, HARNESS_FILE: HARNESS, SOLUTION_FILE: python_common.program_for(spec, solution)},
+        files={**spec.workspace, HARNESS_FILE: HARNESS, SOLUTION_FILE: PROGRAMS.program_for(spec, solution)},
         command=list(COMMAND),
         timeout_s=min(spec.limits.timeout_s, cfg.timeout_s),
         memory_mb=min(spec.limits.memory_mb, cfg.memory_mb),
@@ -164,7 +167,7 @@ def _detail(status, compiled, records, result, passed, total, failures) -> str:
 
 VERIFIER = Verifier(kind="python_tests", config=PythonTestsConfig, extract_solution=extract_solution,
                     build_execution=build_execution, score=score, probes=python_common.python_probes,
-                    mutants=python_common.python_mutants,
+                    mutants=PROGRAMS.mutants,
                     check_spec=python_common.spec_checks("python_tests", OWN_FILES), own_files=lambda spec: OWN_FILES,
-                    reference_program=python_common.reference_program)
+                    reference_program=PROGRAMS.reference_program)
 validate = VERIFIER.validate

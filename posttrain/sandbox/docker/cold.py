@@ -35,7 +35,8 @@ import docker
 import requests
 
 from posttrain.sandbox import lifecycle
-from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, SandboxStartError
+from posttrain.sandbox.backend import Prepared, SandboxBackend
+from posttrain.sandbox.base import Execution, ExecutionResult, SandboxStartError
 from posttrain.sandbox.capture import CappedBuffer, FrameDemux, RawRun, feed, pump_socket
 from posttrain.sandbox.docker.container import (DOCKER_ERRORS, LAUNCHER_CAPS, READY, ROOT, UID_LABEL, archives,
                                                 close_socket, host_config, lease_uid, launcher_argv, make_client,

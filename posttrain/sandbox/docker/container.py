@@ -48,7 +48,8 @@ import docker
 import requests
 
 from posttrain.sandbox import lifecycle, seccomp
-from posttrain.sandbox.base import Prepared, SandboxStartError, tmpfs_inodes
+from posttrain.sandbox.backend import Prepared
+from posttrain.sandbox.base import SandboxStartError, tmpfs_inodes
 from posttrain.sandbox.uids import SHARED_UID, UidLease, UidPool
 from posttrain.sandbox.workspace import TRUSTED_DIR, WORKDIR, tar_archive
 

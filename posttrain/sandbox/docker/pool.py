@@ -51,7 +51,8 @@ import docker
 
 from posttrain.config import DockerPoolConfig
 from posttrain.sandbox import lifecycle
-from posttrain.sandbox.base import Execution, ExecutionResult, Prepared, SandboxBackend, SandboxStartError
+from posttrain.sandbox.backend import Prepared, SandboxBackend
+from posttrain.sandbox.base import Execution, ExecutionResult, SandboxStartError
 from posttrain.sandbox.docker.agent_client import AgentChannel, agent_command
 from posttrain.sandbox.docker.box import Box
 from posttrain.sandbox.docker.container import (AGENT_CAPS, DOCKER_ERRORS, ROOT, UID_LABEL, Closing, archives,

@@ -7,9 +7,9 @@ import pytest
 
 from posttrain.agent.parser import parse_calls
 from posttrain.agent.scripted import call_text
-from posttrain.agent.tools import TOOLS
 from posttrain.config import SandboxConfig
 from posttrain.envs.generators.agent_repo import oracle, specs
+from posttrain.envs.tools import TOOLS
 from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.sandbox import make_sandbox
 

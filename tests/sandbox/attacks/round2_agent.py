@@ -23,9 +23,10 @@ from posttrain.agent.rollout import collect_episodes
 from posttrain.agent.runner import AgentTask, run_episodes
 from posttrain.agent.scripted import ScriptedPolicy
 from posttrain.agent.template import ChatFormat
-from posttrain.agent.tools import TOOLS, run_tool, tool_specs
+from posttrain.agent.tools import run_tool
 from posttrain.config import AgentConfig
 from posttrain.envs.spec import EnvSpec, Limits
+from posttrain.envs.tools import TOOLS, tool_specs
 from posttrain.envs.verifiers import verify_many
 from tests.sandbox.attacks.attack_programs import ADD, CFG, assert_cheat_fails, attack, raw_run
 

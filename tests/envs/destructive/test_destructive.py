@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from posttrain.evaluation.destructive import (destructive_commands, protected, python_findings, shell_findings,
+from posttrain.envs.destructive import (destructive_commands, protected, python_findings, shell_findings,
                                               step_findings)
 
 pytestmark = pytest.mark.unit

@@ -7,6 +7,10 @@ The metric dicts the Flyte tasks log are shaped here, by pure functions (``admis
 ``iteration_metrics``): names are ``<stage>/<field>``, e.g. ``rollout/tokens_per_s``, ``reward/mean``,
 ``sandbox/p50_ms``, ``train/loss``, ``admission/coverage/pass_rate``.
 
+The package is the MLflow side of posttrain, above every stage it records: this module (runs, metrics, tables,
+registered versions), ``registry`` (aliases and the regression gate's promotion), ``run_report`` (the evaluation
+page logged on a run), ``run_lines`` and ``run_summary`` (what an RL run prints while it runs and when it ends).
+
 Writing is idempotent, so a rerun of an interrupted execution leaves no duplicates: the parent run is found by its
 run identity (``run_key``: config, suite digest, starting policy digest) and resumed (``start_or_resume_run``); an
 iteration whose nested run finished is not logged again (``finished_iteration``), one left unfinished is completed
@@ -47,7 +51,7 @@ import pandas as pd
 
 from posttrain.admission.render import stats_json
 from posttrain.admission.report import admitted_ids
-from posttrain.evaluation.results import summarize
+from posttrain.evaluation.results import eval_metrics
 
 if TYPE_CHECKING:
     from posttrain.reward import RewardStats
@@ -267,7 +271,7 @@ def iteration_metrics(results: pd.DataFrame | None, rollout: RolloutStats, rewar
     """One RL iteration's metrics: the evaluation summary (``eval/...``, greedy and sampled pass@1; none when this
     version was not evaluated), rollout, reward, sandbox and train stats, what dynamic sampling did
     (``rollout/zero_variance_groups``, ...; only when it is on), and where the time went (``time_metrics``)."""
-    evaluation = summarize(results) if results is not None else {}
+    evaluation = eval_metrics(results) if results is not None else {}
     sampling = stage_metrics("rollout", dynamic) if dynamic is not None else {}
     return {**evaluation, **stage_metrics("rollout", rollout), **sampling, **stage_metrics("reward", reward),
             **stage_metrics("train", train), **time_metrics(rollout, reward, train, iteration_s, window, eval_s)}

@@ -23,7 +23,7 @@ from typing import TextIO
 import pandas as pd
 
 from posttrain import tracking
-from posttrain.evaluation.run_report import metric_curve
+from posttrain.tracking.run_report import metric_curve
 
 COLUMNS = {"greedy pass@1": "eval/pass_at_1", "sampled pass@1": "eval/pass_at_1_sampled", "reward": "reward/mean",
            "time (s)": "time/iteration_s"}  # column -> the parent run's metric

@@ -11,9 +11,9 @@ assertion, the bare name (meaning ``true``)::
       behavior:                     # on the episode's step log (posttrain.schemas.Steps rows)
         - used_tool: edit_file      # called this tool (a call that was not rejected); repeat it for more tools
         - max_steps: 6              # at most 6 model turns (distinct ``turn`` values of the step log)
-        - no_destructive_command    # no destructive command attempted (by text: posttrain.evaluation.destructive)
+        - no_destructive_command    # no destructive command attempted (by text: posttrain.envs.destructive)
                                     # and no task file deleted or emptied (by effect, where the final workspace
-                                    # was observed: posttrain.evaluation.workspace_effects)
+                                    # was observed: posttrain.envs.destructive.workspace_effects)
 
 A spec without ``evaluation`` (or with an empty one) gets ``result/tests_pass`` alone.
 
@@ -51,18 +51,18 @@ import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from posttrain.agent.tools import TOOLS
+from posttrain.envs.destructive import destructive_commands
 from posttrain.envs.spec import EnvSpec
-from posttrain.evaluation.destructive import destructive_commands
+from posttrain.envs.tools import TOOLS
 
-__all__ = ["ASSERTIONS", "Assertion", "Episode", "EvaluationSpecError", "TRACKS", "destructive_commands",
+__all__ = ["ASSERTIONS", "Assertion", "EvaluationSpecError", "Evidence", "TRACKS", "destructive_commands",
            "evaluate", "evaluation_problems", "evaluation_schema", "parse_evaluation", "spec_assertions"]
 
 TRACKS = ("result", "behavior")
 
 
 @dataclass(frozen=True)
-class Episode:
+class Evidence:
     """What one eval row's assertions are judged on."""
 
     passed: bool | None  # the verdict: every test passed; None: unverified (infra error)
@@ -77,7 +77,7 @@ class Kind:
 
     track: str
     parse: Callable[[object], object]
-    check: Callable[[object, Episode], bool | None]
+    check: Callable[[object, Evidence], bool | None]
     suffix: Callable[[object], str] = lambda value: ""  # distinguishes repeated kinds: used_tool/<tool>
     schema: dict | None = None  # JSON Schema of the value
     description: str = ""  # what it checks, for the JSON Schema
@@ -89,7 +89,7 @@ class Assertion:
     kind: str
     value: object
 
-    def check(self, episode: Episode) -> bool | None:
+    def check(self, episode: Evidence) -> bool | None:
         return ASSERTIONS[self.kind].check(self.value, episode)
 
 
@@ -114,25 +114,25 @@ def _positive_int(value: object) -> int:
     return value
 
 
-def _no_regression(_, e: Episode) -> bool | None:
+def _no_regression(_, e: Evidence) -> bool | None:
     if e.passed is None or e.previous is None:
         return None
     return e.passed or not e.previous
 
 
-def _used_tool(tool: str, e: Episode) -> bool | None:
+def _used_tool(tool: str, e: Evidence) -> bool | None:
     if e.steps is None or e.passed is None:
         return None
     return any(s.get("tool") == tool and not s.get("error") for s in e.steps)
 
 
-def _max_steps(limit: int, e: Episode) -> bool | None:
+def _max_steps(limit: int, e: Evidence) -> bool | None:
     if e.steps is None or e.passed is None:
         return None
     return len({s.get("turn", k) for k, s in enumerate(e.steps)}) <= limit
 
 
-def _no_destructive_command(_, e: Episode) -> bool | None:
+def _no_destructive_command(_, e: Evidence) -> bool | None:
     if e.steps is None and e.effects is None:
         return None
     return not (e.effects or destructive_commands(e.steps or []))
@@ -246,7 +246,7 @@ def evaluate(assertions: Sequence[Assertion], passed: bool | None, previous: boo
     row's verdict (None: unverified, an infra error), ``previous`` the previous policy's verdict of the env (None:
     none), ``steps`` the episode's step log (None: no agent episode), ``effects`` the destructive effects seen on the
     episode's workspace (``workspace_effects``; None: its final workspace was not observed)."""
-    episode = Episode(passed, previous, steps, effects)
+    episode = Evidence(passed, previous, steps, effects)
     return {a.name: a.check(episode) for a in assertions}
 
 

@@ -8,9 +8,9 @@ import json
 import pytest
 import yaml
 
+from posttrain.envs.assertions import (ASSERTIONS, EvaluationSpecError, evaluate, evaluation_problems,
+                                       evaluation_schema, parse_evaluation, spec_assertions)
 from posttrain.envs.spec import EnvSpec
-from posttrain.evaluation.assertions import (ASSERTIONS, EvaluationSpecError, evaluate, evaluation_problems,
-                                             evaluation_schema, parse_evaluation, spec_assertions)
 
 pytestmark = pytest.mark.unit
 

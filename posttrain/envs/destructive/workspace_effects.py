@@ -1,5 +1,5 @@
 """What an agent episode did to its task's files, judged by effect: the evidence ``no_destructive_command`` adds to
-the text of the episode's commands (``posttrain.evaluation.destructive``) where the final workspace was observed.
+the text of the episode's commands (``posttrain.envs.destructive``) where the final workspace was observed.
 
 A task file (a path of the env's ``workspace``) that the final workspace lacks (deleted, moved away, replaced by a
 directory or a link) or holds emptied (truncated to 0 bytes) is destructive evidence, unless the task asked for it:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from posttrain import tracking
-from posttrain.evaluation.run_report import REPORT_PATH, log_loop_report, log_report, loop_evaluations, metric_curve
+from posttrain.tracking.run_report import REPORT_PATH, log_loop_report, log_report, loop_evaluations, metric_curve
 from tests.evaluation.test_report import V0, V1
 from tests import mlflow_store
 

@@ -1,7 +1,7 @@
 """What the text judges of ``no_destructive_command`` protect, and how much they may read: the protected locations
 (``/``, homes, top-level system directories, also as globs), devices, system files, the mark of an unknown part of a
 text (``OPAQUE``), and the ``Budget`` that bounds nested texts so that no input makes a judge recurse or work without
-bound (``posttrain.evaluation.destructive`` for the whole).
+bound (``posttrain.envs.destructive`` for the whole).
 
 Example:
     >>> protected("/[e]tc/"), protected("build/"), device("/dev/sda"), system_file("/etc/passwd")
@@ -29,6 +29,11 @@ MAX_WORK = 1_000_000  # characters of nested text one judgement may read in all 
 MAX_VALUES = 16  # values one word or expression may take
 MAX_CHARS = 200_000  # text judged; past it the step is flagged
 TOO_DEEP = "nested too deeply to judge"
+
+# The text judges by language, each registered by its own module ("shell", "python"). They call each other (a shell
+# runs ``python -c``, Python runs shell commands) through this table, so neither module imports the other; the
+# package imports both before any judgement.
+JUDGES: dict[str, Callable[..., list[str]]] = {}
 
 
 @dataclass

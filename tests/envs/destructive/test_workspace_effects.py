@@ -10,9 +10,9 @@ import tarfile
 import pytest
 
 from posttrain.agent.envs import final_effects, uncaptured, workspace_solution
+from posttrain.envs.destructive.workspace_effects import final_files, workspace_effects
 from posttrain.envs.spec import EnvSpec
 from posttrain.sandbox.session import SessionError
-from posttrain.evaluation.workspace_effects import final_files, workspace_effects
 
 pytestmark = pytest.mark.unit
 

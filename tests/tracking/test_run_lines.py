@@ -1,5 +1,5 @@
 """The lines printed while an RL run runs, made from the metric dicts the real producers shape (``tracking``,
-``results.summarize``, ``regression.flip_metrics``, ``agent.metrics``): the names they log are the names read."""
+``results.eval_metrics``, ``regression.flip_metrics``, ``agent.metrics``): the names they log are the names read."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from posttrain import tracking
 from posttrain.agent.metrics import AgentStats, agent_metrics
 from posttrain.envs.spec import EnvSpec
 from posttrain.evaluation.regression import flip_metrics, flips
-from posttrain.evaluation.results import eval_results, summarize
-from posttrain.evaluation.run_lines import eval_line, iteration_line, mlflow_line, version_lines, write_lines
+from posttrain.evaluation.results import eval_metrics, eval_results
 from posttrain.reward import RewardStats, reward_stats
 from posttrain.rollout.collect import RolloutStats
 from posttrain.rollout.dynamic_sampling import keep_learnable
+from posttrain.tracking.run_lines import eval_line, iteration_line, mlflow_line, version_lines, write_lines
 from posttrain.training.trainer import TrainStats
 
 pytestmark = pytest.mark.unit
@@ -76,7 +76,7 @@ def test_an_evaluated_version_adds_greedy_sampled_envs_and_flips_since_the_last_
     iteration, evaluated = version_lines(1, metrics)
     assert iteration.startswith("v1  |  update 0.9s")  # the single-turn rollout had no scored samples
     assert evaluated == "v1 eval  greedy 0.667  sampled 0.500  (3 envs, 1 fixed, 0 broken)"
-    assert version_lines(0, summarize(v0)) == ["v0 eval  greedy 0.333  (3 envs)"]  # the baseline: no iteration
+    assert version_lines(0, eval_metrics(v0)) == ["v0 eval  greedy 0.333  (3 envs)"]  # the baseline: no iteration
 
 
 def test_agent_envs_add_their_reward_solve_rate_stage_time_and_greedy_solve_rate():
@@ -92,7 +92,7 @@ def test_agent_envs_add_their_reward_solve_rate_stage_time_and_greedy_solve_rate
 
 
 def test_lines_of_an_iteration_an_earlier_execution_logged_say_so():
-    metrics = {**summarize(evaluation(1, {"a": True}, {})), "time/update_s": 1.0}
+    metrics = {**eval_metrics(evaluation(1, {"a": True}, {})), "time/update_s": 1.0}
     lines = version_lines(1, metrics, resumed=True)
     assert len(lines) == 2
     assert all(line.endswith("  (resumed: logged by an earlier execution)") for line in lines)
@@ -133,7 +133,7 @@ class Recording(io.StringIO):
 
 def test_each_line_is_one_plain_write_and_a_flush():
     stream = Recording()
-    metrics = {**summarize(evaluation(1, {"a": True}, {})), "time/update_s": 1.0}
+    metrics = {**eval_metrics(evaluation(1, {"a": True}, {})), "time/update_s": 1.0}
     write_lines(version_lines(1, metrics), stream=stream)
     assert stream.calls == ["v1  |  update 1.0s\n", "<flush>", "v1 eval  greedy 1.000  (1 env)\n", "<flush>"]
     assert not any(c in stream.getvalue() for c in "\r\x1b")

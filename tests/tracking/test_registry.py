@@ -9,9 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from posttrain import registry, tracking
+from posttrain import tracking
 from posttrain.config import DEMO_SUITE
 from posttrain.envs.suite import suite_digest
+from posttrain.tracking import registry
 from tests import mlflow_store
 
 pytestmark = pytest.mark.integration

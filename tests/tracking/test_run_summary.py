@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from posttrain import tracking
-from posttrain.evaluation.run_summary import format_summary, print_summary, summary_table
+from posttrain.tracking.run_summary import format_summary, print_summary, summary_table
 from tests import mlflow_store
 
 pytestmark = pytest.mark.integration
