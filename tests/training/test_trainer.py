@@ -156,7 +156,9 @@ def test_the_algorithm_family_trains_by_name_and_the_reference_stays_frozen(tiny
         reference = dict(trainer.reference.named_parameters())
         frozen = {name: param.detach().clone() for name, param in reference.items()}
         before = trainer.master_weights()
-        stats = trainer.train_on(_samples(tiny_policy, {"g": [1.0, 0.0, 1.0, 0.0]}, estimator="rloo"))
+        # a sampler whose numerics disagree with the trainer's (an fp32 trainer matches the fp32 HF model exactly)
+        samples = _samples(tiny_policy, {"g": [1.0, 0.0, 1.0, 0.0]}, estimator="rloo", behavior_shift=-0.05)
+        stats = trainer.train_on(samples)
         after = trainer.master_weights()
     finally:
         trainer.close()
@@ -167,7 +169,9 @@ def test_the_algorithm_family_trains_by_name_and_the_reference_stays_frozen(tiny
     assert stats.kl > 0
     assert stats.behavior_kl > 0  # kl: the second step has moved away
     assert not torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
-    assert all(not param.requires_grad and param.dtype == torch.bfloat16 for param in reference.values())
+    assert all(not param.requires_grad for param in reference.values())
+    precision = torch.bfloat16 if stats.bf16 else torch.float32  # the trainer's (posttrain.precision: the host's)
+    assert all(param.dtype == precision for param in reference.values())
     assert all(torch.equal(param.detach(), frozen[name]) for name, param in reference.items())
 
 
@@ -285,7 +289,8 @@ def test_masked_completion_tokens_are_not_trained(tiny_policy):
     masked, _, [masked_grad] = _one_update(tiny_policy, windows, micro_batch_size=4)
     assert masked.num_tokens == plain.num_tokens == sum(len(s.completion_token_ids) for s in samples)
     assert masked.loss == pytest.approx(plain.loss, rel=1e-6)
-    torch.testing.assert_close(masked_grad, plain_grad, rtol=1e-5, atol=1e-8)
+    # equal up to fp32 reassociation: the longer windows change the matmul shapes, so the sums run in another order
+    torch.testing.assert_close(masked_grad, plain_grad, rtol=1e-5, atol=1e-7)
 
     unmasked = [TrainSample(w.prompt_token_ids, w.completion_token_ids, w.behavior_logprobs, w.advantage, w.group_id)
                 for w in windows]
