@@ -8,7 +8,7 @@ import json
 import pytest
 
 from posttrain.envs.destructive import (destructive_commands, protected, python_findings, shell_findings,
-                                              step_findings)
+                                        step_findings)
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ import string
 import pytest
 
 from posttrain.envs.destructive import (TOO_DEEP, destructive_commands, python_findings, shell_findings,
-                                              step_findings)
+                                        step_findings)
 
 pytestmark = pytest.mark.unit
 
