@@ -40,10 +40,12 @@ import json
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass
 from typing import Annotated, Any, Literal
 
 from posttrain.declaration import NO_RULE, Rule, interval, rule_of, within
+from posttrain.generated import markdown
 
 Problems = list[tuple[str, str]]  # (field, reason) pairs
 
@@ -51,7 +53,7 @@ Problems = list[tuple[str, str]]  # (field, reason) pairs
 _UNION = (typing.Union, types.UnionType)
 
 
-@functools.cache  # like _hints and _tagged: per declared type, never per value (parsing every verdict stays cheap)
+@functools.cache  # like declared_hints, _tagged: per declared type, never per value (parsing verdicts stays cheap)
 def _unwrap(hint) -> tuple[Any, Rule]:
     """(type, rule) of an annotation; the rules of nested ``Annotated`` aliases merge, the outer ones winning."""
     if typing.get_origin(hint) is not Annotated:
@@ -65,7 +67,7 @@ def _unwrap(hint) -> tuple[Any, Rule]:
 
 
 @functools.cache
-def _hints(cls) -> dict[str, Any]:
+def declared_hints(cls) -> dict[str, Any]:
     """Each field's annotation, with the rule ``declare`` gave the field (if any) outermost."""
     hints = typing.get_type_hints(cls, include_extras=True)
     return {f.name: Annotated[hints[f.name], rule_of(f)] if "rule" in f.metadata else hints[f.name]
@@ -86,7 +88,7 @@ def _keys(cls) -> tuple[list[str], list[str]]:
 
 def _tag(cls) -> tuple[str, Any] | None:
     """The (key, value) of a dataclass's single-value ``Literal`` field: what tells union arms apart."""
-    for name, hint in _hints(cls).items():
+    for name, hint in declared_hints(cls).items():
         base, _ = _unwrap(hint)
         if typing.get_origin(base) is Literal and len(typing.get_args(base)) == 1:
             return name, typing.get_args(base)[0]
@@ -197,7 +199,7 @@ def _union_problems(value, hint, where: str) -> Problems:
 
 def _record_problems(value: dict, cls, where: str, kind: str = "") -> Problems:
     """Problems of a mapping declared by ``cls``; ``kind`` marks the top-level config (problems per key)."""
-    hints, (required, optional) = _hints(cls), _keys(cls)
+    hints, (required, optional) = declared_hints(cls), _keys(cls)
     unknown = sorted(set(value) - set(hints), key=str)
     missing = [name for name in required if name not in value]
     if kind:
@@ -281,7 +283,7 @@ def parse(hint, value):
     base, _ = _unwrap(hint)
     origin = typing.get_origin(base)
     if dataclasses.is_dataclass(base):
-        hints = _hints(base)
+        hints = declared_hints(base)
         return base(**{f.name: parse(hints[f.name], value[f.name]) for f in dataclasses.fields(base)
                        if f.name in value})
     if origin in _UNION:
@@ -301,7 +303,7 @@ def json_schema(hint) -> dict:
     base, rule = _unwrap(hint)
     origin = typing.get_origin(base)
     if dataclasses.is_dataclass(base):
-        hints, (required, _) = _hints(base), _keys(base)
+        hints, (required, _) = declared_hints(base), _keys(base)
         properties = {}
         for f in dataclasses.fields(base):
             properties[f.name] = json_schema(hints[f.name])
@@ -350,15 +352,20 @@ def _limits(base, origin, rule: Rule) -> dict:
     return out
 
 
-def _rows(cls, prefix: str, note: str = "") -> list[str]:
-    """Table rows of a config dataclass's keys, then of the records nested in them (``cases[].args``)."""
+def _rows(cls, prefix: str, note: str = "", hints: Mapping[str, Any] | None = None) -> list[str]:
+    """Table rows of a config dataclass's keys, then of the records nested in them (``cases[].args``); a record with
+    a default (``limits``) is shown in place as its keys, each with its own default. ``hints``: the keys to show and
+    the annotations to describe them by (default: every key, as declared)."""
     rows, nested = [], []
-    hints = _hints(cls)
-    for f in dataclasses.fields(cls):
+    hints = declared_hints(cls) if hints is None else hints
+    for f in (f for f in dataclasses.fields(cls) if f.name in hints):
         default, path = _default(f), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(default):
+            rows += _rows(type(default), path + ".")
+            continue
         shown = "**required**" if default is MISSING else "computed" if default is None else f"`{json.dumps(default)}`"
         rule = _unwrap(hints[f.name])[1]
-        rows.append(f"| `{path}`{note} | {describe(hints[f.name]).replace('|', '/')} | {shown} | {rule.doc} |")
+        rows.append(f"| `{path}`{note} | {describe(hints[f.name]).replace('|', '/')} | {shown} | {markdown(rule.doc)} |")
         nested += _nested_rows(hints[f.name], path)
     return rows + nested
 
@@ -381,6 +388,7 @@ def _nested_rows(hint, path: str) -> list[str]:
     return []
 
 
-def markdown_table(cls) -> str:
-    """The keys of a config dataclass (and of the records nested in it) as a Markdown table."""
-    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|", *_rows(cls, "")]) + "\n"
+def markdown_table(cls, hints: Mapping[str, Any] | None = None) -> str:
+    """The keys of a config dataclass (and of the records nested in them) as a Markdown table; ``hints``: the keys to
+    show and their annotations, where not every key as declared (the env spec shows its registries' choices)."""
+    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|", *_rows(cls, "", hints=hints)]) + "\n"
