@@ -10,6 +10,7 @@ with a field declared by ``declare(default, doc=..., low=...)`` or with a type w
 
 - ``config_problems(Config, mapping, kind)``: (field, reason) problems, each naming the field
   (``verifier.cases[2].args``), in declaration order; empty when the mapping fits.
+- ``value_problems(value, hint)``: the same for any declared value (an evaluation assertion's).
 - ``json_schema(Config)``: the same declaration as a JSON Schema (draft 2020-12) fragment.
 - ``markdown_table(Config)``: one row per key (type, default, meaning), for ``docs/env-spec.md``.
 - ``parse(Config, mapping)``: a mapping that fits, as a ``Config`` instance (absent keys take their defaults); the
@@ -54,7 +55,7 @@ _UNION = (typing.Union, types.UnionType)
 
 
 @functools.cache  # like declared_hints, _tagged: per declared type, never per value (parsing verdicts stays cheap)
-def _unwrap(hint) -> tuple[Any, Rule]:
+def unwrap(hint) -> tuple[Any, Rule]:
     """(type, rule) of an annotation; the rules of nested ``Annotated`` aliases merge, the outer ones winning."""
     if typing.get_origin(hint) is not Annotated:
         return hint, NO_RULE
@@ -89,7 +90,7 @@ def _keys(cls) -> tuple[list[str], list[str]]:
 def _tag(cls) -> tuple[str, Any] | None:
     """The (key, value) of a dataclass's single-value ``Literal`` field: what tells union arms apart."""
     for name, hint in declared_hints(cls).items():
-        base, _ = _unwrap(hint)
+        base, _ = unwrap(hint)
         if typing.get_origin(base) is Literal and len(typing.get_args(base)) == 1:
             return name, typing.get_args(base)[0]
     return None
@@ -129,7 +130,7 @@ def _count(rule: Rule) -> str:
 
 def describe(hint) -> str:
     """What a value of ``hint`` must be, as a noun phrase ("a list of 1..100 cases", "true or false")."""
-    base, rule = _unwrap(hint)
+    base, rule = unwrap(hint)
     origin = typing.get_origin(base)
     if dataclasses.is_dataclass(base):
         required, optional = _keys(base)
@@ -175,7 +176,7 @@ def _family(value) -> type:
 
 
 def _arm_family(hint) -> type:
-    base, _ = _unwrap(hint)
+    base, _ = unwrap(hint)
     if dataclasses.is_dataclass(base):
         return dict
     base = typing.get_origin(base) or base
@@ -183,8 +184,8 @@ def _arm_family(hint) -> type:
 
 
 def _union_problems(value, hint, where: str) -> Problems:
-    arms = typing.get_args(_unwrap(hint)[0])
-    tagged = _tagged(_unwrap(hint)[0])
+    arms = typing.get_args(unwrap(hint)[0])
+    tagged = _tagged(unwrap(hint)[0])
     if tagged:
         key, by_tag = tagged
         if not isinstance(value, dict) or value.get(key) not in by_tag:
@@ -231,7 +232,7 @@ def _fits(value, base, rule: Rule) -> bool:
 
 
 def _problems(value, hint, where: str) -> Problems:
-    base, rule = _unwrap(hint)
+    base, rule = unwrap(hint)
     origin = typing.get_origin(base)
     if origin in _UNION:
         problems = _union_problems(value, base, where)
@@ -259,6 +260,15 @@ def _problems(value, hint, where: str) -> Problems:
     return problems
 
 
+def value_problems(value, hint, where: str = "") -> Problems:
+    """Problems of any value declared by ``hint`` (not only a ``verifier`` mapping), each naming ``where``.
+
+    >>> value_problems(0, Annotated[int, Rule(low=1)], "max_steps")
+    [('max_steps', 'must be an integer >= 1, got 0')]
+    """
+    return _problems(value, hint, where)
+
+
 def config_problems(cls, config, kind: str, where: str = "verifier") -> Problems:
     """Problems of a ``verifier`` mapping declared by the config dataclass ``cls`` (see the module docstring)."""
     if not isinstance(config, dict):
@@ -280,7 +290,7 @@ def parse(hint, value):
     >>> parse(dict[str, Arm | int], {"a": {"tag": "arm"}, "b": 2})
     {'a': Arm(tag='arm', reach=1.0), 'b': 2}
     """
-    base, _ = _unwrap(hint)
+    base, _ = unwrap(hint)
     origin = typing.get_origin(base)
     if dataclasses.is_dataclass(base):
         hints = declared_hints(base)
@@ -300,7 +310,7 @@ def parse(hint, value):
 
 def json_schema(hint) -> dict:
     """The JSON Schema of a declared type (a config dataclass, or any annotation it uses)."""
-    base, rule = _unwrap(hint)
+    base, rule = unwrap(hint)
     origin = typing.get_origin(base)
     if dataclasses.is_dataclass(base):
         hints, (required, _) = declared_hints(base), _keys(base)
@@ -364,14 +374,14 @@ def _rows(cls, prefix: str, note: str = "", hints: Mapping[str, Any] | None = No
             rows += _rows(type(default), path + ".")
             continue
         shown = "**required**" if default is MISSING else "computed" if default is None else f"`{json.dumps(default)}`"
-        rule = _unwrap(hints[f.name])[1]
+        rule = unwrap(hints[f.name])[1]
         rows.append(f"| `{path}`{note} | {describe(hints[f.name]).replace('|', '/')} | {shown} | {markdown(rule.doc)} |")
         nested += _nested_rows(hints[f.name], path)
     return rows + nested
 
 
 def _nested_rows(hint, path: str) -> list[str]:
-    base, _ = _unwrap(hint)
+    base, _ = unwrap(hint)
     origin = typing.get_origin(base)
     if dataclasses.is_dataclass(base):
         return _rows(base, path + ".")
