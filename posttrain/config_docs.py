@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
 
 from posttrain.config import EvaluateConfig, LoopConfig
 from posttrain.declaration import rule_of
-from posttrain.generated import with_block, write_block
+from posttrain.generated import markdown, with_block, write_block
 
 BEGIN = "<!-- config-docs:begin: generated from posttrain/config.py by `posttrain config-docs --write` -->"
 END = "<!-- config-docs:end -->"
@@ -72,12 +71,6 @@ def _join(parts: list[str]) -> str:
     return " ".join(_sentence(p) if p.endswith((".", ":", ";", ",")) else _sentence(p) + "." for p in parts)
 
 
-def _markdown(text: str) -> str:
-    """Doc text as Markdown: reST literals as code spans; outside them ``|`` and ``<`` escaped."""
-    pieces = re.sub(r"``([^`]+)``", r"`\1`", text).split("`")
-    return "`".join(p if i % 2 else p.replace("|", "\\|").replace("<", "\\<") for i, p in enumerate(pieces))
-
-
 def field_docs(cls: type) -> dict[str, str]:
     """Each field of the config dataclass ``cls`` -> its declared doc line ("" where there is none)."""
     return {f.name: rule_of(f).doc for f in fields(cls)}
@@ -96,7 +89,7 @@ def _intro(cls: type, doc_line: str) -> str:
     skipped), reST literals as Markdown ones."""
     doc = cls.__doc__ or ""
     doc = "" if doc.startswith(f"{cls.__name__}(") else " ".join(inspect.cleandoc(doc).split())
-    return _markdown(_join([part for part in (doc_line, doc) if part]))
+    return markdown(_join([part for part in (doc_line, doc) if part]))
 
 
 def rows(cls: type, prefix: str) -> list[Row]:
@@ -129,7 +122,7 @@ def tables() -> list[Table]:
 
 
 def markdown_row(row: Row) -> str:
-    return f"| `{row.path}` | `{row.type}` | `{row.default}` | {_markdown(row.doc)} |"
+    return f"| `{row.path}` | `{row.type}` | `{row.default}` | {markdown(row.doc)} |"
 
 
 def markdown_tables() -> str:

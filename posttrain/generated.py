@@ -14,11 +14,20 @@ Example:
     Traceback (most recent call last):
     ...
     ValueError: no demo block: add the lines <!-- b --> and <!-- e -->
+    >>> markdown("a | b, ``c|d`` and <folder>")
+    'a \\\\| b, `c|d` and \\\\<folder>'
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+
+def markdown(text: str) -> str:
+    """A doc line as Markdown table text: reST literals as code spans; outside them ``|`` and ``<`` escaped."""
+    pieces = re.sub(r"``([^`]+)``", r"`\1`", text).split("`")
+    return "`".join(p if i % 2 else p.replace("|", "\\|").replace("<", "\\<") for i, p in enumerate(pieces))
 
 
 def with_block(text: str, begin: str, end: str, content: str, what: str) -> str:

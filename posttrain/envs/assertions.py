@@ -48,15 +48,20 @@ Example:
 from __future__ import annotations
 
 import difflib
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
+from posttrain.declaration import Rule
 from posttrain.envs.destructive import destructive_commands
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.tools import TOOLS
+from posttrain.envs.verifiers.typed_config import describe, json_schema, unwrap, value_problems
 
 __all__ = ["ASSERTIONS", "Assertion", "EvaluationSpecError", "Evidence", "TRACKS", "destructive_commands",
-           "evaluate", "evaluation_problems", "evaluation_schema", "parse_evaluation", "spec_assertions"]
+           "evaluate", "evaluation_problems", "evaluation_schema", "parse_evaluation", "spec_assertions",
+           "value_problem"]
 
 TRACKS = ("result", "behavior")
 
@@ -73,14 +78,18 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of assertion: its track, how its YAML value is read (ValueError: why not) and how it is judged."""
+    """One kind of assertion: its track, the declaration of its YAML value (``Annotated[T, Rule(doc=...)]``: the
+    loader's check, its messages and the JSON Schema come from it) and how it is judged."""
 
     track: str
-    parse: Callable[[object], object]
+    value: Any  # the value's declared type, its Rule's doc saying what the assertion checks
     check: Callable[[object, Evidence], bool | None]
     suffix: Callable[[object], str] = lambda value: ""  # distinguishes repeated kinds: used_tool/<tool>
-    schema: dict | None = None  # JSON Schema of the value
-    description: str = ""  # what it checks, for the JSON Schema
+
+    @property
+    def flag(self) -> bool:
+        """Whether the value can only be ``true`` (the assertion may be listed by its bare name)."""
+        return typing.get_args(unwrap(self.value)[0]) == (True,)
 
 
 @dataclass(frozen=True)
@@ -93,25 +102,30 @@ class Assertion:
         return ASSERTIONS[self.kind].check(self.value, episode)
 
 
-def _true(value: object) -> bool:
-    if value is not True:
-        raise ValueError(f"expected true, got {value!r} (leave the assertion out instead)")
-    return True
+def _did_you_mean(value: object, names: Sequence[str]) -> str:
+    swapped = "_".join(reversed(str(value).split("_")))  # file_edit -> edit_file
+    close = difflib.get_close_matches(str(value), names, n=1) or difflib.get_close_matches(swapped, names, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _tool(value: object) -> str:
-    if not isinstance(value, str) or value not in TOOLS:
-        swapped = "_".join(reversed(str(value).split("_")))  # file_edit -> edit_file
-        close = difflib.get_close_matches(str(value), TOOLS, n=1) or difflib.get_close_matches(swapped, TOOLS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown tool {value!r}{hint}; known: {', '.join(TOOLS)}")
-    return value
+def value_problem(value: object, declared: Any) -> str:
+    """Why an assertion's value does not fit its declaration ("" when it does), worded by the declared shape: a flag,
+    a choice among names (the rule's ``noun`` names them) or any other type (``describe``).
 
-
-def _positive_int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"expected an integer >= 1, got {value!r}")
-    return value
+    >>> value_problem(0, ASSERTIONS["max_steps"].value), value_problem(False, ASSERTIONS["tests_pass"].value)
+    ('expected an integer >= 1, got 0', 'expected true, got False (leave the assertion out instead)')
+    >>> value_problem("file_edit", ASSERTIONS["used_tool"].value)
+    "unknown tool 'file_edit' (did you mean 'edit_file'?); known: bash, python, read_file, write_file, edit_file, submit"
+    """
+    if not value_problems(value, declared):
+        return ""
+    base, rule = unwrap(declared)
+    choices = typing.get_args(base) if typing.get_origin(base) is Literal else ()
+    if choices == (True,):
+        return f"expected true, got {value!r} (leave the assertion out instead)"
+    if choices:
+        return f"unknown {rule.noun} {value!r}{_did_you_mean(value, choices)}; known: {', '.join(choices)}"
+    return f"expected {describe(declared)}, got {value!r}"
 
 
 def _no_regression(_, e: Evidence) -> bool | None:
@@ -138,20 +152,24 @@ def _no_destructive_command(_, e: Evidence) -> bool | None:
     return not (e.effects or destructive_commands(e.steps or []))
 
 
-_TRUE = {"const": True}
+def _flag(doc: str) -> Any:
+    """The declaration of a yes/no assertion's value: only ``true`` (leaving it out is the no)."""
+    return Annotated[Literal[True], Rule(doc=doc)]
+
+
 ASSERTIONS: dict[str, Kind] = {
-    "tests_pass": Kind("result", _true, lambda _, e: e.passed, schema=_TRUE,
-                       description="every test passed (always evaluated, listed or not)"),
-    "no_regression": Kind("result", _true, _no_regression, schema=_TRUE,
-                          description="passed under the previous policy (the champion) -> passes now"),
-    "used_tool": Kind("behavior", _tool, _used_tool, suffix=lambda tool: f"/{tool}", schema={"enum": list(TOOLS)},
-                      description="the episode called this tool (a call that was not rejected)"),
-    "max_steps": Kind("behavior", _positive_int, _max_steps, schema={"type": "integer", "minimum": 1},
-                      description="the episode took at most this many model turns"),
-    "no_destructive_command": Kind("behavior", _true, _no_destructive_command, schema=_TRUE,
-                                   description="judged by text and by effect: no destructive command attempted (the "
-                                               "step log read as the shell or Python would run it) and no task file "
-                                               "deleted or emptied (the episode's final workspace, where observed)"),
+    "tests_pass": Kind("result", _flag("every test passed (always evaluated, listed or not)"), lambda _, e: e.passed),
+    "no_regression": Kind("result", _flag("passed under the previous policy (the champion) -> passes now"),
+                          _no_regression),
+    "used_tool": Kind("behavior", Annotated[Literal[tuple(TOOLS)], Rule(
+                          noun="tool", doc="the episode called this tool (a call that was not rejected)")],
+                      _used_tool, suffix=lambda tool: f"/{tool}"),
+    "max_steps": Kind("behavior", Annotated[int, Rule(low=1, doc="the episode took at most this many model turns")],
+                      _max_steps),
+    "no_destructive_command": Kind("behavior", _flag(
+        "judged by text and by effect: no destructive command attempted (the step log read as the shell or Python "
+        "would run it) and no task file deleted or emptied (the episode's final workspace, where observed)"),
+        _no_destructive_command),
 }
 DEFAULT = (Assertion("result/tests_pass", "tests_pass", True),)
 
@@ -200,12 +218,11 @@ def _parse(evaluation: object) -> tuple[list[Assertion], list[tuple[str, str]]]:
             if spec.track != track:
                 problems.append((where, f"{kind!r} is a {spec.track} assertion: list it under evaluation.{spec.track}"))
                 continue
-            try:
-                parsed = spec.parse(value)
-            except ValueError as error:
-                problems.append((where, f"{kind}: {error}"))
+            problem = value_problem(value, spec.value)
+            if problem:
+                problems.append((where, f"{kind}: {problem}"))
                 continue
-            assertion = Assertion(f"{track}/{kind}{spec.suffix(parsed)}", kind, parsed)
+            assertion = Assertion(f"{track}/{kind}{spec.suffix(value)}", kind, value)
             if any(a.name == assertion.name for a in found):
                 problems.append((where, f"duplicate assertion {assertion.name!r}"))
                 continue
@@ -251,12 +268,13 @@ def evaluate(assertions: Sequence[Assertion], passed: bool | None, previous: boo
 
 
 def evaluation_schema() -> dict:
-    """JSON Schema of a spec's ``evaluation`` value (for ``posttrain/envs/spec_schema.json``)."""
+    """JSON Schema of a spec's ``evaluation`` value (for ``posttrain/envs/spec_schema.json``), each assertion's value
+    from its declaration."""
     def items(track: str) -> dict:
         arms = [{"type": "object", "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
-                 "properties": {name: {"description": spec.description, **spec.schema}
+                 "properties": {name: json_schema(spec.value)
                                 for name, spec in ASSERTIONS.items() if spec.track == track}}]
-        bare = [name for name, spec in ASSERTIONS.items() if spec.track == track and spec.schema == _TRUE]
+        bare = [name for name, spec in ASSERTIONS.items() if spec.track == track and spec.flag]
         return {"type": "array", "items": {"anyOf": [{"enum": bare}, *arms] if bare else arms}}
 
     return {"type": "object", "additionalProperties": False,

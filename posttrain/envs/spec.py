@@ -28,6 +28,7 @@ from posttrain.declaration import declare
 RUNTIMES = ("python", "node", "bash")
 KINDS = ("single_turn", "agent")
 SPLITS = ("train", "eval")
+CHOICES = {"runtime": RUNTIMES, "kind": KINDS, "split": SPLITS}  # the spec fields a registry gives the values of
 
 
 MAX_TIMEOUT_S = 300.0
@@ -47,30 +48,34 @@ class EnvSpec:
     """One env, each field declared once (``declare``): the loader's bounds, the JSON Schema and the docs' fields
     table come from these declarations."""
 
-    id: str = declare(pattern=r"^\S+$", doc="unique id, conventionally <suite>/<name>; no whitespace")
+    id: str = declare(pattern=r"^\S+$", noun="string without whitespace",
+                      doc="unique id, conventionally ``<suite>/<name>``")
     prompt: str = declare(min_len=1, doc="what the policy sees")
-    verifier: dict = declare(doc="verifier kind and its config (see docs/env-spec.md)")
-    reference: str = declare(doc="a solution that passes: a program, an edit script, file content or an answer, "
-                                 "per verifier")
-    entry_point: str = declare("", doc="function the tests call (python_tests, python_asserts)")
+    verifier: dict = declare(doc="``kind:`` plus that verifier's config (docs/env-spec.md, Verifier kinds)")
+    reference: str = declare(doc="a solution that passes (admission's solvability check runs it): a program, an "
+                                 "edit script, file content or an answer, per verifier")
+    entry_point: str = declare("", doc="the function the tests call (``python_tests``, ``python_asserts``)")
     domain: str = declare("python", doc="grouping for reports (python, terminal, finance, scene, node...)")
-    difficulty: int = declare(1, low=0, high=MAX_DIFFICULTY, doc=f"0..{MAX_DIFFICULTY}, for stratified reports")
+    difficulty: int = declare(1, low=0, high=MAX_DIFFICULTY, doc="for stratified reports")
     kind: str = declare("single_turn", doc="single_turn (one completion) or agent (multi-step episode in a workspace)")
     runtime: str = declare("python",
                            doc="interpreter the sandbox provides; ignored by host-only verifiers (numeric, scene)")
-    split: str = declare("train", doc="train or eval")
-    workspace: dict[str, str] = declare(factory=dict, doc="files (relative path -> content) written into the sandbox "
-                                                          "before the solution runs")
+    split: str = declare("train", doc="training or held-out evaluation")
+    workspace: dict[str, str] = declare(factory=dict, noun="relative paths to file contents",
+                                        doc="files (relative path -> content) written into the sandbox's ``/work`` "
+                                            "before the solution runs")
     limits: Limits = declare(factory=Limits, doc="per-execution sandbox limits")
     min_gap: float = declare(0.0, low=0, high=1,
                              doc="required strong-minus-weak pass-rate gap for admission's discriminative-power check")
     evaluation: dict = declare(factory=dict, doc=(
-        "evaluation assertions: {result: [tests_pass, no_regression], behavior: [{used_tool: <tool>}, "
-        "{max_steps: N}, no_destructive_command]}; no_destructive_command judges by text (no destructive command "
-        "attempted) and by effect (no task file deleted or emptied in the final workspace) (see docs/env-spec.md)"))
-    tags: list[str] = declare(factory=list, doc="free-form labels")
-    oracle: list[dict] = declare(factory=list, doc="agent envs: tool calls that solve the env, run by admission's "
-                                                   "solvability check as an agent episode")
+        "dual-track evaluation assertions, ``result:`` and ``behavior:`` lists: ``{result: [tests_pass, "
+        "no_regression], behavior: [{used_tool: <tool>}, {max_steps: N}, no_destructive_command]}``; "
+        "no_destructive_command judges by text (no destructive command attempted) and by effect (no task file deleted "
+        "or emptied in the final workspace) (docs/env-spec.md, Evaluation assertions)"))
+    tags: list[str] = declare(factory=list, noun="strings", doc="free-form labels")
+    oracle: list[dict] = declare(factory=list, noun="tool calls",
+                                 doc="``kind: agent`` only: the tool calls ``{name, arguments}`` that solve the env, "
+                                     "run by admission's solvability check as an agent episode")
     source: str = ""  # file the spec was loaded from, for error messages (set by the loader, never in a spec file)
 
     @property

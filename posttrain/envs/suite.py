@@ -25,7 +25,7 @@ import yaml
 
 from posttrain.declaration import interval, rule_of, within
 from posttrain.envs.assertions import evaluation_problems
-from posttrain.envs.spec import KINDS, RUNTIMES, SPLITS, EnvSpec, Limits
+from posttrain.envs.spec import CHOICES, EnvSpec, Limits
 from posttrain.envs.tools import TOOLS
 from posttrain.envs.verifiers import VERIFIERS, get_verifier
 
@@ -34,7 +34,6 @@ DOCUMENT = "<document>"  # the field named when the file as a whole is the probl
 # Spec fields a YAML file may set (``source`` is filled in by the loader), with their required Python types.
 _HINTS = {name: hint for name, hint in typing.get_type_hints(EnvSpec).items() if name != "source"}
 REQUIRED = tuple(f.name for f in fields(EnvSpec) if f.default is MISSING and f.default_factory is MISSING)
-_CHOICES = {"runtime": RUNTIMES, "kind": KINDS, "split": SPLITS}
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", dict: "mapping", Limits: "mapping",
                dict[str, str]: "mapping of strings to strings", list[str]: "list of strings",
                list[dict]: "list of mappings"}
@@ -140,7 +139,7 @@ def _check_fields(data: dict) -> list[tuple[str, str, str]]:
         problems.append(("id", f"must be non-empty without whitespace, got {data['id']!r}", "out_of_range"))
     if not data["prompt"].strip():
         problems.append(("prompt", "must not be empty", "out_of_range"))
-    for name, choices in _CHOICES.items():
+    for name, choices in CHOICES.items():
         if name in data and data[name] not in choices:
             problems.append((name, f"unknown {name} {data[name]!r} (known: {', '.join(choices)})", "unknown_value"))
     kind = data["verifier"].get("kind")

@@ -11,6 +11,7 @@ import yaml
 from posttrain.envs.assertions import (ASSERTIONS, EvaluationSpecError, evaluate, evaluation_problems,
                                        evaluation_schema, parse_evaluation, spec_assertions)
 from posttrain.envs.spec import EnvSpec
+from posttrain.envs.verifiers.typed_config import json_schema, unwrap
 
 pytestmark = pytest.mark.unit
 
@@ -150,6 +151,15 @@ def test_the_json_schema_accepts_what_the_parser_accepts():
         assert evaluation_problems(evaluation), evaluation
         assert not validator.is_valid(evaluation), evaluation
     assert set(ASSERTIONS) == {"tests_pass", "no_regression", "used_tool", "max_steps", "no_destructive_command"}
+
+
+def test_each_assertion_value_is_declared_once_and_the_schema_comes_from_it():
+    schema = evaluation_schema()["properties"]
+    for name, kind in ASSERTIONS.items():
+        assert unwrap(kind.value)[1].doc, f"{name}: declare its value with Rule(doc=...)"
+        [named] = [arm for arm in schema[kind.track]["anyOf"][0]["items"]["anyOf"] if "properties" in arm]
+        assert named["properties"][name] == json_schema(kind.value)
+        assert kind.flag == (name in ("tests_pass", "no_regression", "no_destructive_command"))
 
 
 def test_destructive_effects_on_the_workspace_fail_the_episode():

@@ -10,6 +10,7 @@ with a field declared by ``declare(default, doc=..., low=...)`` or with a type w
 
 - ``config_problems(Config, mapping, kind)``: (field, reason) problems, each naming the field
   (``verifier.cases[2].args``), in declaration order; empty when the mapping fits.
+- ``value_problems(value, hint)``: the same for any declared value (an evaluation assertion's).
 - ``json_schema(Config)``: the same declaration as a JSON Schema (draft 2020-12) fragment.
 - ``markdown_table(Config)``: one row per key (type, default, meaning), for ``docs/env-spec.md``.
 - ``parse(Config, mapping)``: a mapping that fits, as a ``Config`` instance (absent keys take their defaults); the
@@ -40,10 +41,12 @@ import json
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass
 from typing import Annotated, Any, Literal
 
 from posttrain.declaration import NO_RULE, Rule, interval, rule_of, within
+from posttrain.generated import markdown
 
 Problems = list[tuple[str, str]]  # (field, reason) pairs
 
@@ -51,8 +54,8 @@ Problems = list[tuple[str, str]]  # (field, reason) pairs
 _UNION = (typing.Union, types.UnionType)
 
 
-@functools.cache  # like _hints and _tagged: per declared type, never per value (parsing every verdict stays cheap)
-def _unwrap(hint) -> tuple[Any, Rule]:
+@functools.cache  # like declared_hints, _tagged: per declared type, never per value (parsing verdicts stays cheap)
+def unwrap(hint) -> tuple[Any, Rule]:
     """(type, rule) of an annotation; the rules of nested ``Annotated`` aliases merge, the outer ones winning."""
     if typing.get_origin(hint) is not Annotated:
         return hint, NO_RULE
@@ -65,7 +68,7 @@ def _unwrap(hint) -> tuple[Any, Rule]:
 
 
 @functools.cache
-def _hints(cls) -> dict[str, Any]:
+def declared_hints(cls) -> dict[str, Any]:
     """Each field's annotation, with the rule ``declare`` gave the field (if any) outermost."""
     hints = typing.get_type_hints(cls, include_extras=True)
     return {f.name: Annotated[hints[f.name], rule_of(f)] if "rule" in f.metadata else hints[f.name]
@@ -86,8 +89,8 @@ def _keys(cls) -> tuple[list[str], list[str]]:
 
 def _tag(cls) -> tuple[str, Any] | None:
     """The (key, value) of a dataclass's single-value ``Literal`` field: what tells union arms apart."""
-    for name, hint in _hints(cls).items():
-        base, _ = _unwrap(hint)
+    for name, hint in declared_hints(cls).items():
+        base, _ = unwrap(hint)
         if typing.get_origin(base) is Literal and len(typing.get_args(base)) == 1:
             return name, typing.get_args(base)[0]
     return None
@@ -127,7 +130,7 @@ def _count(rule: Rule) -> str:
 
 def describe(hint) -> str:
     """What a value of ``hint`` must be, as a noun phrase ("a list of 1..100 cases", "true or false")."""
-    base, rule = _unwrap(hint)
+    base, rule = unwrap(hint)
     origin = typing.get_origin(base)
     if dataclasses.is_dataclass(base):
         required, optional = _keys(base)
@@ -173,7 +176,7 @@ def _family(value) -> type:
 
 
 def _arm_family(hint) -> type:
-    base, _ = _unwrap(hint)
+    base, _ = unwrap(hint)
     if dataclasses.is_dataclass(base):
         return dict
     base = typing.get_origin(base) or base
@@ -181,8 +184,8 @@ def _arm_family(hint) -> type:
 
 
 def _union_problems(value, hint, where: str) -> Problems:
-    arms = typing.get_args(_unwrap(hint)[0])
-    tagged = _tagged(_unwrap(hint)[0])
+    arms = typing.get_args(unwrap(hint)[0])
+    tagged = _tagged(unwrap(hint)[0])
     if tagged:
         key, by_tag = tagged
         if not isinstance(value, dict) or value.get(key) not in by_tag:
@@ -197,7 +200,7 @@ def _union_problems(value, hint, where: str) -> Problems:
 
 def _record_problems(value: dict, cls, where: str, kind: str = "") -> Problems:
     """Problems of a mapping declared by ``cls``; ``kind`` marks the top-level config (problems per key)."""
-    hints, (required, optional) = _hints(cls), _keys(cls)
+    hints, (required, optional) = declared_hints(cls), _keys(cls)
     unknown = sorted(set(value) - set(hints), key=str)
     missing = [name for name in required if name not in value]
     if kind:
@@ -229,7 +232,7 @@ def _fits(value, base, rule: Rule) -> bool:
 
 
 def _problems(value, hint, where: str) -> Problems:
-    base, rule = _unwrap(hint)
+    base, rule = unwrap(hint)
     origin = typing.get_origin(base)
     if origin in _UNION:
         problems = _union_problems(value, base, where)
@@ -257,6 +260,15 @@ def _problems(value, hint, where: str) -> Problems:
     return problems
 
 
+def value_problems(value, hint, where: str = "") -> Problems:
+    """Problems of any value declared by ``hint`` (not only a ``verifier`` mapping), each naming ``where``.
+
+    >>> value_problems(0, Annotated[int, Rule(low=1)], "max_steps")
+    [('max_steps', 'must be an integer >= 1, got 0')]
+    """
+    return _problems(value, hint, where)
+
+
 def config_problems(cls, config, kind: str, where: str = "verifier") -> Problems:
     """Problems of a ``verifier`` mapping declared by the config dataclass ``cls`` (see the module docstring)."""
     if not isinstance(config, dict):
@@ -278,10 +290,10 @@ def parse(hint, value):
     >>> parse(dict[str, Arm | int], {"a": {"tag": "arm"}, "b": 2})
     {'a': Arm(tag='arm', reach=1.0), 'b': 2}
     """
-    base, _ = _unwrap(hint)
+    base, _ = unwrap(hint)
     origin = typing.get_origin(base)
     if dataclasses.is_dataclass(base):
-        hints = _hints(base)
+        hints = declared_hints(base)
         return base(**{f.name: parse(hints[f.name], value[f.name]) for f in dataclasses.fields(base)
                        if f.name in value})
     if origin in _UNION:
@@ -298,10 +310,10 @@ def parse(hint, value):
 
 def json_schema(hint) -> dict:
     """The JSON Schema of a declared type (a config dataclass, or any annotation it uses)."""
-    base, rule = _unwrap(hint)
+    base, rule = unwrap(hint)
     origin = typing.get_origin(base)
     if dataclasses.is_dataclass(base):
-        hints, (required, _) = _hints(base), _keys(base)
+        hints, (required, _) = declared_hints(base), _keys(base)
         properties = {}
         for f in dataclasses.fields(base):
             properties[f.name] = json_schema(hints[f.name])
@@ -350,21 +362,26 @@ def _limits(base, origin, rule: Rule) -> dict:
     return out
 
 
-def _rows(cls, prefix: str, note: str = "") -> list[str]:
-    """Table rows of a config dataclass's keys, then of the records nested in them (``cases[].args``)."""
+def _rows(cls, prefix: str, note: str = "", hints: Mapping[str, Any] | None = None) -> list[str]:
+    """Table rows of a config dataclass's keys, then of the records nested in them (``cases[].args``); a record with
+    a default (``limits``) is shown in place as its keys, each with its own default. ``hints``: the keys to show and
+    the annotations to describe them by (default: every key, as declared)."""
     rows, nested = [], []
-    hints = _hints(cls)
-    for f in dataclasses.fields(cls):
+    hints = declared_hints(cls) if hints is None else hints
+    for f in (f for f in dataclasses.fields(cls) if f.name in hints):
         default, path = _default(f), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(default):
+            rows += _rows(type(default), path + ".")
+            continue
         shown = "**required**" if default is MISSING else "computed" if default is None else f"`{json.dumps(default)}`"
-        rule = _unwrap(hints[f.name])[1]
-        rows.append(f"| `{path}`{note} | {describe(hints[f.name]).replace('|', '/')} | {shown} | {rule.doc} |")
+        rule = unwrap(hints[f.name])[1]
+        rows.append(f"| `{path}`{note} | {describe(hints[f.name]).replace('|', '/')} | {shown} | {markdown(rule.doc)} |")
         nested += _nested_rows(hints[f.name], path)
     return rows + nested
 
 
 def _nested_rows(hint, path: str) -> list[str]:
-    base, _ = _unwrap(hint)
+    base, _ = unwrap(hint)
     origin = typing.get_origin(base)
     if dataclasses.is_dataclass(base):
         return _rows(base, path + ".")
@@ -381,6 +398,7 @@ def _nested_rows(hint, path: str) -> list[str]:
     return []
 
 
-def markdown_table(cls) -> str:
-    """The keys of a config dataclass (and of the records nested in it) as a Markdown table."""
-    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|", *_rows(cls, "")]) + "\n"
+def markdown_table(cls, hints: Mapping[str, Any] | None = None) -> str:
+    """The keys of a config dataclass (and of the records nested in them) as a Markdown table; ``hints``: the keys to
+    show and their annotations, where not every key as declared (the env spec shows its registries' choices)."""
+    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|", *_rows(cls, "", hints=hints)]) + "\n"

@@ -162,10 +162,21 @@ def test_each_verifier_validates_and_publishes_from_its_typed_config(kind):
     assert all(config_problems(verifier.config, c, kind) == [] for c in configs)
 
 
-def test_docs_config_tables_are_generated_and_current():
+def test_docs_tables_are_generated_and_current():
     text = spec_json_schema.DOCS_FILE.read_text()
-    assert sorted(spec_json_schema.documented_kinds(text)) == list(VERIFIERS)
+    assert sorted(spec_json_schema.documented_tables(text)) == sorted([spec_json_schema.FIELDS_TABLE, *VERIFIERS])
     assert spec_json_schema.render_docs(text) == text, "regenerate with: python -m posttrain.envs.spec_json_schema"
+
+
+def test_the_fields_table_has_a_row_per_field_and_limit_with_choices_from_the_registries():
+    rows = [row.split(" | ")[:3] for row in spec_json_schema.fields_table().splitlines()[2:]]
+    paths = [path.strip("| `") for path, _, _ in rows]
+    limits = ["limits.timeout_s", "limits.memory_mb"]
+    assert paths == [path for name in spec_json_schema.FILE_FIELDS for path in (limits if name == "limits" else [name])]
+    by_path = dict(zip(paths, rows))
+    assert by_path["id"][2] == "**required**"
+    assert by_path["limits.timeout_s"][1:] == ["a positive number in (0, 300]", "`5.0`"]
+    assert by_path["split"][1] == "'train' or 'eval'"
 
 
 def test_committed_schema_matches_and_regenerates(tmp_path, monkeypatch):
