@@ -126,6 +126,7 @@ LLAMA3 = _SPLIT_SYSTEM + (
 
 TEMPLATES = {"chatml": CHATML, "mistral": MISTRAL, "llama3": LLAMA3}
 NAMES = tuple(TEMPLATES)
+CHOICES = ("auto", "none", *NAMES)  # RolloutConfig.chat_template (posttrain.rollout.prompts)
 
 
 def builtin(name: str) -> str:
