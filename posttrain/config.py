@@ -251,6 +251,13 @@ class RolloutConfig(Validated):
     top_p: float = declare(1.0, low=0, open_low=True, high=1, doc="nucleus sampling of the rollout (1.0: off)")
     max_new_tokens: int = declare(48, low=1, doc="tokens one completion may generate")
     max_model_len: int = declare(256, low=1, doc="the engine's context: prompt + completion tokens at most")
+    chat_template: str = declare("auto", check=one_of("posttrain.rollout.chat_templates:CHOICES"),
+                                 doc='How single-turn prompts reach the policy (posttrain.rollout.prompts: rollout, '
+                                     'eval, and admission\'s checkpoint policies given this config): "auto" (the '
+                                     'tokenizer\'s own chat template, else the raw prompt), "none" (the raw prompt: '
+                                     'base models), or a built-in template: "chatml", "mistral", "llama3"')
+    system_prompt: str = declare("", doc="placed first in every single-turn prompt (a system message through a "
+                                         "template, else text before the prompt); \"\": none")
     dtype: str = declare("auto", check=one_of(ENGINE_DTYPES),
                          doc='vLLM\'s compute dtype: "auto" picks bfloat16 where the hardware computes it natively (a '
                              "GPU with bf16, a CPU with AVX512-BF16 or AMX), else float32 (posttrain.precision: "

@@ -1,5 +1,6 @@
-"""Shared fixtures (``tiny_policy``: a real demo policy, HF dir, built once per session; the process's live vLLM
-engine, shut down when the session ends) and the kind rule.
+"""Shared fixtures (``tiny_policy``: a real demo policy, HF dir, built once per session; ``family_policy``: tiny
+checkpoints of the Mistral, Qwen2 and Llama 3 families; the process's live vLLM engine, shut down when the session
+ends) and the kind rule.
 
 Tests mirror the library (``tests/<package>/test_<module>.py``); what kind a test is, is a marker, never a folder:
 every test carries exactly one of ``unit``, ``integration``, ``e2e`` (``pytest -m unit`` runs the fast ones), and
@@ -30,6 +31,22 @@ def tiny_policy(tmp_path_factory):
 
     pairs = [(env.prompt, env.reference) for env in load_suite(DEMO_SUITE).envs if env.split == "train"]
     return build_demo_policy(tmp_path_factory.mktemp("tiny_policy") / "policy", TINY_POLICY, pairs)
+
+
+@pytest.fixture(scope="session")
+def family_policy(tmp_path_factory):
+    """``family_policy(name)``: the path of a tiny random checkpoint of model family ``name`` (``mistral``, ``qwen2``,
+    ``llama3``: ``posttrain.training.families``), built once per session."""
+    from posttrain.training.families import build_family_checkpoint
+
+    built: dict = {}
+
+    def get(family: str):
+        if family not in built:
+            built[family] = build_family_checkpoint(family, tmp_path_factory.mktemp(f"family-{family}") / "policy")
+        return built[family]
+
+    return get
 
 
 @pytest.fixture(scope="session", autouse=True)

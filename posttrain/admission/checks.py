@@ -47,7 +47,7 @@ from posttrain.admission.discrimination import discrimination_row, learnability_
 from posttrain.admission.policies import SolutionPolicy, make_policy
 from posttrain.admission.report import INFRA, CheckRow, admitted_ids, check_stats, details_frame, to_frame
 from posttrain.admission.solvability import reference_is_sound, reproducibility_row, solvability_row
-from posttrain.config import ADMISSION_CHECKS, AdmissionConfig, SandboxConfig
+from posttrain.config import ADMISSION_CHECKS, AdmissionConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.suite import Suite, load_suite
 from posttrain.envs.verifiers import get_verifier
@@ -93,13 +93,17 @@ def _sample_check(batches: SandboxBatches, check: str, envs: list[EnvSpec], poli
     return out, None, ""
 
 
-def _policy(name: str, cfg: AdmissionConfig, given: dict[str, SolutionPolicy]) -> SolutionPolicy:
-    return given.get(name) or make_policy(name, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+def _policy(name: str, cfg: AdmissionConfig, given: dict[str, SolutionPolicy],
+            rollout: RolloutConfig | None) -> SolutionPolicy:
+    return given.get(name) or make_policy(name, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                                          rollout=rollout)
 
 
 def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: AdmissionConfig, progress: bool = False,
-               policies: dict[str, SolutionPolicy] | None = None) -> tuple[list[CheckRow], SandboxBatches]:
-    """Every configured check on every env of a loaded suite: the rows, and the batches (timings, executions)."""
+               policies: dict[str, SolutionPolicy] | None = None,
+               rollout: RolloutConfig | None = None) -> tuple[list[CheckRow], SandboxBatches]:
+    """Every configured check on every env of a loaded suite: the rows, and the batches (timings, executions).
+    ``rollout``: how checkpoint policies are served and prompted (its engine and prompt fields; None: defaults)."""
     checks, envs, given = set(cfg.checks), suite.envs, dict(policies or {})
     run_cfg = replace(sandbox_cfg, batch_concurrency=cfg.batch_concurrency or sandbox_cfg.batch_concurrency)
     batches = SandboxBatches(sandbox, run_cfg, progress=progress)
@@ -210,7 +214,7 @@ def _policy_rows(batches: SandboxBatches, check: str, envs: list[EnvSpec], names
     try:
         for name in names:
             failed = name
-            opened.append((name, _policy(name, cfg, given)))
+            opened.append((name, _policy(name, cfg, given, rollout)))
         by_env, error, failed = _sample_check(batches, check, envs, opened, cfg.k, cfg.seed)
     except Exception as exc:  # noqa: BLE001 - e.g. an unknown policy name or a checkpoint that does not load
         error = exc
@@ -235,15 +239,18 @@ def _ordered(rows: list[CheckRow], suite: Suite) -> list[CheckRow]:
 
 
 def admit(suite_path: str | Path, sandbox, sandbox_cfg: SandboxConfig, cfg: AdmissionConfig | None = None, *,
-          progress: bool = False, policies: dict[str, SolutionPolicy] | None = None) -> AdmissionResult:
+          progress: bool = False, policies: dict[str, SolutionPolicy] | None = None,
+          rollout: RolloutConfig | None = None) -> AdmissionResult:
     """Load ``suite_path``, run the configured checks on every env, return the report and the admitted envs.
 
-    ``policies`` maps policy names used in ``cfg`` to ready policy objects (otherwise built by ``make_policy``).
+    ``policies`` maps policy names used in ``cfg`` to ready policy objects (otherwise built by ``make_policy``, a
+    checkpoint's served and prompted as ``rollout`` says).
     """
     cfg = cfg or AdmissionConfig()
     started = time.perf_counter()
     suite = load_suite(suite_path)
-    rows, batches = run_checks(suite, sandbox, sandbox_cfg, cfg, progress=progress, policies=policies)
+    rows, batches = run_checks(suite, sandbox, sandbox_cfg, cfg, progress=progress, policies=policies,
+                               rollout=rollout)
     details = details_frame(_ordered(rows, suite))
     report = to_frame(details)
     ok = admitted_ids(report)

@@ -6,8 +6,11 @@ vLLM's ``processed_logprobs``), the PPO importance ratio's denominator. ``VLLMEn
 policy version into the running engine (~20 ms, vs ~30 s for a start); ``posttrain.rollout.live`` keeps one engine
 per process and decides between a swap and a restart.
 
-``generate_ids`` takes prompts as token ids (vLLM ``TokensPrompt``), so a multi-turn agent (``posttrain.agent``)
-sends exactly the tokens it records, never a re-tokenization of decoded text; ``TokenRolloutEngine`` is its protocol.
+``generate`` takes single-turn prompts as text and renders each once, through the policy's chat template as
+``RolloutConfig.chat_template`` says (``posttrain.rollout.prompts``), to the token ids the engine gets; a
+sample's ``prompt_token_ids`` are those ids. ``generate_ids`` takes prompts as token ids (vLLM ``TokensPrompt``), so
+a multi-turn agent (``posttrain.agent``) sends exactly the tokens it records, never a re-tokenization of decoded
+text; ``TokenRolloutEngine`` is its protocol.
 
 Sampling is seeded per request: ``generate(..., seed=s)`` gives prompt i's sample j the seed ``s + i * n + j``, so
 the same call gives the same samples whatever the engine served before and however its steps are batched.
@@ -43,6 +46,7 @@ from typing import Iterator, Protocol, Sequence
 from posttrain import precision
 from posttrain.config import RolloutConfig
 from posttrain.rollout.engine_host import BIND_ENV, EngineHost, cores, refuse_unguarded_start
+from posttrain.rollout.prompts import PromptFormat
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +68,8 @@ class RolloutEngine(Protocol):
 
     def generate(self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
                  seed: int | None = None) -> list[list[Sample]]:
-        """Return, for each prompt, a group of ``n`` samples (the same ones again for the same ``seed``)."""
+        """Return, for each prompt (an env's prompt text), a group of ``n`` samples (the same ones again for the same
+        ``seed``)."""
 
     def close(self) -> None: ...
 
@@ -82,13 +87,15 @@ class VLLMEngine:
     """A live vLLM engine over one HF policy directory; ``reload`` swaps weights in place.
 
     ``version`` is the policy version it serves (set by whoever loads weights into it; -1: unknown). ``seed`` seeds
-    the engine's sampler, used by requests without a seed of their own.
+    the engine's sampler, used by requests without a seed of their own. ``prompts`` renders ``generate``'s text
+    prompts (``use_prompts`` changes its settings).
     """
 
     def __init__(self, policy_dir: str, cfg: RolloutConfig, seed: int | None = None, version: int = -1):
         refuse_unguarded_start()  # before ``staged``: an engine process re-importing the script would wait for its lock
         self.policy_dir = str(policy_dir)
         self.version = version
+        self.prompts = PromptFormat.load(self.policy_dir, cfg.chat_template, cfg.system_prompt)
         seed = cfg.seed if seed is None else seed
         self.dtype = precision.engine_dtype(cfg.dtype, cuda=precision.cuda_bf16())  # "auto": native bf16, else fp32
         # processed log-probs: of the distribution each token was drawn from (after temperature and top_p), which
@@ -118,7 +125,13 @@ class VLLMEngine:
 
     def generate(self, prompts: list[str], n: int, temperature: float, max_tokens: int, top_p: float = 1.0,
                  seed: int | None = None) -> list[list[Sample]]:
-        return self._generate(list(prompts), n, temperature, max_tokens, top_p, seed)
+        """``generate_ids`` of the prompts rendered by ``self.prompts`` (the only way text reaches the model)."""
+        return self.generate_ids(self.prompts.encode(prompts), n, temperature, max_tokens, top_p, seed)
+
+    def use_prompts(self, cfg: RolloutConfig) -> None:
+        """Render text prompts as ``cfg`` says from now on (its ``chat_template`` and ``system_prompt``)."""
+        if self.prompts.settings != (cfg.chat_template, cfg.system_prompt):
+            self.prompts = PromptFormat(self.prompts.tokenizer, cfg.chat_template, cfg.system_prompt)
 
     def generate_ids(self, prompts: list[list[int]], n: int, temperature: float, max_tokens: int | list[int],
                      top_p: float = 1.0, seed: int | None = None, stop: Sequence[str] = ()) -> list[list[Sample]]:

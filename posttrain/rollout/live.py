@@ -4,9 +4,11 @@ Starting vLLM costs ~30 s here (engine process, weights, compile warm-up); swapp
 costs ~20 ms. ``acquire(policy_dir, cfg, version)`` returns the process's live engine serving ``policy_dir``:
 
 - the same weights already loaded: the engine as it is;
-- the same engine (``engine_key``: architecture from ``config.json`` minus how weights are stored, tokenizer,
-  ``dtype``, ``max_model_len``, prefix caching): weights reloaded in place, prefix cache reset;
+- the same engine (``engine_key``: architecture from ``config.json`` minus how weights are stored, tokenizer and
+  its chat template, ``dtype``, ``max_model_len``, prefix caching): weights reloaded in place, prefix cache reset;
 - anything else: the old engine is shut down and a new one started; the log says which part differed.
+
+Either way the engine renders text prompts as ``cfg`` says (``chat_template``, ``system_prompt``: no restart).
 
 ``prestart`` does the same in a background thread, so the ~30 s start overlaps other work (locally: admission);
 ``settle`` waits for it.
@@ -55,7 +57,7 @@ from posttrain.rollout.engine import STORAGE_KEYS, VLLMEngine
 
 log = logging.getLogger(__name__)
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 # Keys transformers adds when it saves a tokenizer (how it was loaded, not what it does): every trainer save adds them.
 TOKENIZER_LOAD_KEYS = ("local_files_only", "is_local", "name_or_path", "_commit_hash", "cache_dir", "revision")
 
@@ -74,7 +76,9 @@ def engine_key(policy_dir: str, cfg: RolloutConfig) -> dict:
     config = json.loads((source / "config.json").read_text())
     tokenizer = {}
     for name in TOKENIZER_FILES:
-        if (source / name).is_file():
+        if (source / name).is_file() and name.endswith(".jinja"):
+            tokenizer[name] = (source / name).read_text()
+        elif (source / name).is_file():
             content = json.loads((source / name).read_text())
             tokenizer[name] = {k: v for k, v in content.items() if k not in TOKENIZER_LOAD_KEYS}
     return {
@@ -119,6 +123,7 @@ def acquire(policy_dir: str, cfg: RolloutConfig, version: int) -> VLLMEngine:
                          time.perf_counter() - started)
                 _live_weights = weights
             _live.version = version
+            _live.use_prompts(cfg)
             return _live
         if _live is not None:
             log.warning("vLLM engine: restarting for policy v%d, the engine differs: %s", version,

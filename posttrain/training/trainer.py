@@ -187,6 +187,8 @@ class PolicyTrainer:
         log.info("update: %s (%s), ZeRO stage %d on %d process(es)", self.precision.precision,
                  self.precision.reason, self.zero_stage, dist.get_world_size())
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_dir)
+        # what fills a batch's padding (masked out of attention and loss): Llama 3 and Mistral tokenizers have no pad
+        self.pad_id = next((i for i in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id) if i is not None), 0)
         model = AutoModelForCausalLM.from_pretrained(self.policy_dir, dtype=torch.float32)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -339,7 +341,7 @@ class PolicyTrainer:
 
     def _batch(self, micro: Sequence[TrainSample]) -> Batch:
         return pad_batch([(s.prompt_token_ids, s.completion_token_ids, s.behavior_logprobs) for s in micro],
-                         [s.advantage for s in micro], self.tokenizer.pad_token_id, [s.loss_mask for s in micro],
+                         [s.advantage for s in micro], self.pad_id, [s.loss_mask for s in micro],
                          [s.temperature for s in micro])
 
     def _logits(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:

@@ -295,3 +295,24 @@ def test_masked_completion_tokens_are_not_trained(tiny_policy):
     unmasked = [TrainSample(w.prompt_token_ids, w.completion_token_ids, w.behavior_logprobs, w.advantage, w.group_id)
                 for w in windows]
     assert _one_update(tiny_policy, unmasked, micro_batch_size=4)[0].num_tokens == plain.num_tokens + 4 * 5
+
+
+def test_a_checkpoint_without_a_pad_token_pads_with_its_eos(family_policy):
+    """Llama 3 and Mistral tokenizers have no pad token: a batch of samples of different lengths is padded with EOS
+    (masked out), and the step trains."""
+    from transformers import AutoTokenizer
+
+    policy = family_policy("llama3")
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    assert tokenizer.pad_token_id is None
+    samples = _samples(policy, {"g0": [1.0, 0.0, 1.0, 0.0]})
+    assert len({len(s.prompt_token_ids) + len(s.completion_token_ids) for s in samples}) > 1  # padding needed
+    trainer = PolicyTrainer(policy, TrainConfig(micro_batch_size=8, learning_rate=1e-3, precision="fp32"))
+    try:
+        assert trainer.pad_id == tokenizer.eos_token_id
+        stats = trainer.train_on(samples)
+    finally:
+        trainer.close()
+    assert (stats.steps, stats.num_samples) == (1, 4)
+    assert math.isfinite(stats.loss) and stats.grad_norm > 0
+    assert stats.behavior_kl < 1e-4  # fp32 on both sides: the padded batch scores the samples' own tokens

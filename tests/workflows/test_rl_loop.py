@@ -102,3 +102,41 @@ def test_dynamic_sampling_refills_zero_variance_groups_and_logs_what_it_did(tmp_
     for curve in ("eval/pass_at_1", "eval/pass_at_1_sampled", "rollout/resample_rounds"):
         assert curve in iteration_1.data.metrics
     assert sorted(h.step for h in client.get_metric_history(parent.info.run_id, "eval/pass_at_1_sampled")) == [0, 1]
+
+
+FAMILY_SMOKE = {"iterations": 1, "rollout": {"replicas": 1, "samples_per_env": 2, "envs_per_iteration": 2,
+                                              "max_new_tokens": 16, "max_model_len": 512,
+                                              "system_prompt": "Complete the Python function."},
+                "train": {"micro_batch_size": 8}, "eval": {"limit": 2, "max_new_tokens": 16, "samples": 0},
+                "admission": {"checks": ["consistency"]}}
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2", "llama3"])
+def test_rl_smoke_runs_on_a_users_checkpoint_of_each_family_through_its_chat_template(family, family_policy, tmp_path):
+    """``rl_smoke`` on a tiny checkpoint of the family (``posttrain.training.families``: its own tokenizer, chat
+    template and stop ids) and 8 demo envs: every stage runs, v1 is registered, and every rollout row's prompt ids are
+    the env's prompt rendered through the checkpoint's own template after the system prompt (``rollout.prompts``)."""
+    import shutil
+    from pathlib import Path
+
+    from posttrain.rollout.prompts import PromptFormat
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for spec in sorted(Path(DEMO_SUITE).glob("*.yaml"))[:8]:
+        shutil.copy(spec, suite / spec.name)
+    policy = family_policy(family)
+    cfg = {**FAMILY_SMOKE, "suite": str(suite), "policy": str(policy)}
+    client = run_rl_loop(tmp_path, "rl_smoke", "--cfg", json.dumps(cfg))
+
+    runs = client.search_runs([client.get_experiment_by_name("posttrain").experiment_id])
+    iteration_1 = next(r for r in runs if r.data.tags.get("posttrain.iteration") == "1")
+    assert "eval/pass_at_1" in iteration_1.data.metrics and "train/loss" in iteration_1.data.metrics
+    assert {v.tags.get("policy_version") for v in client.search_model_versions("name='posttrain-policy'")} == {"0", "1"}
+    scored = pd.read_parquet(client.download_artifacts(iteration_1.info.run_id, "tables/scored.parquet",
+                                                       str(tmp_path)))
+    assert len(scored) == 4
+    fmt = PromptFormat.load(str(policy), "auto", FAMILY_SMOKE["rollout"]["system_prompt"])
+    assert fmt.template is not None  # the checkpoint's own template
+    for row in scored.itertuples():
+        assert json.loads(row.prompt_token_ids) == fmt.encode([row.prompt])[0]
