@@ -187,9 +187,15 @@ class AgentScored(AgentTrajectories, Scored):
     shaping: Series[str]
 
 
+UNACCOUNTED = -1.0  # a resource column's value where nothing was measured (no program ran, or not accounted)
+
+
 class Steps(pa.DataFrameModel):
     """One row per tool call of an agent episode, linked to its ``AgentTrajectories`` rows by (group_id,
-    sample_idx). ``tool`` is "" for a turn without a call; ``error`` says why a call was rejected."""
+    sample_idx). ``tool`` is "" for a turn without a call; ``error`` says why a call was rejected. ``cpu_s`` and
+    ``memory_peak_mb``: what the call's sandbox steps used (CPU seconds summed, the largest memory peak, from their
+    cgroups; docs/sandboxes.md), ``UNACCOUNTED`` (-1) where no program ran (a rejected call, ``submit``) or the
+    backend does not account it."""
 
     env_id: Series[str]
     group_id: Series[str]
@@ -209,6 +215,12 @@ class Steps(pa.DataFrameModel):
     tokens_out: Series[int] = pa.Field(ge=0)  # model tokens of this turn
     observation_bytes: Series[int] = pa.Field(ge=0)
     compressed_at_turn: Series[int] = pa.Field(ge=-1)  # turn at which the observation became a summary; -1: never
+    cpu_s: Series[float]  # >= 0, or UNACCOUNTED
+    memory_peak_mb: Series[float]  # >= 0, or UNACCOUNTED
+
+    @pa.check("cpu_s", "memory_peak_mb")
+    def measured_or_unaccounted(cls, values):
+        return (values >= 0) | (values == UNACCOUNTED)
 
     class Config:
         strict = True

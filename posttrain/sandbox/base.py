@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -54,6 +55,21 @@ class Usage:
 
     cpu_s: float | None = None
     memory_peak_mb: float | None = None
+
+
+def serial_usage(usages: Iterable[Usage]) -> Usage:
+    """What executions run one after another (the session steps of one tool call) used together: their CPU
+    seconds summed, the largest of their peaks; None where none of them was accounted.
+
+    >>> serial_usage([Usage(0.5, 10.0), Usage(0.25, 30.0)])
+    Usage(cpu_s=0.75, memory_peak_mb=30.0)
+    >>> serial_usage([])
+    Usage(cpu_s=None, memory_peak_mb=None)
+    """
+    usages = list(usages)
+    cpu = [u.cpu_s for u in usages if u.cpu_s is not None]
+    peaks = [u.memory_peak_mb for u in usages if u.memory_peak_mb is not None]
+    return Usage(cpu_s=sum(cpu) if cpu else None, memory_peak_mb=max(peaks) if peaks else None)
 
 
 @dataclass

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from posttrain.sandbox.base import Execution, ExecutionResult, SandboxStartError
+from posttrain.sandbox.base import Execution, ExecutionResult, SandboxStartError, Usage
 from posttrain.sandbox.capture import CappedBuffer, RawRun
 from posttrain.sandbox.workspace import WORKDIR, check_execution, checked_files
 
@@ -85,6 +85,10 @@ class StepLog:
     infra_error: str = ""
     cpu_s: float | None = None  # the step's CPU seconds and peak memory (``ExecutionResult``); None: not accounted
     memory_peak_mb: float | None = None
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(self.cpu_s, self.memory_peak_mb)
 
 
 @dataclass(frozen=True)
