@@ -338,7 +338,7 @@ def limits_unavailable_reason() -> str:
     return host().reason
 
 
-# ---- reading a group --------------------------------------------------------------------------------------------------
+# ---- reading a group -------------------------------------------------------------------------------------------------
 class Cgroup:
     """One cgroup, read: its processes and what they used. ``dirs``: controller -> the group's directory in that
     controller's hierarchy (on v2 every controller maps to the same one). An ``ExecutionGroup`` is one we made; a

@@ -6,7 +6,8 @@ after, and with the host's view what the run used: the container's CPU seconds a
 agent's part included) and is cleaned by ``reset``: the agent kills every other process, empties ``/tmp``,
 ``/dev/shm``, IPC, ``/trusted`` (and ``/work`` when ``full``) and checks it is as it started (no process, nothing a
 program inherits changed), then, with the host's view of the container (``host_view.py``), the host checks from
-outside that only the agent is left. The pool decides what happens to a box that fails its reset or whose run says ``discard``.
+outside that only the agent is left. The pool decides what happens to a box that fails its reset or whose run says
+``discard``.
 
 Example:
     >>> box = pool.acquire()                                             # doctest: +SKIP
@@ -24,8 +25,8 @@ from dataclasses import dataclass
 import docker
 
 from posttrain.sandbox.base import Execution
-from posttrain.sandbox.cgroup import UsageMeter
 from posttrain.sandbox.capture import RawRun
+from posttrain.sandbox.cgroup import UsageMeter
 from posttrain.sandbox.docker.agent_client import AgentChannel, AgentClosed, agent_reset, agent_run
 from posttrain.sandbox.docker.container import oom_kills
 from posttrain.sandbox.docker.host_view import HostView
