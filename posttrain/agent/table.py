@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from posttrain.agent.episode import Episode, split_prompt
-from posttrain.schemas import UNACCOUNTED, AgentTrajectories, Steps, encode_floats, encode_ints
+from posttrain.schemas import AgentTrajectories, Steps, encode_floats, encode_ints, measured
 
 
 def steps_table(episodes: Sequence[Episode], policy_version: int) -> pd.DataFrame:
@@ -31,8 +31,8 @@ def steps_table(episodes: Sequence[Episode], policy_version: int) -> pd.DataFram
              "duration_ms": s.duration_ms, "tokens_in": e.turns[s.turn].prompt_tokens,
              "tokens_cached": e.turns[s.turn].cached_tokens,
              "tokens_out": len(e.turns[s.turn].model_ids), "observation_bytes": s.observation_bytes,
-             "compressed_at_turn": s.compressed_at_turn, "cpu_s": UNACCOUNTED if s.cpu_s is None else s.cpu_s,
-             "memory_peak_mb": UNACCOUNTED if s.memory_peak_mb is None else s.memory_peak_mb}
+             "compressed_at_turn": s.compressed_at_turn, "cpu_s": measured(s.cpu_s),
+             "memory_peak_mb": measured(s.memory_peak_mb)}
             for e in episodes for k, s in enumerate(e.steps)]
     return Steps.validate(pd.DataFrame(rows, columns=list(Steps.to_schema().columns)))
 
