@@ -413,9 +413,9 @@ class UsageMeter:
         """The CPU seconds and the peak memory (MiB) of the group since the meter was made."""
         cpu = self.group.cpu_seconds()
         peak = None
-        if self._reset and self._fd is None:
+        if self._reset and self.group.version == 1:
             peak = self.group.memory_peak_bytes()
-        elif self._reset:
+        elif self._reset and self._fd is not None:  # v2: only our descriptor reads the reset peak
             try:
                 peak = int(os.pread(self._fd, 64, 0).split()[0])
             except (OSError, ValueError, IndexError):
