@@ -10,6 +10,16 @@ Example:
     1
     >>> percentile([10.0, 20.0, 30.0], 50)
     20.0
+
+What the sandboxes used: each row's ``sandbox_cpu_s`` and ``sandbox_memory_peak_mb`` (``schemas.UNACCOUNTED`` where
+nothing was measured), summed up in ``RewardStats.sandbox_cpu_p50_s``, ``..._p99_s``, ``sandbox_memory_peak_p50_mb``
+and ``..._max_mb`` (the ``sandbox/*`` metrics: ``sandbox/cpu_p50_s``, ...), over the rows with a measure:
+    >>> df = pd.DataFrame({"env_id": "e", "completion": ["a", "b", "c"], "group_id": "g", "reward": [1.0, 0.0, 0.0],
+    ...                    "infra_error": "", "timed_out": False, "sandbox_ms": [30.0, 40.0, 0.0],
+    ...                    "sandbox_cpu_s": [0.02, 0.3, -1.0], "sandbox_memory_peak_mb": [3.5, 104.0, -1.0]})
+    >>> stats = reward_stats(df)
+    >>> stats.sandbox_cpu_p50_s, stats.sandbox_memory_peak_max_mb, stats.sandbox_p50_ms
+    (0.16, 104.0, 30.0)
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.sandbox import Sandbox
-from posttrain.schemas import Scored
+from posttrain.schemas import UNACCOUNTED, Scored, measured
 
 
 @dataclass
@@ -39,6 +49,11 @@ class RewardStats:
     wall_s: float = 0.0  # the whole stage: every verification, host side included
     verifications_per_s: float = 0.0  # samples / wall_s
     sandbox_runs: int = 0  # distinct (env, completion) pairs: what the sandboxes ran when copies are verified once
+    # what the verifications' programs used, over the rows with a measure (0.0 when none has one: docs/sandboxes.md)
+    sandbox_cpu_p50_s: float = 0.0
+    sandbox_cpu_p99_s: float = 0.0
+    sandbox_memory_peak_p50_mb: float = 0.0
+    sandbox_memory_peak_max_mb: float = 0.0
 
 
 def percentile(values, q: float) -> float:
@@ -74,6 +89,8 @@ def score(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: Sandbox
     scored["timed_out"] = [bool(v.timed_out) for v in verdicts]
     scored["infra_error"] = [v.infra_error or "" for v in verdicts]
     scored["sandbox_ms"] = [float(v.sandbox_ms) for v in verdicts]
+    scored["sandbox_cpu_s"] = [measured(v.sandbox_cpu_s) for v in verdicts]
+    scored["sandbox_memory_peak_mb"] = [measured(v.sandbox_memory_peak_mb) for v in verdicts]
     return Scored.validate(scored)
 
 
@@ -113,6 +130,8 @@ def distinct_rewards(scored: pd.DataFrame) -> pd.Series:
 def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0) -> RewardStats:
     """The reward stage's summary of its Scored table; ``wall_s``: how long the stage took."""
     usable = trainable_rows(scored)
+    cpu = scored.loc[scored["sandbox_cpu_s"] != UNACCOUNTED, "sandbox_cpu_s"]
+    peaks = scored.loc[scored["sandbox_memory_peak_mb"] != UNACCOUNTED, "sandbox_memory_peak_mb"]
     return RewardStats(
         samples=len(scored),
         reward_mean=float(usable["reward"].mean()) if len(usable) else 0.0,
@@ -125,4 +144,8 @@ def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0) -> RewardStats:
         wall_s=wall_s,
         verifications_per_s=len(scored) / wall_s if wall_s > 0 else 0.0,
         sandbox_runs=int(len(scored[["env_id", "completion"]].drop_duplicates())),
+        sandbox_cpu_p50_s=percentile(cpu, 50),
+        sandbox_cpu_p99_s=percentile(cpu, 99),
+        sandbox_memory_peak_p50_mb=percentile(peaks, 50),
+        sandbox_memory_peak_max_mb=float(peaks.max()) if len(peaks) else 0.0,
     )

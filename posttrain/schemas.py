@@ -39,6 +39,24 @@ def decode_floats(text: str) -> list[float]:
     return [float(v) for v in json.loads(text)]
 
 
+UNACCOUNTED = -1.0  # a resource column's value where nothing was measured (no program ran, or not accounted)
+
+
+def measured(value: float | None) -> float:
+    """A resource measure (CPU seconds, peak MiB) as a table holds it: ``UNACCOUNTED`` for None, keeping tables
+    free of NaN.
+
+    >>> measured(0.25), measured(None)
+    (0.25, -1.0)
+    """
+    return UNACCOUNTED if value is None else float(value)
+
+
+def measured_or_unaccounted(values: pd.Series) -> pd.Series:
+    """The check of a resource column: a measure (>= 0) or ``UNACCOUNTED``, never NaN."""
+    return (values >= 0) | (values == UNACCOUNTED)
+
+
 def empty(model: type[pa.DataFrameModel]) -> pd.DataFrame:
     """A validated table of ``model`` without rows (e.g. the eval decode of a version that is not evaluated)."""
     return model.validate(pd.DataFrame(columns=list(model.to_schema().columns)))
@@ -118,6 +136,12 @@ class Scored(Trajectories):
     timed_out: Series[bool]
     infra_error: Series[str]  # empty string: no infra error
     sandbox_ms: Series[float] = pa.Field(ge=0.0)
+    sandbox_cpu_s: Series[float]  # what the verification's program used (docs/sandboxes.md); UNACCOUNTED: no
+    sandbox_memory_peak_mb: Series[float]  # sandbox ran (a host-only verifier), or the backend does not account
+
+    @pa.check("sandbox_cpu_s", "sandbox_memory_peak_mb")
+    def sandbox_usage_measured_or_unaccounted(cls, values):
+        return measured_or_unaccounted(values)
 
 
 EVAL_DECODINGS = ("greedy", "sampled")
@@ -189,7 +213,10 @@ class AgentScored(AgentTrajectories, Scored):
 
 class Steps(pa.DataFrameModel):
     """One row per tool call of an agent episode, linked to its ``AgentTrajectories`` rows by (group_id,
-    sample_idx). ``tool`` is "" for a turn without a call; ``error`` says why a call was rejected."""
+    sample_idx). ``tool`` is "" for a turn without a call; ``error`` says why a call was rejected. ``cpu_s`` and
+    ``memory_peak_mb``: what the call's sandbox steps used (CPU seconds summed, the largest memory peak, from their
+    cgroups; docs/sandboxes.md), ``UNACCOUNTED`` (-1) where no program ran (a rejected call, ``submit``) or the
+    backend does not account it."""
 
     env_id: Series[str]
     group_id: Series[str]
@@ -209,6 +236,12 @@ class Steps(pa.DataFrameModel):
     tokens_out: Series[int] = pa.Field(ge=0)  # model tokens of this turn
     observation_bytes: Series[int] = pa.Field(ge=0)
     compressed_at_turn: Series[int] = pa.Field(ge=-1)  # turn at which the observation became a summary; -1: never
+    cpu_s: Series[float]  # >= 0, or UNACCOUNTED
+    memory_peak_mb: Series[float]  # >= 0, or UNACCOUNTED
+
+    @pa.check("cpu_s", "memory_peak_mb")
+    def usage_measured_or_unaccounted(cls, values):
+        return measured_or_unaccounted(values)
 
     class Config:
         strict = True

@@ -1,4 +1,5 @@
-"""The reward stage's ``score``: every completion gets its env's verdict; copies of one completion share one run."""
+"""The reward stage's ``score``: every completion gets its env's verdict (with what its program used); copies of one
+completion share one run."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from posttrain.config import DEMO_SUITE, SandboxConfig
 from posttrain.envs.suite import load_suite
 from posttrain.reward import reward_stats, score
 from posttrain.sandbox import make_sandbox
+from posttrain.schemas import UNACCOUNTED
+from tests.sandbox.cases import ALLOCATE_100MB, usage_unaccounted
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")]
@@ -38,3 +41,24 @@ def test_copies_get_the_verdict_of_their_own_completion(once):
     # one run shared by the three copies of (a, a.reference) when verified once; three runs (three timings) if not
     assert (copies.nunique() == 1) is once
     assert reward_stats(scored).sandbox_runs == 4
+    if not usage_unaccounted():  # and what it used: one run's measure, or three (CPU time, in nanoseconds, differs)
+        assert (scored["sandbox_cpu_s"].iloc[[0, 2, 5]].nunique() == 1) is once
+
+
+def test_each_verification_carries_what_its_program_used_and_the_stats_sum_it_up():
+    a = [env for env in load_suite(DEMO_SUITE).envs if env.split == "train"][0]
+    big = a.reference + "\n" + ALLOCATE_100MB  # still right, and holds 100 MiB at import
+    cfg = SandboxConfig()
+    with make_sandbox(cfg) as box:
+        scored = score(trajectories([(a.id, a.reference), (a.id, big)]), {a.id: a}, box, cfg)
+    assert scored["reward"].tolist() == [1.0, 1.0]
+    stats = reward_stats(scored)
+    if why := usage_unaccounted():
+        assert (scored[["sandbox_cpu_s", "sandbox_memory_peak_mb"]] == UNACCOUNTED).all().all(), why
+        assert (stats.sandbox_cpu_p50_s, stats.sandbox_memory_peak_max_mb) == (0.0, 0.0)
+        return
+    plain, heavy = scored.itertuples()
+    assert 0 < plain.sandbox_cpu_s < 1.0, plain
+    assert plain.sandbox_memory_peak_mb < 40 < 100 < heavy.sandbox_memory_peak_mb, (plain, heavy)
+    assert stats.sandbox_memory_peak_max_mb == heavy.sandbox_memory_peak_mb
+    assert stats.sandbox_cpu_p50_s == pytest.approx((plain.sandbox_cpu_s + heavy.sandbox_cpu_s) / 2)

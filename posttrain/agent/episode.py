@@ -82,6 +82,8 @@ class StepRecord:
     error: str = ""  # the parse error, when the call was malformed or unknown
     infra_error: str = ""
     compressed_at_turn: int = -1  # the turn at which its observation became a summary; -1: never
+    cpu_s: float | None = None  # what its sandbox steps used together: CPU seconds summed, the largest memory peak
+    memory_peak_mb: float | None = None  # (None: no program ran for it, or the backend does not account it)
 
 
 @dataclass

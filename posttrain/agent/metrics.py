@@ -5,7 +5,10 @@ Counting rules: an *episode* is one (group_id, sample_idx); a *model turn* is on
 (every turn records at least one step, a turn without a call too); a *tool call* is a step that named a tool and
 was accepted (``error`` empty), whatever its exit code; a *failed* step is one with ``ok`` false (a failing
 command, a rejected call, a turn without a call). ``solve_rate``: episodes whose final workspace passed the
-verifier (``verifier_reward`` 1, before shaping), of those without an infra error.
+verifier (``verifier_reward`` 1, before shaping), of those without an infra error. What an episode used in its
+sandbox (``episode_resources``): its tool calls' CPU seconds summed, the largest of their memory peaks, their wall
+seconds summed (the ``Steps`` table's ``cpu_s``, ``memory_peak_mb``, ``duration_ms``; the session's own work, such as
+writing the task's files and the verifier's run, is not a tool call).
 
 Example (one solved episode of two turns, one episode cut at max_steps after a turn without a call):
     >>> import pandas as pd
@@ -16,7 +19,8 @@ Example (one solved episode of two turns, one episode cut at max_steps after a t
     ...                       "tool": ["bash", "read_file", "submit", ""], "ok": [False, True, True, False],
     ...                       "error": ["", "", "", "no_tool_call"], "duration_ms": [500.0, 100.0, 0.0, 0.0],
     ...                       "tokens_in": [100, 100, 180, 100], "tokens_cached": [0, 0, 128, 64],
-    ...                       "observation_bytes": [20, 30, 9, 60], "compressed_at_turn": [-1, -1, -1, -1]})
+    ...                       "observation_bytes": [20, 30, 9, 60], "compressed_at_turn": [-1, -1, -1, -1],
+    ...                       "cpu_s": [0.5, 0.25, -1.0, -1.0], "memory_peak_mb": [40.0, 3.0, -1.0, -1.0]})
     >>> stats = agent_stats(scored, steps, seconds=2.0)
     >>> stats.episodes, stats.model_turns, stats.tool_calls, stats.failed_calls, stats.finish_submit
     (2, 3, 3, 2, 1)
@@ -27,6 +31,8 @@ Example (one solved episode of two turns, one episode cut at max_steps after a t
     (1.5, 1.5, 0.5, 0.5)
     >>> m["agent/calls/bash"], m["agent/no_call_fraction"]
     (0.5, 0.25)
+    >>> m["agent/cpu_s_mean"], m["agent/memory_peak_mb_max"], m["agent/tool_s_mean"]  # episode 1 ran no program
+    (0.75, 40.0, 0.3)
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from posttrain.agent.episode import FINISH_REASONS
+from posttrain.schemas import UNACCOUNTED
 
 EPISODE = ["group_id", "sample_idx"]
 
@@ -103,8 +110,11 @@ def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent")
     the episodes), ``solve_rate``, ``reward_mean``; per step: ``failed_call_fraction``, ``no_call_fraction`` (turns
     without a call), ``compressed_fraction`` (observations summarized by the context budget), ``calls/<tool>``
     (accepted calls of each tool, per episode); throughput and time: ``tool_calls_per_s``, ``prefix_cache_hit``,
-    ``tokens``, ``seconds``, ``generate_s``, ``engine_start_s``, ``engine_swap_s``, ``wall_s``. A batch without
-    episodes gives ``episodes`` 0 alone."""
+    ``tokens``, ``seconds``, ``generate_s``, ``engine_start_s``, ``engine_swap_s``, ``wall_s``; in the sandbox
+    (``episode_resources``): ``tool_s_mean`` (wall seconds of the tool calls per episode), ``cpu_s_mean`` and
+    ``cpu_s_max`` (CPU seconds per episode), ``memory_peak_mb_mean`` and ``memory_peak_mb_max`` (an episode's
+    largest peak), over the episodes with a measure (absent when none has one: a backend that does not account).
+    A batch without episodes gives ``episodes`` 0 alone."""
     p = prefix
     if stats.episodes == 0:
         return {f"{p}/episodes": 0.0}
@@ -126,4 +136,29 @@ def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent")
         accepted = steps[(steps["tool"] != "") & (steps["error"] == "")]
         for tool, count in accepted["tool"].value_counts().sort_index().items():
             metrics[f"{p}/calls/{tool}"] = count / n
+        metrics[f"{p}/tool_s_mean"] = stats.tool_s / n
+        per_episode = episode_resources(steps)
+        for name in ("cpu_s", "memory_peak_mb"):
+            measured = per_episode.loc[per_episode[name] != UNACCOUNTED, name]
+            if len(measured):
+                metrics[f"{p}/{name}_mean"] = float(measured.mean())
+                metrics[f"{p}/{name}_max"] = float(measured.max())
     return metrics
+
+
+def episode_resources(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per episode of ``steps`` (``Steps``), what its tool calls used in the sandbox: ``cpu_s`` (CPU seconds,
+    summed), ``memory_peak_mb`` (the largest peak), ``tool_s`` (wall seconds, summed); ``UNACCOUNTED`` where none of
+    its calls has a measure.
+
+    >>> steps = pd.DataFrame({"group_id": "g", "sample_idx": [0, 0, 1], "duration_ms": [300.0, 100.0, 0.0],
+    ...                       "cpu_s": [0.5, 0.25, -1.0], "memory_peak_mb": [40.0, 3.0, -1.0]})
+    >>> episode_resources(steps).values.tolist()
+    [['g', 0, 0.75, 40.0, 0.4], ['g', 1, -1.0, -1.0, 0.0]]
+    """
+    measured = steps[["cpu_s", "memory_peak_mb"]].where(steps[["cpu_s", "memory_peak_mb"]] != UNACCOUNTED)
+    episodes = steps[EPISODE].assign(cpu_s=measured["cpu_s"], memory_peak_mb=measured["memory_peak_mb"],
+                                     tool_s=steps["duration_ms"] / 1000).groupby(EPISODE)
+    return pd.DataFrame({"cpu_s": episodes["cpu_s"].sum(min_count=1),
+                         "memory_peak_mb": episodes["memory_peak_mb"].max(),
+                         "tool_s": episodes["tool_s"].sum()}).fillna(UNACCOUNTED).reset_index()

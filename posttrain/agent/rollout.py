@@ -38,7 +38,7 @@ from posttrain.agent.template import ChatFormat
 from posttrain.config import AgentConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.rollout.engine import TokenRolloutEngine
-from posttrain.schemas import AgentScored
+from posttrain.schemas import AgentScored, measured
 
 
 def shaping_terms(episode: Episode, cfg: AgentConfig) -> dict[str, float]:
@@ -103,7 +103,8 @@ def rollout_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence
             "reward": 0.0 if infra else shaped_reward(v.reward, terms), "verifier_reward": float(v.reward),
             "shaping": json.dumps(terms), "compiled": bool(v.compiled), "tests_passed": int(v.tests_passed),
             "tests_total": int(v.tests_total), "exit_code": -1 if v.exit_code is None else int(v.exit_code),
-            "timed_out": bool(v.timed_out), "infra_error": infra, "sandbox_ms": float(v.sandbox_ms)}
+            "timed_out": bool(v.timed_out), "infra_error": infra, "sandbox_ms": float(v.sandbox_ms),
+            "sandbox_cpu_s": measured(v.sandbox_cpu_s), "sandbox_memory_peak_mb": measured(v.sandbox_memory_peak_mb)}
     verdict_columns = pd.DataFrame([per_episode[key] for key in zip(rows.group_id, rows.sample_idx)],
                                    index=rows.index)
     scored = pd.concat([rows, verdict_columns], axis=1)

@@ -7,6 +7,7 @@ Each turn, top to bottom:
    recorded tokens; generation stops at the template's end-of-turn string);
 2. each episode's model tokens become a ``model`` segment; its tool calls are parsed (``parser.py``) and run in its
    session, episodes concurrently (``AgentConfig.tool_concurrency`` threads; the sandbox scheduler caps the total);
+   each call's step records what its session steps used (``StepLog``: CPU seconds summed, the largest peak);
 3. termination: ``submit`` called, ``max_steps`` turns, the ``token_budget`` (model tokens, or no room left in the
    engine's context), the ``deadline``; otherwise the closing and observation tokens are appended as a masked
    ``template`` segment, and the context budget is applied (``budget.py``; the state files of the episodes that
@@ -54,6 +55,7 @@ from posttrain.agent.tools import Observation, run_tool
 from posttrain.config import AgentConfig
 from posttrain.envs.tools import TOOLS
 from posttrain.rollout.engine import TokenRolloutEngine
+from posttrain.sandbox.base import Usage, serial_usage
 from posttrain.sandbox.session import SandboxSession, SessionError
 
 log = logging.getLogger(__name__)
@@ -154,7 +156,7 @@ def act(turn: Turn, session: SandboxSession, allowed: dict[str, tuple[str, ...]]
         if isinstance(call, CallError):
             _record(turn, call.name, {}, Observation(call.message, ok=False), 0.0, error=call.message)
             continue
-        t0 = time.monotonic()
+        t0, mark = time.monotonic(), len(session.log)
         error = ""
         try:
             obs = run_tool(session, call.name, call.arguments)
@@ -164,7 +166,8 @@ def act(turn: Turn, session: SandboxSession, allowed: dict[str, tuple[str, ...]]
             log.exception("tool %s raised on the agent's call", call.name)
             error = f"tool raised {type(exc).__name__}"
             obs = Observation(f"error: {call.name}: {type(exc).__name__}: {exc}", ok=False)
-        _record(turn, call.name, call.arguments, obs, (time.monotonic() - t0) * 1000, error=error)
+        _record(turn, call.name, call.arguments, obs, (time.monotonic() - t0) * 1000, error=error,
+                usage=serial_usage(step.usage for step in session.log[mark:]))  # e.g. edit_file: a read, a write
         if obs.submitted:
             return
 
@@ -198,13 +201,15 @@ def write_state(episode: Episode, task: AgentTask, session: SandboxSession, cfg:
         log.warning("episode %s: state file %s not written: %s", task.env_id, cfg.state_file, exc)
 
 
-def _record(turn: Turn, tool: str, arguments: dict, obs: Observation, duration_ms: float, error: str = "") -> None:
+def _record(turn: Turn, tool: str, arguments: dict, obs: Observation, duration_ms: float, error: str = "",
+            usage: Usage = Usage()) -> None:
     text = _utf8(obs.text)  # what the model reads back must be text every tokenizer can encode
     turn.observations.append(text)
     turn.steps.append(StepRecord(turn=turn.index, tool=_utf8(tool), arguments=json.dumps(arguments), ok=obs.ok,
                                  exit_code=obs.exit_code, duration_ms=duration_ms,
                                  observation_bytes=len(text.encode()), error=_utf8(error),
-                                 infra_error=obs.infra_error))
+                                 infra_error=obs.infra_error, cpu_s=usage.cpu_s,
+                                 memory_peak_mb=usage.memory_peak_mb))
 
 
 def _utf8(text: str) -> str:

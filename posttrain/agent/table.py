@@ -7,8 +7,8 @@ Example:
     >>> e.add_model_turn(Turn(0, 2, [7, 8], [-0.5, -0.25], "...", "stop"))
     >>> e.turns[0].steps.append(StepRecord(0, "submit", "{}", True, None, 0.1, 9))
     >>> e.finish("submit")
-    >>> steps_table([e], policy_version=0)[["tool", "tokens_in", "tokens_out", "exit_code"]].values.tolist()
-    [['submit', 2, 2, -1]]
+    >>> steps_table([e], policy_version=0)[["tool", "tokens_in", "tokens_out", "exit_code", "cpu_s"]].values.tolist()
+    [['submit', 2, 2, -1, -1.0]]
     >>> row = trajectories_table([e], decode=str, policy_version=0, temperature=0.6).iloc[0]
     >>> row.completion_token_ids, row.loss_mask, int(row.steps), int(row.tool_calls), row.finish_reason
     ('[7, 8]', '[1, 1]', 1, 1, 'submit')
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from posttrain.agent.episode import Episode, split_prompt
-from posttrain.schemas import AgentTrajectories, Steps, encode_floats, encode_ints
+from posttrain.schemas import AgentTrajectories, Steps, encode_floats, encode_ints, measured
 
 
 def steps_table(episodes: Sequence[Episode], policy_version: int) -> pd.DataFrame:
@@ -31,7 +31,8 @@ def steps_table(episodes: Sequence[Episode], policy_version: int) -> pd.DataFram
              "duration_ms": s.duration_ms, "tokens_in": e.turns[s.turn].prompt_tokens,
              "tokens_cached": e.turns[s.turn].cached_tokens,
              "tokens_out": len(e.turns[s.turn].model_ids), "observation_bytes": s.observation_bytes,
-             "compressed_at_turn": s.compressed_at_turn}
+             "compressed_at_turn": s.compressed_at_turn, "cpu_s": measured(s.cpu_s),
+             "memory_peak_mb": measured(s.memory_peak_mb)}
             for e in episodes for k, s in enumerate(e.steps)]
     return Steps.validate(pd.DataFrame(rows, columns=list(Steps.to_schema().columns)))
 

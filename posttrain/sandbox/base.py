@@ -3,8 +3,11 @@
 A backend never interprets the program's output: it reports exit code, captured (truncated) streams, whether the
 deadline killed it, and whether the sandbox itself failed (``infra_error``). Verifiers decide verdicts. Results also
 say where the time went: ``queue_ms`` (waiting for a scheduler slot), ``start_ms`` (the backend getting an isolated
-environment ready), ``run_ms`` (the program). Backends that keep state for agents also offer ``session()``
-(``session.py``); every concrete backend is a context manager that closes itself.
+environment ready), ``run_ms`` (the program), and what the program used by its cgroup's account: ``cpu_s`` (CPU
+seconds, user + system, of all its processes) and ``memory_peak_mb`` (the most memory they held at once), None
+where the backend cannot account it (``Usage``; what each backend measures: docs/sandboxes.md). Backends that keep
+state for agents also offer ``session()`` (``session.py``); every concrete backend is a context manager that closes
+itself.
 
 Example:
     >>> from posttrain.sandbox import make_sandbox, Execution
@@ -16,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -39,6 +43,35 @@ class Execution:
     trusted_files: dict[str, str] = field(default_factory=dict)  # read-only at /trusted
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What the processes of one execution used, by the account of its cgroup: CPU time (user + system) in seconds
+    and the most memory charged at once, in MiB. None where it is not accounted (no cgroup, cgroup v1 without
+    ``cpuacct``, v2 before Linux 5.19 for the peak, a container's cgroup the host cannot read).
+
+    >>> Usage(cpu_s=0.25, memory_peak_mb=3.5), Usage()
+    (Usage(cpu_s=0.25, memory_peak_mb=3.5), Usage(cpu_s=None, memory_peak_mb=None))
+    """
+
+    cpu_s: float | None = None
+    memory_peak_mb: float | None = None
+
+
+def serial_usage(usages: Iterable[Usage]) -> Usage:
+    """What executions run one after another (the session steps of one tool call) used together: their CPU
+    seconds summed, the largest of their peaks; None where none of them was accounted.
+
+    >>> serial_usage([Usage(0.5, 10.0), Usage(0.25, 30.0)])
+    Usage(cpu_s=0.75, memory_peak_mb=30.0)
+    >>> serial_usage([])
+    Usage(cpu_s=None, memory_peak_mb=None)
+    """
+    usages = list(usages)
+    cpu = [u.cpu_s for u in usages if u.cpu_s is not None]
+    peaks = [u.memory_peak_mb for u in usages if u.memory_peak_mb is not None]
+    return Usage(cpu_s=sum(cpu) if cpu else None, memory_peak_mb=max(peaks) if peaks else None)
+
+
 @dataclass
 class ExecutionResult:
     exit_code: int | None  # None when the program was killed (deadline) or never ran (infra error)
@@ -51,6 +84,8 @@ class ExecutionResult:
     run_ms: float = 0.0  # wall time of the program itself
     extra: dict = field(default_factory=dict)  # backend details: attempts, tier, acquire_ms, oom_killed, ...
     queue_ms: float = 0.0  # time spent waiting for a scheduler slot before the first attempt
+    cpu_s: float | None = None  # CPU seconds (user + system) of the program's processes; None: not accounted
+    memory_peak_mb: float | None = None  # the most memory (MiB) they held at once; None: not accounted
 
     @property
     def ok(self) -> bool:

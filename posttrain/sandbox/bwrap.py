@@ -16,7 +16,9 @@ instances, message-queue bytes, ...). Not as root, bwrap runs as us, and every s
 Limits: each execution gets its own cgroup (``cgroup.py``, where the host allows: root, cgroup v1 or v2) that caps
 the whole process tree together: memory (``memory_mb`` plus the sizes of the tmpfs mounts, whose pages and inodes
 are charged to it; no swap; past it the kernel OOM-kills, reported as ``extra["oom_killed"]``), tasks, and CPU time
-(``cpus`` cores). Inside the sandbox ``prlimit`` sets per-process limits on top (so ``RLIMIT_NPROC`` counts only
+(``cpus`` cores); what the execution used (CPU seconds, peak memory: ``ExecutionResult.cpu_s``, ``memory_peak_mb``)
+is read from it before it is removed, and counts bwrap's own process and the files written to its tmpfs mounts
+too. Inside the sandbox ``prlimit`` sets per-process limits on top (so ``RLIMIT_NPROC`` counts only
 this sandbox's processes): address space from ``memory_mb``, CPU seconds from the timeout, processes, file size,
 open files, no core dumps. Where cgroups are unavailable only these per-process limits hold (logged once).
 The writable tmpfs mounts (``/work``, ``/tmp``, ``/dev/shm``) cap their inodes as well as their size, one per 4 KB
@@ -67,7 +69,7 @@ from typing import Sequence
 
 from posttrain.sandbox import cgroup, lifecycle, seccomp
 from posttrain.sandbox.backend import Prepared, SandboxBackend
-from posttrain.sandbox.base import Execution, ExecutionResult, tmpfs_inodes
+from posttrain.sandbox.base import Execution, ExecutionResult, Usage, tmpfs_inodes
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
 from posttrain.sandbox.session import SandboxSession
 from posttrain.sandbox.uids import UidLease, UidPool
@@ -338,6 +340,7 @@ class BwrapSandbox(SandboxBackend):
                 if track is not None:
                     track.discard(proc)
             oom_killed = group is not None and group.oom_killed()
+            usage = group.usage() if group else Usage()  # bwrap has exited, and its sandbox with it
             if group:
                 group.remove()
             if mounts:
@@ -346,7 +349,8 @@ class BwrapSandbox(SandboxBackend):
                 own_lease.release()
         t_program = started.first_byte_at or time.monotonic()
         raw = RawRun(exit_code=proc.returncode, stdout=out, stderr=err, timed_out=timed_out,
-                     start_ms=(t_program - t0) * 1000, run_ms=_ms_since(t_program), extra={"backend": self.name})
+                     start_ms=(t_program - t0) * 1000, run_ms=_ms_since(t_program), extra={"backend": self.name},
+                     usage=usage)
         if oom_killed:
             raw.extra["oom_killed"] = True
         if timed_out and not started.total:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from posttrain.sandbox.base import ExecutionResult, truncate
+from posttrain.sandbox.base import ExecutionResult, Usage, truncate
 
 CHUNK = 1 << 16
 PIPE_CHUNK = 1 << 16  # bytes written to a program's stdin per wakeup
@@ -83,7 +83,7 @@ def _start(target: Callable[[], None]) -> threading.Thread:
 
 @dataclass
 class RawRun:
-    """What a backend saw of one program run, before decoding: capped streams, exit, timings."""
+    """What a backend saw of one program run, before decoding: capped streams, exit, timings, resources used."""
 
     exit_code: int | None
     stdout: CappedBuffer
@@ -93,6 +93,7 @@ class RawRun:
     start_ms: float = 0.0
     run_ms: float = 0.0
     extra: dict = field(default_factory=dict)
+    usage: Usage = Usage()  # read from the execution's cgroup before it is gone (``cgroup.Cgroup.usage``)
 
     def result(self) -> ExecutionResult:
         """The decoded ``ExecutionResult`` (streams cut at their buffers' limits, with the marker)."""
@@ -101,7 +102,8 @@ class RawRun:
         return ExecutionResult(exit_code=None if (self.timed_out or self.infra_error) else self.exit_code,
                                stdout=stdout, stderr=stderr, timed_out=self.timed_out, infra_error=self.infra_error,
                                output_truncated=out_cut or err_cut, start_ms=self.start_ms, run_ms=self.run_ms,
-                               extra=dict(self.extra))
+                               extra=dict(self.extra), cpu_s=self.usage.cpu_s,
+                               memory_peak_mb=self.usage.memory_peak_mb)
 
 
 FRAME_HEADER = struct.Struct(">BxxxL")  # docker stream frames: stream id (1 stdout, 2 stderr), 3 pad, length

@@ -30,6 +30,10 @@ files (inodes are not in a tmpfs size cap) can then use more memory than ``memor
 per execution. Without swap accounting (no ``memory.memsw.*`` / ``memory.swap.max``) a host with swap lets a group
 swap beyond the cap.
 
+What a group's processes used (``Cgroup.usage``: CPU seconds, peak memory) is read before the group is removed;
+a group that outlives its executions (a pooled container's, served one execution at a time) is measured per
+execution by a ``UsageMeter`` (CPU time since it was made, the peak reset to the usage then).
+
 Pages written to a tmpfs that outlives the execution (a session workspace) stay charged to the execution that wrote
 them until freed; the tmpfs size cap bounds them. A group's leftovers (its owner killed outright) are removed by the
 next process that uses cgroups (``reap_groups``), as ``lifecycle`` does for workspaces.
@@ -44,9 +48,9 @@ Example:
     >>> import subprocess
     >>> with ExecutionGroup.create(memory_bytes=256 << 20, max_pids=64, cpus=1.0) as group:  # doctest: +SKIP
     ...     subprocess.run(group.join_command(["/bin/true"], user=(65534, 65534))).returncode
-    ...     group.oom_killed()
+    ...     group.oom_killed(), group.usage().cpu_s < 0.1
     0
-    False
+    (False, True)
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from posttrain.sandbox import lifecycle
+from posttrain.sandbox.base import Usage
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +78,7 @@ PARENT_PREFIX = "posttrain-"  # our parent group: posttrain-<pid>-<start time>-<
 _PARENT_NAME = re.compile(rf"^{PARENT_PREFIX}(\d+)-(\d+)-(\d+)$")
 HOST_LEAF = "posttrain-host"  # v2: where this process moves itself so that its old cgroup can enable controllers
 CFS_PERIOD_US = 100_000
+MIB = 1 << 20
 SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 
 
@@ -332,14 +338,107 @@ def limits_unavailable_reason() -> str:
     return host().reason
 
 
-# ---- one execution's group -------------------------------------------------------------------------------------------
-class ExecutionGroup:
-    """The cgroup(s) of one execution: made with its limits, joined by the execution's first process, killed and
-    removed when the execution ends. Also a context manager (``remove()`` on exit)."""
+# ---- reading a group -------------------------------------------------------------------------------------------------
+class Cgroup:
+    """One cgroup, read: its processes and what they used. ``dirs``: controller -> the group's directory in that
+    controller's hierarchy (on v2 every controller maps to the same one). An ``ExecutionGroup`` is one we made; a
+    pooled container's (``docker/host_view.py``) is Docker's, and only read."""
 
     def __init__(self, version: int, dirs: dict[str, Path]):
         self.version = version
-        self.dirs = dirs  # controller -> directory of this group in that controller's hierarchy
+        self.dirs = dirs
+
+    def pids(self) -> list[int]:
+        """Processes (thread group ids) in the group and the groups nested in it, in any of its hierarchies."""
+        return sorted({pid for path in self._subtree() for pid in _procs(path)})
+
+    def _subtree(self) -> list[Path]:
+        return [path for top in CgroupHost.unique(self.dirs) for path in _subtree(top)]
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel OOM-killed a process of the group because the group hit its memory cap."""
+        return self.oom_kills() > 0
+
+    def oom_kills(self) -> int:
+        """How many processes of the group the kernel OOM-killed at its memory cap, so far."""
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        return _field(self.dirs["memory"] / name, "oom_kill") or 0
+
+    def memory_peak_bytes(self) -> int | None:
+        """The most memory the group has used (None where the kernel does not say: v2 before 5.19)."""
+        return _number(self.dirs["memory"] / ("memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"))
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time (user + system) used by the group's processes (None where not accounted: v1 without cpuacct)."""
+        if self.version == 2:
+            usec = _field(self.dirs["cpu"] / "cpu.stat", "usage_usec")
+            return None if usec is None else usec / 1e6
+        if "cpuacct" not in self.dirs:
+            return None
+        nsec = _number(self.dirs["cpuacct"] / "cpuacct.usage")
+        return None if nsec is None else nsec / 1e9
+
+    def usage(self) -> Usage:
+        """What the group's processes used so far (``Usage``: CPU seconds, peak memory in MiB); read it before the
+        group is removed."""
+        return Usage(cpu_s=self.cpu_seconds(), memory_peak_mb=_mib(self.memory_peak_bytes()))
+
+
+class UsageMeter:
+    """What one execution uses in a group that outlives it (a pooled container's, serving one execution at a time).
+
+    Made before the execution, it notes the group's CPU time and resets the group's memory peak to what the group
+    holds now (v1: ``memory.max_usage_in_bytes``; v2, Linux 6.12+: ``memory.peak`` through a descriptor of its own,
+    which resets it for that descriptor alone); ``usage()`` after the execution gives the CPU time since and the
+    peak since. A peak that cannot be reset (not root, an older v2 kernel) is None, never an earlier execution's.
+    ``close()`` (or ``with``) lets the descriptor go.
+    """
+
+    def __init__(self, group: Cgroup):
+        self.group = group
+        self._cpu = group.cpu_seconds()
+        self._reset, self._fd = False, None  # v2: the descriptor the peak was reset through
+        memory = group.dirs["memory"]
+        try:
+            if group.version == 1:
+                _write(memory / "memory.max_usage_in_bytes", "0")
+            else:
+                self._fd = os.open(memory / "memory.peak", os.O_RDWR | os.O_CLOEXEC)
+                os.write(self._fd, b"reset\n")
+            self._reset = True
+        except OSError:
+            self.close()
+
+    def usage(self) -> Usage:
+        """The CPU seconds and the peak memory (MiB) of the group since the meter was made."""
+        cpu = self.group.cpu_seconds()
+        peak = None
+        if self._reset and self.group.version == 1:
+            peak = self.group.memory_peak_bytes()
+        elif self._reset and self._fd is not None:  # v2: only our descriptor reads the reset peak
+            try:
+                peak = int(os.pread(self._fd, 64, 0).split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+        return Usage(cpu_s=None if cpu is None or self._cpu is None else round(max(0.0, cpu - self._cpu), 9),
+                     memory_peak_mb=_mib(peak))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> UsageMeter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# ---- one execution's group -------------------------------------------------------------------------------------------
+class ExecutionGroup(Cgroup):
+    """The cgroup(s) of one execution: made with its limits, joined by the execution's first process, killed and
+    removed when the execution ends. Also a context manager (``remove()`` on exit)."""
 
     @classmethod
     def create(cls, memory_bytes: int | None, max_pids: int | None, cpus: float | None, *,
@@ -428,42 +527,6 @@ class ExecutionGroup:
         drop = [SETPRIV, f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups", "--"] if user else []
         return ["/bin/sh", "-c", script, "sh", *drop, *argv]
 
-    # ---- reading ----------------------------------------------------------------------------------------------------
-    def pids(self) -> list[int]:
-        """Processes (thread group ids) in the group and the groups nested in it, in any of its hierarchies."""
-        return sorted({pid for path in self._subtree() for pid in _procs(path)})
-
-    def _subtree(self) -> list[Path]:
-        return [path for top in CgroupHost.unique(self.dirs) for path in _subtree(top)]
-
-    def oom_killed(self) -> bool:
-        """Whether the kernel OOM-killed a process of the group because the group hit its memory cap."""
-        return self.oom_kills() > 0
-
-    def oom_kills(self) -> int:
-        """How many processes of the group the kernel OOM-killed at its memory cap, so far."""
-        name = "memory.oom_control" if self.version == 1 else "memory.events"
-        return _field(self.dirs["memory"] / name, "oom_kill")
-
-    def memory_peak_bytes(self) -> int | None:
-        """The most memory the group has used (None where the kernel does not say: v2 before 5.19)."""
-        name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
-        try:
-            return int(_read(self.dirs["memory"] / name).split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def cpu_seconds(self) -> float | None:
-        """CPU time (user + system) used by the group's processes (None where not accounted: v1 without cpuacct)."""
-        if self.version == 2:
-            return _field(self.dirs["cpu"] / "cpu.stat", "usage_usec") / 1e6
-        if "cpuacct" not in self.dirs:
-            return None
-        try:
-            return int(_read(self.dirs["cpuacct"] / "cpuacct.usage")) / 1e9
-        except (OSError, ValueError):
-            return None
-
     # ---- ending -----------------------------------------------------------------------------------------------------
     def kill(self, timeout_s: float = 5.0) -> bool:
         """SIGKILL every process in the group (nested groups included) until it is empty; False if processes
@@ -487,8 +550,8 @@ class ExecutionGroup:
         self.remove()
 
 
-def _field(path: Path, key: str) -> int:
-    """The value of ``key`` in a flat-keyed cgroup file ("key value" lines); 0 when absent."""
+def _field(path: Path, key: str) -> int | None:
+    """The value of ``key`` in a flat-keyed cgroup file ("key value" lines); None when absent or unreadable."""
     try:
         for line in _read(path).splitlines():
             name, _, value = line.partition(" ")
@@ -496,7 +559,24 @@ def _field(path: Path, key: str) -> int:
                 return int(value)
     except (OSError, ValueError):
         pass
-    return 0
+    return None
+
+
+def _number(path: Path) -> int | None:
+    """The number a single-value cgroup file holds; None when absent or unreadable."""
+    try:
+        return int(_read(path).split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _mib(size: int | None) -> float | None:
+    """Bytes as MiB (None stays None).
+
+    >>> _mib(3 << 19), _mib(None)
+    (1.5, None)
+    """
+    return None if size is None else size / MIB
 
 
 def _subtree(path: Path) -> list[Path]:

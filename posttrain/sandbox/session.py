@@ -9,10 +9,10 @@ taken inside the sandbox (sparse files stay sparse; what the program made unread
 owner's ``u+rwX`` first, so ordinary ``chmod``s never fail it) and ``restore(snapshot)`` puts that content back.
 An operation that fails raises ``SessionError``, whose ``infra_error`` says whether the sandbox failed the step
 (non-empty: infrastructure) or the operation itself was refused or failed (a path or argument no program can take,
-a missing file, a workspace over its size): the caller's outcome. Every operation is one
-``StepLog`` entry (command, exit code, duration, bytes of output, truncated and timed-out flags) in ``log``;
-output is cut to ``output_bytes`` per stream with ``base.truncate``'s marker. Steps go through the process-wide
-scheduler, so sessions share its concurrency limit with batches (long steps take long slots).
+a missing file, a workspace over its size): the caller's outcome. Every operation is one ``StepLog`` entry
+(command, exit code, duration, bytes of output, truncated and timed-out flags, CPU seconds and peak memory) in
+``log``; output is cut to ``output_bytes`` per stream with ``base.truncate``'s marker. Steps go through the
+process-wide scheduler, so sessions share its concurrency limit with batches (long steps take long slots).
 
 Backends subclass ``SandboxSession`` and implement ``_exec`` (run argv in the workspace, return a ``RawRun``) and
 ``_release``. Get one from a backend: ``make_sandbox("bwrap").session()`` or ``make_sandbox("docker").session()``.
@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from posttrain.sandbox.base import Execution, ExecutionResult, SandboxStartError
+from posttrain.sandbox.base import Execution, ExecutionResult, SandboxStartError, Usage
 from posttrain.sandbox.capture import CappedBuffer, RawRun
 from posttrain.sandbox.workspace import WORKDIR, check_execution, checked_files
 
@@ -83,6 +83,12 @@ class StepLog:
     truncated: bool
     timed_out: bool = False
     infra_error: str = ""
+    cpu_s: float | None = None  # the step's CPU seconds and peak memory (``ExecutionResult``); None: not accounted
+    memory_peak_mb: float | None = None
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(self.cpu_s, self.memory_peak_mb)
 
 
 @dataclass(frozen=True)
@@ -219,7 +225,8 @@ class SandboxSession:
                             duration_ms=(time.monotonic() - t0) * 1000,
                             stdout_bytes=raw.stdout.total, stderr_bytes=raw.stderr.total,
                             truncated=raw.stdout.total > raw.stdout.limit or raw.stderr.total > raw.stderr.limit,
-                            timed_out=raw.timed_out, infra_error=raw.infra_error)
+                            timed_out=raw.timed_out, infra_error=raw.infra_error, cpu_s=raw.usage.cpu_s,
+                            memory_peak_mb=raw.usage.memory_peak_mb)
             self.log.append(entry)
             log.debug("session %s step %d: %s", self.backend, entry.index, entry)
             return raw

@@ -18,6 +18,10 @@ zygote (whose ``oom_score_adj`` cannot be lowered without CAP_SYS_RESOURCE), and
 137, ``extra["oom_killed"]``); and no execution inherits a cap, or memory still charged, from the one before. The
 zygote's group caps no memory: it runs trusted code only, and the files it writes for a run are bounded by the
 workspace size (which is all the program could rewrite there without a charge of its own).
+What an execution used (``cpu_s``, ``memory_peak_mb``) is its own group's, read before the group is removed (a
+reused slot's next execution starts from zero): the CPU time and the memory the program charged from the moment it
+joined. Not in it: the pages it shares with the zygote until it writes them (copy on write), the files the executor
+wrote into its workspace before it started, and the executor's own work.
 
 What differs from ``bwrap``: the program's interpreter is the zygote's fork (``sys.flags`` are those of
 ``python3 -I``; the modules the zygote imported are already in ``sys.modules``); ``/proc/1/cmdline`` of an
@@ -258,7 +262,10 @@ class Slot:
             return RawRun(None, out, err, infra_error=f"cannot make the execution's cgroup: {exc}",
                           start_ms=_ms_since(t0), extra=extra)
         try:
-            return self._run(execution, prepared, t0, run_group, out, err, extra)
+            raw = self._run(execution, prepared, t0, run_group, out, err, extra)
+            if run_group:
+                raw.usage = run_group.usage()  # the execution's own: its group is new, and empty by now
+            return raw
         finally:
             if run_group:
                 run_group.remove()  # empty by now: the program's pid namespace is gone with the executor

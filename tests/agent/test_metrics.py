@@ -7,21 +7,25 @@ import json
 from dataclasses import fields
 
 import pandas as pd
+import pandera.errors
 import pytest
 
 from posttrain.agent.episode import FINISH_REASONS
-from posttrain.agent.metrics import AgentStats, agent_metrics, agent_stats
-from posttrain.schemas import Steps, empty
+from posttrain.agent.metrics import AgentStats, agent_metrics, agent_stats, episode_resources
+from posttrain.schemas import UNACCOUNTED, Steps, empty
 
 pytestmark = pytest.mark.unit
 
 
 def step(group: str, sample: int, turn: int, tool: str, ok: bool = True, error: str = "", tokens_in: int = 100,
-         cached: int = 0, duration_ms: float = 10.0, compressed: int = -1) -> dict:
+         cached: int = 0, duration_ms: float = 10.0, compressed: int = -1, cpu_s: float = 0.05,
+         memory_peak_mb: float = 4.0) -> dict:
+    ran = tool not in ("", "submit") and not error  # a program ran for the call, and was measured
     return {"env_id": group.split("/", 1)[1], "group_id": group, "sample_idx": sample, "policy_version": 2,
             "step": 0, "turn": turn, "tool": tool, "arguments": json.dumps({}), "ok": ok, "exit_code": 0 if ok else 1,
             "error": error, "infra_error": "", "duration_ms": duration_ms, "tokens_in": tokens_in,
-            "tokens_cached": cached, "tokens_out": 20, "observation_bytes": 40, "compressed_at_turn": compressed}
+            "tokens_cached": cached, "tokens_out": 20, "observation_bytes": 40, "compressed_at_turn": compressed,
+            "cpu_s": cpu_s if ran else UNACCOUNTED, "memory_peak_mb": memory_peak_mb if ran else UNACCOUNTED}
 
 
 def episode(group: str, sample: int, finish: str, verifier: float, reward: float, tokens: int, windows: int = 1,
@@ -36,7 +40,7 @@ def tables():
     """Four episodes of env a (group it3/t/a): solved after 3 turns (two windows: a compression), cut at max_steps
     after two turns without a call, cut by the token budget after one failing command, and one whose session
     failed (infra: no turns); one of env b, solved in one turn."""
-    steps = [step("it3/t/a", 0, 0, "bash", ok=False, duration_ms=400.0),
+    steps = [step("it3/t/a", 0, 0, "bash", ok=False, duration_ms=400.0, cpu_s=0.35, memory_peak_mb=120.0),
              step("it3/t/a", 0, 1, "read_file", tokens_in=300, cached=256, compressed=2),
              step("it3/t/a", 0, 1, "edit_file", tokens_in=300, cached=256),
              step("it3/t/a", 0, 2, "submit", tokens_in=500, cached=256),
@@ -93,6 +97,35 @@ def test_metrics_have_the_loop_names_and_per_episode_values(tables):
     assert (m["agent/engine_swap_s"], m["agent/wall_s"], m["agent/engine_start_s"]) == (0.02, 9.0, 0.0)
     assert all(isinstance(v, float) for v in m.values())
     assert set(agent_metrics(stats, steps, prefix="agent_eval")) == {k.replace("agent/", "agent_eval/", 1) for k in m}
+
+
+def test_resources_per_episode_sum_cpu_take_the_largest_peak_and_skip_what_ran_no_program(tables):
+    scored, steps = tables
+    per_episode = episode_resources(steps).set_index(["group_id", "sample_idx"])
+    assert per_episode.loc[("it3/t/a", 0)].tolist() == pytest.approx([0.35 + 0.05 + 0.05, 120.0, 0.43])
+    assert per_episode.loc[("it3/t/a", 1)].tolist() == [UNACCOUNTED, UNACCOUNTED, 0.02]  # no call: no program
+    assert per_episode.loc[("it3/t/a", 2)].tolist() == pytest.approx([0.05, 4.0, 0.01])
+    m = agent_metrics(agent_stats(scored, steps, seconds=4.0), steps)
+    measured = [0.45, 0.05]  # episodes a/0 and a/2; a/1 ran nothing, a/3 never started, b/0 only submitted
+    assert m["agent/cpu_s_mean"] == pytest.approx(sum(measured) / 2)
+    assert m["agent/cpu_s_max"] == pytest.approx(0.45)
+    assert (m["agent/memory_peak_mb_mean"], m["agent/memory_peak_mb_max"]) == (62.0, 120.0)
+    assert m["agent/tool_s_mean"] == pytest.approx((400 + 7 * 10) / 1000 / 5)
+
+
+def test_resource_metrics_are_absent_where_nothing_was_measured(tables):
+    scored, steps = tables
+    unaccounted = steps.assign(cpu_s=UNACCOUNTED, memory_peak_mb=UNACCOUNTED)
+    m = agent_metrics(agent_stats(scored, unaccounted, seconds=4.0), unaccounted)
+    assert not [k for k in m if "cpu_s" in k or "memory_peak" in k]
+    assert m["agent/tool_s_mean"] > 0
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan")])
+def test_the_steps_table_takes_a_measure_or_the_unaccounted_sentinel_only(tables, bad):
+    _, steps = tables
+    with pytest.raises(pandera.errors.SchemaError):
+        Steps.validate(steps.assign(cpu_s=bad))
 
 
 def test_a_batch_without_episodes_reports_zero_episodes_only():

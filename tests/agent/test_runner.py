@@ -1,16 +1,20 @@
 """Agent episodes with scripted policies in real sandbox sessions (warm bwrap; docker where it runs): an oracle
 solving a repository task end to end, the no-op, every termination reason, malformed calls, batched turns, the
-context budget with its state file, exact token accounting, and the tables."""
+context budget with its state file, exact token accounting, and the tables (CPU seconds and memory peaks per step
+and per episode too)."""
 
 from __future__ import annotations
 
 import pytest
 
+from posttrain.agent.metrics import episode_resources
 from posttrain.agent.runner import NO_CALL, AgentTask, run_episodes
 from posttrain.agent.scripted import ScriptedPolicy, noop_policy
 from posttrain.agent.table import steps_table, trajectories_table
 from posttrain.config import AgentConfig
+from posttrain.schemas import UNACCOUNTED
 from tests.agent.conftest import Recording, assert_exact_tokens
+from tests.sandbox.cases import ALLOCATE_100MB, BURN_CPU, usage_unaccounted
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +65,33 @@ def test_oracle_solves_a_repository_task_end_to_end(fmt, sandbox):
     [row] = trajectories_table([e], fmt.tokenizer.decode, policy_version=3, temperature=0.6).itertuples()
     assert (row.steps, row.tool_calls, row.finish_reason, row.window) == (5, 5, "submit", 0)
     assert row.tokens == sum(len(t) for _, t, _ in engine.calls)
+
+
+def test_each_step_and_its_episode_carry_what_the_programs_used(fmt, sandbox):
+    calls = [{"name": "python", "arguments": {"code": BURN_CPU}},
+             {"name": "python", "arguments": {"code": ALLOCATE_100MB}},
+             {"name": "edit_file", "arguments": {"path": "calc.py", "search": "a - b", "replace": "a + b"}},
+             {"name": "submit", "arguments": {}}]
+    with sandbox.session() as session:
+        [e] = run_episodes(ScriptedPolicy(fmt, {FIX.prompt: calls}), fmt, [FIX], [session], AgentConfig(),
+                           MAX_CONTEXT)
+        read, write = session.log[-2:]  # edit_file: one read and one write, each a program of its own
+    steps = steps_table([e], policy_version=0)
+    assert steps.tool.tolist() == ["python", "python", "edit_file", "submit"], steps
+    [episode] = episode_resources(steps).itertuples()
+    assert episode.tool_s == pytest.approx(steps.duration_ms.sum() / 1000)
+    assert steps.cpu_s.iloc[3] == steps.memory_peak_mb.iloc[3] == UNACCOUNTED  # submit runs no program
+    if why := usage_unaccounted():
+        assert (steps.cpu_s == UNACCOUNTED).all() and (episode.cpu_s, episode.memory_peak_mb) == (-1, -1), why
+        return
+    burn, big, edit = steps.iloc[:3].itertuples()
+    assert 0.29 <= burn.cpu_s < 1.0, burn
+    assert big.memory_peak_mb > 100, big
+    assert (read.kind, write.kind) == ("read", "write")
+    assert edit.cpu_s == pytest.approx(read.cpu_s + write.cpu_s)
+    assert edit.memory_peak_mb == max(read.memory_peak_mb, write.memory_peak_mb) < 40
+    assert episode.cpu_s == pytest.approx(burn.cpu_s + big.cpu_s + edit.cpu_s)
+    assert episode.memory_peak_mb == big.memory_peak_mb
 
 
 def test_noop_policy_submits_at_once_and_solves_nothing(fmt, sandbox):

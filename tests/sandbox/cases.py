@@ -27,13 +27,40 @@ import uuid
 import pytest
 
 from posttrain.config import DockerPoolConfig
-from posttrain.sandbox import Execution, ExecutionResult, SessionError, run_many
+from posttrain.sandbox import Execution, ExecutionResult, SessionError, cgroup, run_many
 from posttrain.sandbox.docker.container import docker_unavailable_reason
 
 
 def py(code: str, **kw) -> Execution:
     """An execution running ``code`` as main.py with python3."""
     return Execution(files={"main.py": code}, command=["python3", "main.py"], **kw)
+
+
+BURN_CPU = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\n"  # 0.3 CPU s
+ALLOCATE_100MB = "x = bytearray(100 << 20)\nx[::4096] = b'x' * len(x[::4096])\n"  # every page touched
+
+
+def usage_unaccounted() -> str:
+    """Why sandboxes here report no CPU seconds or memory peak ("" when they do): each backend reads them from a
+    cgroup it makes (bwrap) or from the container's, whose peak only root resets (docker)."""
+    if os.geteuid() != 0:
+        return "not root"
+    return cgroup.limits_unavailable_reason()
+
+
+def assert_usage(burn: ExecutionResult, big: ExecutionResult, small: ExecutionResult, why_not: str) -> None:
+    """CPU seconds and memory peaks in their bands: ``burn`` ran ~0.3 s of CPU, ``big`` held 100 MiB, ``small``
+    little (each the execution's own); or, where the backend cannot account them (``why_not``), None."""
+    for r in (burn, big, small):
+        assert not r.infra_error, r
+        assert r.exit_code == 0, r
+    if why_not:
+        assert {(r.cpu_s, r.memory_peak_mb) for r in (burn, big, small)} == {(None, None)}, why_not
+        return
+    assert 0.29 <= burn.cpu_s < 1.0, burn.cpu_s
+    assert small.cpu_s < 0.2, small.cpu_s
+    assert big.memory_peak_mb > 100, big.memory_peak_mb
+    assert small.memory_peak_mb < 40, small.memory_peak_mb
 
 
 def processes_with(token: str) -> list[str]:
@@ -64,11 +91,19 @@ class SandboxCases:
     def leftovers(self, token: str) -> list[str]:
         return processes_with(token)
 
+    def usage_unaccounted(self) -> str:
+        """Why this backend reports no CPU seconds or memory peak here ("" when it does)."""
+        return usage_unaccounted()
+
     def test_passing_program(self, sandbox):
         r = sandbox.run(py("print(6 * 7)"))
         assert (r.exit_code, r.stdout, r.stderr, r.infra_error, r.timed_out) == (0, "42\n", "", "", False)
         assert r.ok
         assert r.run_ms > 0
+
+    def test_cpu_seconds_and_memory_peak_are_each_executions_own(self, sandbox):
+        burn, big, small = (sandbox.run(py(code)) for code in (BURN_CPU, ALLOCATE_100MB, "print(1)"))
+        assert_usage(burn, big, small, self.usage_unaccounted())
 
     def test_failing_program(self, sandbox):
         r = sandbox.run(py("def f():\n    return 1 / 0\nf()\n"))
@@ -254,6 +289,15 @@ def sandbox_processes() -> str:
 
 class SessionCases:
     """Sessions of a backend (fixture ``sandbox`` with a ``session()`` method)."""
+
+    def test_each_step_reports_its_own_cpu_seconds_and_memory_peak(self, sandbox):
+        with sandbox.session(timeout_s=20) as s:
+            s.write_file("burn.py", BURN_CPU)
+            s.write_file("big.py", ALLOCATE_100MB)
+            burn, big, small = (s.run(["python3", name], runtime="python") for name in ("burn.py", "big.py", "-V"))
+            assert_usage(burn, big, small, usage_unaccounted())
+            logged = [(step.cpu_s, step.memory_peak_mb) for step in s.log[2:]]
+            assert logged == [(r.cpu_s, r.memory_peak_mb) for r in (burn, big, small)]
 
     def test_session_keeps_the_workspace_and_logs_every_step(self, sandbox):
         with sandbox.session(timeout_s=10) as s:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.sandbox import cgroup, lifecycle
+from posttrain.sandbox.base import Usage
 from posttrain.sandbox.cgroup import CgroupHost, ExecutionGroup, Layout, parse_layout, parse_mountinfo
 
 PY = "/usr/bin/python3"  # a system interpreter the unprivileged host user can run
@@ -221,6 +222,51 @@ def test_v2_limits_are_written_in_one_group(tmp_path):
 
 
 @pytest.mark.unit
+def test_usage_reads_cpu_seconds_and_the_memory_peak_and_says_none_where_not_accounted(tmp_path):
+    v1 = fake_host(tmp_path, 1, {"memory": "memory", "pids": "pids", "cpu": "cpu", "cpuacct": "cpuacct"})
+    group = ExecutionGroup.create(None, None, None, name="x", cgroups=v1)
+    assert group.usage() == Usage(cpu_s=None, memory_peak_mb=None)  # the kernel wrote neither
+    (group.dirs["cpuacct"] / "cpuacct.usage").write_text("1500000000\n")
+    (group.dirs["memory"] / "memory.max_usage_in_bytes").write_text(f"{3 * MB // 2}\n")
+    assert group.usage() == Usage(cpu_s=1.5, memory_peak_mb=1.5)
+    no_cpuacct = ExecutionGroup(1, {c: group.dirs[c] for c in cgroup.CONTROLLERS})  # v1 without cpuacct mounted
+    assert no_cpuacct.usage() == Usage(cpu_s=None, memory_peak_mb=1.5)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_meter_gives_the_cpu_time_and_the_peak_since_it_was_made(tmp_path, version):
+    hierarchies = {"memory": "memory", "pids": "pids", "cpu": "cpu", "cpuacct": "cpuacct"} if version == 1 else \
+        {c: "unified" for c in cgroup.CONTROLLERS}
+    group = ExecutionGroup.create(None, None, None, name="x", cgroups=fake_host(tmp_path, version, hierarchies))
+    cpu, peak = (("cpuacct", "cpuacct.usage", 10**9), ("memory", "memory.max_usage_in_bytes", 1)) if version == 1 \
+        else (("cpu", "cpu.stat", 10**6), ("memory", "memory.peak", 1))
+
+    def write(which, value):  # as the kernel shows it
+        controller, name, unit = which
+        text = f"usage_usec {value * unit}\n" if name == "cpu.stat" else f"{value * unit}\n"
+        (group.dirs[controller] / name).write_text(text)
+
+    write(cpu, 7)
+    write(peak, 300 * MB)  # an earlier execution's
+    with cgroup.UsageMeter(group) as meter:
+        if version == 1:  # reset to the usage now (the kernel takes the write of 0 so)
+            assert (group.dirs["memory"] / "memory.max_usage_in_bytes").read_text() == "0"
+        write(cpu, 9)
+        write(peak, 20 * MB)  # v2: what reads through the meter's own descriptor show after its reset
+        assert meter.usage() == Usage(cpu_s=2.0, memory_peak_mb=20.0)
+
+
+@pytest.mark.unit
+def test_a_meter_that_cannot_reset_the_peak_reports_none_rather_than_an_earlier_one(tmp_path):
+    group = ExecutionGroup.create(None, None, None, name="x",
+                                  cgroups=fake_host(tmp_path, 2, {c: "unified" for c in cgroup.CONTROLLERS}))
+    (group.dirs["cpu"] / "cpu.stat").write_text("usage_usec 1000000\n")  # no memory.peak: before 5.19
+    with cgroup.UsageMeter(group) as meter:
+        assert meter.usage() == Usage(cpu_s=0.0, memory_peak_mb=None)
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("version", [1, 2])
 def test_a_nested_group_has_limits_of_its_own_inside_its_parent(tmp_path, version):
     hierarchies = {"memory": "memory", "pids": "pids", "cpu": "cpu", "cpuacct": "cpu"} if version == 1 else \
@@ -414,6 +460,23 @@ def test_a_cpu_quota_of_one_core_holds_two_spinning_processes_to_one_core(make_g
     assert r.returncode == 0, r.stderr
     cores = (group.cpu_seconds() - before) / wall
     assert 0.3 < cores < 1.3, cores
+
+
+@pytest.mark.integration
+def test_usage_is_the_groups_and_a_meter_gives_each_execution_of_a_reused_group_its_own(make_group):
+    group = make_group(512 * MB, 16, 1.0)
+    big = "x = bytearray(100 << 20)\nx[::4096] = b'x' * len(x[::4096])\n"
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\n"
+    assert run_in(group, big).returncode == 0
+    assert run_in(group, burn).returncode == 0
+    usage = group.usage()
+    assert usage.memory_peak_mb > 100, usage
+    assert 0.3 <= usage.cpu_s < 1.0, usage
+    with cgroup.UsageMeter(group) as meter:  # as a pooled container's is: the group lives on
+        assert run_in(group, "pass").returncode == 0
+        small = meter.usage()
+    assert small.memory_peak_mb < 30, small
+    assert small.cpu_s < 0.2, small
 
 
 @pytest.mark.integration

@@ -12,7 +12,8 @@ import pytest
 
 from posttrain.sandbox import Execution, cgroup, make_sandbox, run_many
 from posttrain.sandbox.warm import WarmBwrapSandbox
-from tests.sandbox.cases import SandboxCases, SessionCases, py
+from tests.sandbox.cases import (ALLOCATE_100MB, BURN_CPU, SandboxCases, SessionCases, assert_usage, py,
+                                 usage_unaccounted)
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")]
@@ -180,6 +181,14 @@ def test_a_full_execution_leaves_nothing_charged_to_the_next():
             assert (small.exit_code, small.stdout, small.infra_error) == (0, "small\n", ""), small
         assert box._started == 1
         assert box._idle[0].uses == 6
+
+
+def test_a_reused_slot_reports_each_executions_own_cpu_seconds_and_memory_peak():
+    """After 100 MiB and 0.3 CPU seconds in a slot, the next execution there reports its own small figures."""
+    with WarmBwrapSandbox(slots=1) as box:
+        big, burn, small = (box.run(py(code)) for code in (ALLOCATE_100MB, BURN_CPU, "print(1)"))
+        assert box._idle[0].uses == 3  # one slot served all three
+    assert_usage(burn, big, small, usage_unaccounted())
 
 
 def test_writable_mounts_cap_their_inodes():

@@ -38,6 +38,8 @@ class Verdict:
     infra_error: str = ""  # non-empty: the sandbox failed, not the solution; see ``excluded``
     detail: str = ""  # short human-readable reason
     sandbox_ms: float = 0.0  # sandbox start plus run time
+    sandbox_cpu_s: float | None = None  # what the execution used (``ExecutionResult``); None: no sandbox ran, or
+    sandbox_memory_peak_mb: float | None = None  # the backend does not account it
     # per test, in the order of ``Verifier.test_labels``: "" where it passed, else why it failed (verifiers that
     # report tests one by one and label them; empty otherwise)
     failures: tuple[str, ...] = ()
@@ -52,7 +54,17 @@ class Verdict:
         """The verdict for an execution the sandbox itself failed to carry out."""
         return cls(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=tests_total,
                    exit_code=result.exit_code, timed_out=result.timed_out, infra_error=result.infra_error,
-                   detail=f"infra: {result.infra_error}", sandbox_ms=result.start_ms + result.run_ms)
+                   detail=f"infra: {result.infra_error}", **sandbox_fields(result))
+
+
+def sandbox_fields(result: ExecutionResult) -> dict:
+    """A verdict's account of its execution: the sandbox's time (start plus run) and what the program used.
+
+    >>> sandbox_fields(ExecutionResult(exit_code=0, start_ms=2.0, run_ms=30.0, cpu_s=0.02, memory_peak_mb=3.5))
+    {'sandbox_ms': 32.0, 'sandbox_cpu_s': 0.02, 'sandbox_memory_peak_mb': 3.5}
+    """
+    return {"sandbox_ms": result.start_ms + result.run_ms, "sandbox_cpu_s": result.cpu_s,
+            "sandbox_memory_peak_mb": result.memory_peak_mb}
 
 
 def harness_records(stdout: str, nonce: str) -> list[dict]:

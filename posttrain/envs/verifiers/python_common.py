@@ -35,7 +35,7 @@ from typing import Annotated, Callable
 
 from posttrain.envs import mutation
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers.base import Problems, Verdict
+from posttrain.envs.verifiers.base import Problems, Verdict, sandbox_fields
 from posttrain.envs.verifiers.typed_config import Rule, clip, parse
 from posttrain.sandbox.base import ExecutionResult
 
@@ -213,4 +213,4 @@ def counted_verdict(result: ExecutionResult, passed: int, total: int, compiled: 
     """The verdict of ``passed`` out of ``total`` host-judged tests of one execution."""
     return Verdict(reward=passed / total, passed=passed == total, compiled=compiled, tests_passed=passed,
                    tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out, detail=detail,
-                   sandbox_ms=result.start_ms + result.run_ms)
+                   **sandbox_fields(result))

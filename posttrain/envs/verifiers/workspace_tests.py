@@ -70,7 +70,8 @@ from dataclasses import replace
 from posttrain import trusted
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers.base import Problems, Verdict, Verifier, first_record_per_index, harness_records
+from posttrain.envs.verifiers.base import (Problems, Verdict, Verifier, first_record_per_index, harness_records,
+                                          sandbox_fields)
 from posttrain.envs.verifiers.typed_config import clip, parse
 from posttrain.envs.verifiers.workspace_admission import (agent_only, mutants, own_files, probes, solution_language,
                                                           test_labels, test_sources, vacuous_tests)
@@ -201,7 +202,7 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
         detail += f"; {failures[0]}" if failures else ""
     return Verdict(reward=reward(ok, [test.guard for test in tests]), passed=passed == total, compiled=compiled,
                    tests_passed=passed, tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out,
-                   detail=detail, sandbox_ms=result.start_ms + result.run_ms, failures=tuple(why))
+                   detail=detail, failures=tuple(why), **sandbox_fields(result))
 
 
 VERIFIER = Verifier(kind="workspace_tests", config=WorkspaceTestsConfig, extract_solution=extract_solution,

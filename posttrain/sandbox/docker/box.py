@@ -2,10 +2,12 @@
 
 A ``Box`` is what the pool hands out (``pool.DockerPool.acquire``) and what a session holds (``session.py``). It
 runs one program at a time (``run``: the memory limit follows the execution, the OOM count is read before and
-after) and is cleaned by ``reset``: the agent kills every other process, empties ``/tmp``, ``/dev/shm``, IPC,
-``/trusted`` (and ``/work`` when ``full``) and checks it is as it started (no process, nothing a program inherits
-changed), then, with the host's view of the container (``host_view.py``), the host checks from outside that only
-the agent is left. The pool decides what happens to a box that fails its reset or whose run says ``discard``.
+after, and with the host's view what the run used: the container's CPU seconds and memory peak over the run, the
+agent's part included) and is cleaned by ``reset``: the agent kills every other process, empties ``/tmp``,
+``/dev/shm``, IPC, ``/trusted`` (and ``/work`` when ``full``) and checks it is as it started (no process, nothing a
+program inherits changed), then, with the host's view of the container (``host_view.py``), the host checks from
+outside that only the agent is left. The pool decides what happens to a box that fails its reset or whose run says
+``discard``.
 
 Example:
     >>> box = pool.acquire()                                             # doctest: +SKIP
@@ -24,6 +26,7 @@ import docker
 
 from posttrain.sandbox.base import Execution
 from posttrain.sandbox.capture import RawRun
+from posttrain.sandbox.cgroup import UsageMeter
 from posttrain.sandbox.docker.agent_client import AgentChannel, AgentClosed, agent_reset, agent_run
 from posttrain.sandbox.docker.container import oom_kills
 from posttrain.sandbox.docker.host_view import HostView
@@ -62,8 +65,15 @@ class Box:
         before = oom_kills(self.cid)
         cpu = math.ceil(execution.timeout_s) + 1
         limits = {"cpu": [cpu, cpu + 1], **self.rlimits}
-        raw = agent_run(self.channel, self.next_id(), execution, argv, env, archive, trusted, stdin, limits, t0,
-                        on_overdue=self.view.kill_all if self.view else None)
+        meter = UsageMeter(self.view.group) if self.view else None  # the container's, from here on
+        try:
+            raw = agent_run(self.channel, self.next_id(), execution, argv, env, archive, trusted, stdin, limits, t0,
+                            on_overdue=self.view.kill_all if self.view else None)
+            if meter:
+                raw.usage = meter.usage()
+        finally:
+            if meter:
+                meter.close()
         after = oom_kills(self.cid)
         raw.extra.update(container=self.cid[:12],
                          oom_killed=bool(before is not None and after is not None and after > before))

@@ -1,14 +1,16 @@
 """The host's view of a pooled container (local daemon, root): its processes, killed from outside if need be.
 
 When the daemon runs on this machine and we are root, a container's processes are ordinary host processes and its
-cgroup lists them. The pool uses that view for two things its agent cannot be asked to do:
+cgroup lists them. The pool uses that view for three things its agent cannot be asked to do:
 
 - check after every reset that the container's cgroup holds nothing but the agent (pid 1), from outside, so a
   container is never reused with something of an earlier program alive even if the agent were fooled;
-- kill the program processes from the host when the agent misses its deadline (e.g. starved of CPU by them).
+- kill the program processes from the host when the agent misses its deadline (e.g. starved of CPU by them);
+- measure what each execution used (``Box.run``): CPU seconds, and the memory peak, reset before each execution
+  (``cgroup.UsageMeter``), which no process in the container may do.
 
 Processes are signalled through pidfds re-checked after opening, so a recycled pid is never signalled. Without the
-view (remote daemon, not root, unknown cgroup layout) the agent's own report is all there is.
+view (remote daemon, not root, unknown cgroup layout) the agent's own report is all there is, and no usage.
 
 Example:
     >>> view = HostView.attach(api, container_id)        # doctest: +SKIP
@@ -24,31 +26,28 @@ import signal
 import time
 from pathlib import Path
 
+from posttrain.sandbox.cgroup import Cgroup, parse_layout
+
 log = logging.getLogger(__name__)
 KILL_ROUNDS = 500
 
 
-def _cgroup_procs(pid: int) -> Path | None:
-    """The ``cgroup.procs`` file of ``pid``'s cgroup (v1 pids controller, or v2), or None."""
+def _cgroup_of(pid: int) -> Cgroup | None:
+    """The cgroup of process ``pid`` (its directories in our mounts of each hierarchy, v1 or v2), or None."""
     try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        layout = parse_layout(Path("/proc/self/mountinfo").read_text(), Path(f"/proc/{pid}/cgroup").read_text())
     except OSError:
         return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "pids" in controllers.split(",") or controllers == "":
-            base = Path("/sys/fs/cgroup/pids") if controllers else Path("/sys/fs/cgroup")
-            procs = base / path.lstrip("/") / "cgroup.procs"
-            if procs.exists():
-                return procs
-    return None
+    return Cgroup(layout.version, layout.dirs) if layout.version else None
 
 
 class HostView:
-    """A local container seen from the host: its init (the agent) and its cgroup."""
+    """A local container seen from the host: its init (the agent) and its cgroup (``group``: what the container's
+    processes used, ``cgroup.UsageMeter`` measures it per execution)."""
 
-    def __init__(self, cid: str, init_pid: int, procs: Path):
-        self.cid, self.init_pid, self.procs = cid, init_pid, procs
+    def __init__(self, cid: str, init_pid: int, group: Cgroup):
+        self.cid, self.init_pid, self.group = cid, init_pid, group
+        self.procs = group.dirs["pids"] / "cgroup.procs"
 
     @classmethod
     def attach(cls, api, cid: str) -> "HostView | None":
@@ -59,13 +58,14 @@ class HostView:
             pid = int(api.inspect_container(cid)["State"]["Pid"])
         except Exception:  # noqa: BLE001 - any failure means: no host view
             return None
-        procs = _cgroup_procs(pid) if pid > 0 else None
+        group = _cgroup_of(pid) if pid > 0 else None
+        procs = group.dirs["pids"] / "cgroup.procs" if group else None
         try:
             if procs is None or cid not in str(procs) or str(pid) not in procs.read_text().split():
                 return None
         except OSError:
             return None
-        return cls(cid, pid, procs)
+        return cls(cid, pid, group)
 
     def pids(self) -> list[int]:
         try:

@@ -39,9 +39,10 @@ ALL_RIGHT = [COMPILED, line({"case": 0, "value": -2}), line({"case": 1, "value":
 
 
 def test_all_values_right_passes():
-    v = score(SPEC, result(*ALL_RIGHT, start_ms=2, run_ms=30), NONCE)
+    v = score(SPEC, result(*ALL_RIGHT, start_ms=2, run_ms=30, cpu_s=0.02, memory_peak_mb=3.5), NONCE)
     assert (v.reward, v.passed, v.compiled, v.tests_passed, v.tests_total) == (1.0, True, True, 3, 3)
     assert (v.exit_code, v.sandbox_ms, v.excluded) == (0, 32, False)
+    assert (v.sandbox_cpu_s, v.sandbox_memory_peak_mb) == (0.02, 3.5)  # what the program used, as measured
     assert v.detail == "3/3 cases passed"
 
 

@@ -21,7 +21,8 @@ from posttrain.config import DockerPoolConfig, SandboxConfig
 from posttrain.sandbox import Execution, make_sandbox, run_many, seccomp
 from posttrain.sandbox.docker import DockerPool, DockerSandbox
 from posttrain.sandbox.docker.container import AGENT_CAPS
-from tests.sandbox.cases import SandboxCases, SessionCases, processes_with, py
+from tests.sandbox.cases import (ALLOCATE_100MB, BURN_CPU, SandboxCases, SessionCases, assert_usage, processes_with,
+                                 py, usage_unaccounted)
 
 IMAGE = DockerPoolConfig().image
 HOST_UIDS = range(SandboxConfig().host_uid_first, SandboxConfig().host_uid_first + SandboxConfig().host_uids)
@@ -99,6 +100,9 @@ class TestDockerCold(SandboxCases):
 
     def leftovers(self, token: str) -> list[str]:
         return processes_with(token) + our_containers(**{"posttrain.kind": "cold"})
+
+    def usage_unaccounted(self) -> str:
+        return "runc removes a container's cgroup the moment its process exits, before the host can read it"
 
     # the cold backend is the benchmark's baseline; the slow shared cases are covered by the pool
     test_node_and_bash_see_their_limits = None
@@ -199,6 +203,19 @@ def test_acquire_is_a_list_pop_and_containers_are_reused_clean(checks, sandbox, 
         assert [r.stdout for r in results] == ["['main.py'] [] [] 1\n"] * 2, results  # nothing of the dirty runs
     acquires = [sandbox.run(py("pass")).extra["acquire_ms"] for _ in range(6)]
     assert sorted(acquires)[3] < 10, acquires
+
+
+def test_a_reused_container_reports_each_executions_own_cpu_seconds_and_memory_peak(agent_only_pool):
+    """The container's cgroup outlives its executions: its CPU time is taken as a difference and its memory peak
+    reset before each one, so after 100 MiB and 0.3 CPU seconds the next execution reports its own small figures;
+    without the host's view of the container there is no account at all (None)."""
+    with DockerPool(DockerPoolConfig(size=1, max_size=1)) as pool:
+        assert pool.wait_ready(1, timeout_s=120)
+        big, burn, small = (pool.run(py(code)) for code in (ALLOCATE_100MB, BURN_CPU, "print(1)"))
+    assert len({r.extra["container"] for r in (big, burn, small)}) == 1, (big, burn, small)
+    assert_usage(burn, big, small, usage_unaccounted())
+    unseen = agent_only_pool.run(py("print(1)"))
+    assert (unseen.exit_code, unseen.cpu_s, unseen.memory_peak_mb) == (0, None, None), unseen
 
 
 IOPRIO_SET = {"x86_64": 251, "aarch64": 30}[platform.machine()]
