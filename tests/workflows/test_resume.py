@@ -264,20 +264,22 @@ def test_tracking_resumes_the_parent_and_never_duplicates_an_iteration(tmp_path,
     policy = tmp_path / "policy"
     policy.mkdir()
     (policy / "config.json").write_text("{}")
+    evaluated = {tracking.EVAL_RESULTS: pd.DataFrame({"env_id": ["a"], "passed": [True]})}  # registers the policy
     key = tracking.run_key({"iterations": 2}, "suite-sha", "policy-sha")
 
     parent, resumed = tracking.start_or_resume_run("resume-test", key, run_name="first")
     assert not resumed
-    tracking.log_iteration(parent, 0, {"eval/pass_at_1": 0.5}, policy_dir=str(policy), policy_version=0)
-    child = tracking.log_iteration(parent, 1, {"eval/pass_at_1": 0.6}, policy_dir=str(policy), policy_version=1,
-                                   finish=False)  # the execution is killed before iteration 1's run finishes
+    tracking.log_iteration(parent, 0, {"eval/pass_at_1": 0.5}, tables=evaluated, policy_dir=str(policy),
+                           policy_version=0)
+    child = tracking.log_iteration(parent, 1, {"eval/pass_at_1": 0.6}, tables=evaluated, policy_dir=str(policy),
+                                   policy_version=1, finish=False)  # killed before iteration 1's run finishes
 
     again, resumed = tracking.start_or_resume_run("resume-test", key, run_name="second")
     assert (again, resumed) == (parent, True)
     assert tracking.client().get_run(parent).info.status == "RUNNING"
     assert tracking.finished_iteration(parent, 0) is not None
     assert tracking.finished_iteration(parent, 1) is None
-    assert tracking.log_iteration(parent, 1, {"eval/pass_at_1": 0.6}, policy_dir=str(policy),
+    assert tracking.log_iteration(parent, 1, {"eval/pass_at_1": 0.6}, tables=evaluated, policy_dir=str(policy),
                                   policy_version=1) == child
     assert tracking.finished_iteration(parent, 1) == child
     assert [m.step for m in tracking.client().get_metric_history(parent, "eval/pass_at_1")] == [0, 1]
