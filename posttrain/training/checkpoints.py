@@ -193,7 +193,8 @@ def prune_train_states(policy_dir: str | os.PathLike, keep: int) -> list[str]:
     >>> for n in range(4):
     ...     d = root / f"v{n}"; (d / TRAIN_STATE).mkdir(parents=True)
     ...     _ = (d / POLICY_META).write_text(json.dumps({"version": n, PARENT: str(root / f"v{n - 1}")}))
-    ...     _ = (d / TRAIN_STATE / STATE_META).write_text("{}"); _ = (d / TRAIN_STATE / "optim.pt").write_text("x")
+    ...     (d / TRAIN_STATE / "state").mkdir(); _ = (d / TRAIN_STATE / "state" / "optim.pt").write_text("x")
+    ...     _ = (d / TRAIN_STATE / STATE_META).write_text("{}")
     >>> [pathlib.Path(p).name for p in prune_train_states(root / "v3", keep=2)]   # v0 is the loop's input
     ['v1']
     >>> sorted(p.name for p in (root / "v1" / TRAIN_STATE).iterdir()), read_state_meta(root / "v1")[PRUNED]
@@ -218,7 +219,7 @@ def prune_train_states(policy_dir: str | os.PathLike, keep: int) -> list[str]:
         state = _read_json(uri, f"{TRAIN_STATE}/{STATE_META}")
         if state is None:
             break
-        _prune_state(uri, {**state, PRUNED: state.get(PRUNED, reason)})
+        _prune_state(uri, None if PRUNED in state else {**state, PRUNED: reason})
         if PRUNED in state:
             break
         pruned.append(uri)
@@ -236,13 +237,15 @@ def _read_json(uri: str, relative: str) -> dict[str, Any] | None:
     return json.loads(fs.cat_file(path)) if fs.isfile(path) else None
 
 
-def _prune_state(uri: str, meta: dict[str, Any]) -> None:
-    """Mark the state of the policy dir at ``uri`` pruned (``meta``), then delete the rest of its files."""
+def _prune_state(uri: str, meta: dict[str, Any] | None) -> None:
+    """Mark the state of the policy dir at ``uri`` pruned (``meta``; None: it is marked already), then delete
+    everything else in its ``train_state/``."""
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(uri)
     state = f"{root.rstrip('/')}/{TRAIN_STATE}"
-    fs.pipe_file(f"{state}/{STATE_META}", json.dumps(meta, indent=2).encode())
-    for path in fs.find(state):
+    if meta is not None:
+        fs.pipe_file(f"{state}/{STATE_META}", json.dumps(meta, indent=2).encode())
+    for path in fs.ls(state, detail=False):
         if path.rstrip("/").rsplit("/", 1)[-1] != STATE_META:
-            fs.rm(path)
+            fs.rm(path, recursive=True)

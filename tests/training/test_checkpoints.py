@@ -219,7 +219,8 @@ def _chain(root, versions: range, start_with_state: bool = False) -> list:
         fs.pipe_file(f"{path}/{POLICY_META}", json.dumps({"version": n, PARENT: dirs[-1] if dirs else ""}).encode())
         if n or start_with_state:
             fs.pipe_file(f"{path}/{TRAIN_STATE}/{STATE_META}", json.dumps({"optimizer_steps": n}).encode())
-            fs.pipe_file(f"{path}/{TRAIN_STATE}/mp_rank_00_model_states.pt", b"state")
+            fs.makedirs(f"{path}/{TRAIN_STATE}/state", exist_ok=True)  # DeepSpeed's layout: one folder per tag
+            fs.pipe_file(f"{path}/{TRAIN_STATE}/state/mp_rank_00_model_states.pt", b"state")
         dirs.append(d)
     return dirs
 
@@ -253,12 +254,13 @@ def test_the_loops_starting_checkpoint_is_never_pruned_and_an_interrupted_prunin
     dirs = _chain(tmp_path, range(5), start_with_state=True)  # v0: another run's version, with its state
     assert prune_train_states(dirs[1], keep=1) == []
     assert prune_train_states(dirs[2], keep=1) == [dirs[1]]
-    assert f"{TRAIN_STATE}/mp_rank_00_model_states.pt" in _files(dirs[0])
-    leftover = tmp_path / "v1" / TRAIN_STATE / "mp_rank_00_model_states.pt"  # killed between marking and deleting
+    assert f"{TRAIN_STATE}/state/mp_rank_00_model_states.pt" in _files(dirs[0])
+    leftover = tmp_path / "v1" / TRAIN_STATE / "state" / "mp_rank_00_model_states.pt"  # killed while deleting
+    leftover.parent.mkdir()
     leftover.write_bytes(b"state")
     assert prune_train_states(dirs[4], keep=2) == [dirs[2]]  # then v1: marked before, its leftover deleted
-    assert not leftover.exists()
-    assert f"{TRAIN_STATE}/mp_rank_00_model_states.pt" in _files(dirs[0])
+    assert not leftover.parent.exists()
+    assert f"{TRAIN_STATE}/state/mp_rank_00_model_states.pt" in _files(dirs[0])
 
 
 @pytest.mark.unit
@@ -285,6 +287,7 @@ def test_an_update_from_a_kept_state_continues_and_one_from_a_pruned_state_start
     finally:
         trainer.close()
     assert prune_train_states(versions[3], keep=2) == [versions[1]]
+    assert sorted(p.name for p in (tmp_path / "v1" / TRAIN_STATE).iterdir()) == [STATE_META]  # DeepSpeed's folder too
     for version, steps in ((versions[1], 0), (versions[2], 4)):
         resumed = PolicyTrainer(version, cfg)
         try:
