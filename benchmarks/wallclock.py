@@ -13,10 +13,11 @@ version at each of their times.
 - posttrain: ``pyflyte run workflows/rl_loop.py rl_loop`` (the demo's config but ``--iterations``, default 400: at
   ~2.3 training seconds an iteration here about as long as TRL's 960 s; in-loop evaluation sparse, of v0 and the
   last version only unless ``--eval-every``, since it is not what is compared; admission cut to its consistency
-  check, so both sides train on all train envs) into a fresh MLflow store under ``/tmp`` (~12 MB a version), or an
-  earlier run read from ``--mlflow-uri`` (its latest ``rl_loop`` run, or ``--run-id``). The loop logs every version
-  v_k in iteration k's nested run (``tracking.log_iteration``): its ``time/*`` metrics and its weights (the run's
-  ``policy`` artifact, registered as a version of ``posttrain-policy`` tagged ``policy_version`` = k). The seconds of
+  check, so both sides train on all train envs) into a fresh MLflow store under ``/tmp``, or an earlier run read
+  from ``--mlflow-uri`` (its latest ``rl_loop`` run, or ``--run-id``). The loop logs every version v_k in iteration
+  k's nested run (``tracking.log_iteration``): its ``time/*`` metrics and where its weights are (the directory the
+  update wrote, tag ``posttrain.policy_uri``; an evaluated version's weights also as the run's ``policy`` artifact,
+  registered as a version of ``posttrain-policy`` tagged ``policy_version`` = k). The seconds of
   v_k: the wall time from v0's evaluation being logged to v_k's being logged, less the in-loop evaluation in between
   (eval decode and eval scoring of v_1..v_k), i.e. the sum over iterations 1..k of
   ``time/iteration_s - time/eval_decode_s - time/eval_score_s``. That counts k rollouts (iteration j's window rolls
@@ -24,7 +25,7 @@ version at each of their times.
   and the MLflow logging (the weights included); not counted: admission, the vLLM engine start (it overlaps
   admission) and v0's evaluation. At each TRL checkpoint time t (and 0 s) posttrain's version is the latest one whose
   seconds are <= t (past the end of its run its final version, marked ``posttrain_finished``); its weights are
-  downloaded from the iteration run (the training state left out) and evaluated with TRL's checkpoints.
+  downloaded from the iteration run, or read where the run says they are, and evaluated with TRL's checkpoints.
 - TRL: one process (transformers ``generate``, fp32 on the CPU: TRL's defaults) with
   ``per_device_train_batch_size=32, steps_per_generation=8, num_iterations=1``: one generation of 256 completions,
   then 8 optimizer steps on slices of 32 (GRPOConfig's ``generation_batch_size`` = 32 x 8). Its clock runs from
@@ -182,15 +183,22 @@ def loop_versions(uri: str, run_id: str | None) -> tuple[str, list[dict]]:
 
 
 def fetch_policy(uri: str, run_id: str, out: Path) -> str:
-    """The policy weights a loop iteration logged (``run_id``'s ``policy`` artifact, the source of its registered
-    ``posttrain-policy`` version), downloaded into ``out`` without the training state: an HF dir to evaluate."""
+    """The policy weights of a loop iteration as an HF dir to evaluate: its ``policy`` artifact (an evaluated,
+    registered version) downloaded into ``out``, else the directory its reference names (``tracking.POLICY_URI_TAG``:
+    the update's output on this machine), as it is."""
     from mlflow.tracking import MlflowClient
+
+    from posttrain.tracking import POLICY_URI_TAG
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     client = MlflowClient(tracking_uri=uri)
     files = [info.path for info in client.list_artifacts(run_id, "policy") if not info.is_dir]
     if not files:
-        raise SystemExit(f"iteration run {run_id} logged no policy weights")
+        reference = client.get_run(run_id).data.tags.get(POLICY_URI_TAG, "")
+        if not reference or not (Path(reference) / "config.json").is_file():
+            raise SystemExit(f"iteration run {run_id} logged no policy weights, and the directory it references "
+                             f"({reference or 'none'}) is not on this machine")
+        return reference
     out.mkdir(parents=True, exist_ok=True)
     for path in files:  # each file lands in ``out`` itself
         client.download_artifacts(run_id, path, str(out))

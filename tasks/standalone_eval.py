@@ -76,7 +76,7 @@ def report_evaluation(cfg: EvaluateConfig, results: DataFrame[EvalResults], regi
         tags["posttrain.registered_version"] = registered
     run_id = tracking.start_run(cfg.experiment, run_name=f"evaluate-{execution}", params=asdict(cfg), tags=tags)
     tracking.log_suite_input(run_id, cfg.suite, digest, context="evaluation")
-    tracking.log_table(run_id, results, "eval_results")
+    tracking.log_table(run_id, results, tracking.EVAL_RESULTS)
     tracking.log_table(run_id, table, "eval_strata", html=True)
     tracking.log_table(run_id, changes, "eval_flips", html=True)
     counts = {f"eval/flips/{name}": float((changes["flip"] == name).sum()) for name in FLIPS} if len(changes) else {}

@@ -3,8 +3,10 @@
 The steps: 1. advantages, a column of the table (``TrainRows``, logged to MLflow); 2. train on the trainable rows,
 resuming the optimizer from ``policy``'s ``train_state/`` when it carries one (v0 does not: a fresh optimizer) -- in a
 local run, from the live trainer's memory when it saved ``policy`` itself (``posttrain.training.live``);
-3. save the next policy version: the HF weights vLLM loads, and beside them in ``train_state/`` the optimizer,
-LR schedule and RNG that the next update resumes from (``TrainConfig.carry_train_state``).
+3. save the next policy version: the HF weights vLLM loads (in the model's own dtype), and beside them in
+``train_state/`` the optimizer, LR schedule and RNG that the next update resumes from
+(``TrainConfig.carry_train_state``); the version records where its parent lives, and the states of versions older
+than the newest ``TrainConfig.keep_states`` are pruned (``checkpoints.prune_train_states``: their weights stay).
 
 Data parallel (``train.nnodes`` x ``train.nproc_per_node`` > 1): ``update_parallel``, a torch elastic task. Each rank
 writes what it owns (rank 0 the weights, every rank its ZeRO partition) in its own working directory -- on a
@@ -30,6 +32,7 @@ from posttrain.config import TrainConfig
 from posttrain.reward import trainable_rows
 from posttrain.schemas import Scored, TrainRows
 from posttrain.training import live as live_trainer
+from posttrain.training.checkpoints import PARENT, prune_train_states
 from posttrain.training.samples import train_samples, with_advantages
 from posttrain.training.trainer import TrainStats
 from tasks.policy import PolicyDir
@@ -112,10 +115,14 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
         try:
             stats = trainer.train_on(train_samples(trainable_rows(rows)))
             out = Path(current_context().working_directory) / f"policy-v{policy_version}"
-            trainer.save(out, metadata={"version": policy_version})
+            parent = policy.remote_source or os.path.abspath(policy.path)
+            trainer.save(out, metadata={"version": policy_version, PARENT: parent})
+            rank = trainer.engine.global_rank
         except BaseException:
             live_trainer.discard(trainer)
             raise
+    if cfg.carry_train_state and rank == 0:
+        prune_train_states(out, cfg.keep_states)
     stats = dataclasses.replace(stats, wall_s=time.perf_counter() - started)
     return Update(policy=publish(out), stats=stats, train_rows=rows)
 

@@ -11,6 +11,13 @@ The package is the MLflow side of posttrain, above every stage it records: this 
 registered versions), ``registry`` (aliases and the regression gate's promotion), ``run_report`` (the evaluation
 page logged on a run), ``run_lines`` and ``run_summary`` (what an RL run prints while it runs and when it ends).
 
+What is kept where: each policy version's directory stays where the update wrote it (the Flyte output; with the
+newest training states, ``training.checkpoints``); MLflow gets, per iteration, a reference to it (tags
+``posttrain.policy_uri`` and ``posttrain.policy_weights_sha256``) and, for the versions the iteration evaluated
+(an ``eval_results`` table), their weights without the training state, registered as versions of
+``posttrain-policy`` (``register_policy``): the lineage and the weights that were measured, not every iteration's
+folder.
+
 Writing is idempotent, so a rerun of an interrupted execution leaves no duplicates: the parent run is found by its
 run identity (``run_key``: config, suite digest, starting policy digest) and resumed (``start_or_resume_run``); an
 iteration whose nested run finished is not logged again (``finished_iteration``), one left unfinished is completed
@@ -44,7 +51,7 @@ import os
 import tempfile
 import time
 from dataclasses import asdict
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -52,6 +59,7 @@ import pandas as pd
 from posttrain.admission.render import stats_json
 from posttrain.admission.report import admitted_ids
 from posttrain.evaluation.results import eval_metrics
+from posttrain.training.checkpoints import weight_files, weights_digest
 
 if TYPE_CHECKING:
     from posttrain.reward import RewardStats
@@ -60,6 +68,9 @@ if TYPE_CHECKING:
     from posttrain.training.trainer import TrainStats
 
 POLICY_MODEL_NAME = "posttrain-policy"
+EVAL_RESULTS = "eval_results"  # the table an iteration that evaluated its version logs (``log_table``)
+POLICY_URI_TAG = "posttrain.policy_uri"  # where an iteration's policy directory lives (a path or URI)
+POLICY_DIGEST_TAG = "posttrain.policy_weights_sha256"  # the digest of its weights (``checkpoints.weights_digest``)
 RUN_KEY_TAG = "posttrain.run_key"  # the run identity a rerun finds its parent run by
 ADMISSION_KEY_TAG = "posttrain.admission_key"  # which admission result a run made or used (``admission_key``)
 RESUMED_AT_TAG = "posttrain.resumed_at"  # epoch seconds of the latest resume: iteration times count from there
@@ -163,13 +174,16 @@ def log_dict(run_id: str, data: dict, name: str) -> None:
 
 
 def register_policy(run_id: str, policy_dir: str, version: int) -> str:
-    """Log the policy directory on the run and register it as a version of ``posttrain-policy``, once per run: the
+    """Log the policy's weights (every file of its directory but the training state, ``checkpoints.weight_files``)
+    as the run's ``policy`` artifact and register them as a version of ``posttrain-policy``, once per run: the
     version a run already registered is returned as it is."""
     c = client()
     existing = c.search_model_versions(f"name='{POLICY_MODEL_NAME}' and run_id='{run_id}'")
     if existing:
         return str(existing[0].version)
-    c.log_artifacts(run_id, policy_dir, artifact_path="policy")
+    for path in weight_files(policy_dir):
+        folder = PurePosixPath("policy", *path.relative_to(policy_dir).parts[:-1])
+        c.log_artifact(run_id, str(path), artifact_path=folder.as_posix())
     try:
         c.get_registered_model(POLICY_MODEL_NAME)
     except Exception:  # MlflowException RESOURCE_DOES_NOT_EXIST: first version ever
@@ -217,6 +231,8 @@ def log_iteration(parent_run_id: str, iteration: int, metrics: dict[str, float],
                   finish: bool = True) -> str:
     """One nested run per RL iteration; metrics go to it and to the parent (``step=iteration``). The iteration's
     nested run that already exists (an interrupted execution left it unfinished) is completed, not duplicated.
+    With ``policy_dir``, the version is referenced (``POLICY_URI_TAG``, ``POLICY_DIGEST_TAG``) and, when
+    ``tables`` hold its evaluation (``EVAL_RESULTS``), its weights are logged and registered (``register_policy``).
     ``finish=False`` leaves the run open for the caller to add to and finish (``finish_run``)."""
     existing = [run.info.run_id for run in iteration_runs(parent_run_id, iteration)]
     child = existing[0] if existing else start_run("", run_name=f"iteration-{iteration}", parent_run_id=parent_run_id,
@@ -226,6 +242,9 @@ def log_iteration(parent_run_id: str, iteration: int, metrics: dict[str, float],
     for name, table in (tables or {}).items():
         log_table(child, table, name)
     if policy_dir:
+        client().set_tag(child, POLICY_URI_TAG, policy_dir)
+        client().set_tag(child, POLICY_DIGEST_TAG, weights_digest(policy_dir))
+    if policy_dir and EVAL_RESULTS in (tables or {}):
         registered = register_policy(child, policy_dir, policy_version)
         client().set_tag(child, "posttrain.registered_version", registered)
     if finish:

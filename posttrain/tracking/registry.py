@@ -1,14 +1,16 @@
 """Promotion in the MLflow model registry: lineage tags on every ``posttrain-policy`` version, and the aliases
-``candidate`` (the latest version) and ``champion`` (the best version that passed the regression gate), which only
-``promote`` moves.
+``candidate`` (the latest registered version) and ``champion`` (the best version that passed the regression gate),
+which only ``promote`` moves.
 
-A version is registered by ``tracking.log_iteration`` (one per RL iteration run); ``promote(run_id, results)`` then
-tags it with its lineage (``iteration``, ``execution_id``, ``git_sha``, ``suite_digest``, read from the run and its
-parent, which ``record_lineage`` tagged when the workflow started), points ``candidate`` at it and, when the version was
-evaluated, runs the gate (``posttrain.evaluation.regression.regression_gate``) against the champion's eval results on
-the same suite (same digest): from its own RL iteration run or a later ``workflows/evaluate.py`` run. A champion with
-no results on this suite cannot be compared: the gate fails closed and says so. The decision is tagged on the version
-(``gate``, ``gate_reason``).
+A version is registered by ``tracking.log_iteration`` for each RL iteration run that evaluated its policy (v0, every
+``eval.every``-th and the last: the weights that were measured; the other iterations log only a reference to their
+policy directory); ``promote(run_id, results)`` then tags it with its lineage (``iteration``, ``execution_id``,
+``git_sha``, ``suite_digest``, read from the run and its parent, which ``record_lineage`` tagged when the workflow
+started), points ``candidate`` at it and, when the version was evaluated, runs the gate
+(``posttrain.evaluation.regression.regression_gate``) against the champion's eval results on the same suite (same
+digest): from its own RL iteration run or a later ``workflows/evaluate.py`` run. A champion with no results on this
+suite cannot be compared: the gate fails closed and says so. The decision is tagged on the version (``gate``,
+``gate_reason``).
 
 Policies are addressed as ``models:/posttrain-policy@champion`` (alias) or ``models:/posttrain-policy/3`` (version).
 
@@ -35,7 +37,7 @@ from posttrain.config import PROJECT_ROOT
 from posttrain.evaluation.regression import GateDecision, regression_gate
 
 CANDIDATE, CHAMPION = "candidate", "champion"
-RESULTS_ARTIFACT = "tables/eval_results.parquet"  # where tracking.log_table puts an EvalResults table named so
+RESULTS_ARTIFACT = f"tables/{tracking.EVAL_RESULTS}.parquet"  # where tracking.log_table puts the EvalResults table
 _MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[\w-]+)|/(?P<version>\d+))$")
 
 
@@ -130,9 +132,12 @@ def promote(run_id: str, results: pd.DataFrame | None, regression_envs: list[str
             max_regressions: int = 0) -> GateDecision | None:
     """Tag the version that iteration run ``run_id`` registered, make it ``candidate``, and when it was evaluated
     (``results``: its EvalResults) gate it against the champion; ``champion`` moves to it only if the gate passes.
-    Returns the gate's decision (None when the version was not evaluated: nothing to gate)."""
+    Returns the gate's decision; None, and nothing done, for a run that registered no version because it evaluated
+    none (``results`` None)."""
     c = tracking.client()
     version = c.get_run(run_id).data.tags.get("posttrain.registered_version")
+    if version is None and results is None:
+        return None
     if version is None:
         raise ValueError(f"run {run_id}: tag posttrain.registered_version missing (no policy registered by it)")
     tags = lineage_tags(run_id)
@@ -141,7 +146,7 @@ def promote(run_id: str, results: pd.DataFrame | None, regression_envs: list[str
     c.set_tag(run_id, "posttrain.suite_digest", tags["suite_digest"])  # lets version_results find this run
     c.set_registered_model_alias(tracking.POLICY_MODEL_NAME, CANDIDATE, version)
     if results is None:
-        return None
+        return None  # a version registered without its evaluation (not by log_iteration): nothing to gate
     decision = gate(results, tags["suite_digest"], regression_envs, max_regressions)
     verdict = "passed" if decision.passed else "failed"
     c.set_model_version_tag(tracking.POLICY_MODEL_NAME, version, "gate", verdict)

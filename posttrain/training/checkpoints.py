@@ -1,12 +1,22 @@
 """Policy checkpoints: HF safetensors directories with a ``posttrain_policy.json`` beside the weights.
 
+The weights of every version are stored in the model's own dtype: the one the starting checkpoint's ``config.json``
+records (``checkpoint_dtype``), whatever precision the update computes in. A bf16 model's versions are bf16 files
+(half the fp32 bytes); the demo policy, an fp32 checkpoint, stays fp32.
+
 A version written by the update also carries its training state in ``train_state/`` (``TRAIN_STATE``): DeepSpeed's
 own checkpoint (``engine.save_checkpoint``: Adam moments and step, fp32 master weights, LR scheduler, under every
 ZeRO stage) plus ``posttrain_state.json``, which records what the state belongs to: a digest of the weights
 beside it and the settings that shape the optimizer. The next update restores the state only when all of those
 match (``state_mismatch``); otherwise, or without the subdirectory (v0, a user's checkpoint), it starts a fresh
 optimizer and logs why. vLLM and ``from_pretrained`` read only the top-level files, so the subdirectory is inert
-to them. Its size is about 3.5x the fp32 weights (fp32 master copy + two Adam moments + the bf16 module).
+to them. Its size is about 7x the bf16 weights (fp32 master copy + two fp32 Adam moments + the module), so only the
+newest states are kept (``prune_train_states``): each version records the one it was trained from (``parent`` in
+``posttrain_policy.json``), and after an update saves v_n the states of v_{n-keep} .. v_1 are pruned: their weights
+stay (lineage; they may be evaluated or rolled back to), their ``train_state/`` keeps only its
+``posttrain_state.json``, marked ``pruned``. An update from a pruned version starts a fresh optimizer from the
+exported weights (logged). ``keep`` >= 2 keeps what a rerun needs: the newest state, which the next update resumes
+from, and its parent's, which a rerun of the update that wrote the newest resumes from after a kill.
 
 Example:
     >>> import tempfile, pathlib
@@ -21,14 +31,18 @@ Example:
     True
     >>> state_mismatch({"zero_stage": 2, "learning_rate": 1e-4}, {"zero_stage": 3, "learning_rate": 1e-4})
     ['zero_stage: saved 2, now 3']
+    >>> _ = (d / "config.json").write_text('{"torch_dtype": "bfloat16"}'); checkpoint_dtype(d)
+    'bfloat16'
+    >>> [p.name for p in weight_files(d)]   # what leaves the machine: everything but train_state/
+    ['config.json']
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import logging
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,8 +51,11 @@ if TYPE_CHECKING:
     from deepspeed import DeepSpeedEngine
 
 POLICY_META = "posttrain_policy.json"
+PARENT = "parent"  # in POLICY_META: where the version this one was trained from lives (a path or URI)
+EXPORT_DTYPES = ("float32", "bfloat16", "float16")  # the dtypes a checkpoint's weights may be stored in
 TRAIN_STATE = "train_state"  # the subdirectory of a policy version that holds its training state
 STATE_META = "posttrain_state.json"  # in TRAIN_STATE: what the state belongs to (weights digest, optimizer settings)
+PRUNED = "pruned"  # in STATE_META of a pruned state: why it is gone (the rest of the meta says what it was)
 _TAG = "state"  # DeepSpeed's checkpoint tag: one state per directory
 
 log = logging.getLogger(__name__)
@@ -69,6 +86,23 @@ def policy_version(path: str | os.PathLike) -> int:
     return int(json.loads(meta.read_text()).get("version", 0)) if meta.is_file() else 0
 
 
+def checkpoint_dtype(path: str | os.PathLike) -> str:
+    """The dtype the checkpoint's weights are stored in, as its ``config.json`` records it (``dtype``, or
+    ``torch_dtype`` as transformers 4 wrote it); ``float32`` when it records none (what ``from_pretrained`` reads
+    such weights as). Every version of a loop is exported in it."""
+    config = json.loads((Path(path) / "config.json").read_text())
+    dtype = config.get("dtype") or config.get("torch_dtype") or "float32"
+    if dtype not in EXPORT_DTYPES:
+        raise CheckpointError(f"{Path(path) / 'config.json'}: dtype {dtype!r} is not one of {', '.join(EXPORT_DTYPES)}")
+    return dtype
+
+
+def weight_files(path: str | os.PathLike) -> list[Path]:
+    """Every file of a policy dir but its training state: what vLLM, ``from_pretrained`` and MLflow need."""
+    root = Path(path)
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != TRAIN_STATE)
+
+
 def dir_digest(path: str | os.PathLike) -> str:
     """SHA-256 over every file's relative path and bytes: a content address for caching."""
     root = Path(path)
@@ -91,7 +125,8 @@ def _digest(root: Path, files: Iterable[Path]) -> str:
 
 
 def read_state_meta(path: str | os.PathLike) -> dict[str, Any] | None:
-    """The ``posttrain_state.json`` of a policy dir's training state; None when the dir carries no state."""
+    """The ``posttrain_state.json`` of a policy dir's training state; None when the dir carries no state (pruned
+    states keep theirs, with ``PRUNED`` added)."""
     meta = Path(path) / TRAIN_STATE / STATE_META
     return json.loads(meta.read_text()) if meta.is_file() else None
 
@@ -120,12 +155,17 @@ def load_train_state(engine: DeepSpeedEngine, policy_dir: str | os.PathLike,
                      expected: dict[str, Any]) -> dict[str, Any] | None:
     """Restore ``policy_dir``'s training state into a freshly built ``engine``; returns its client state.
 
-    None, with the reason logged, when the dir carries no state or the state does not match ``expected`` (the
-    current optimizer settings) and the weights beside it; the engine is then left as built.
+    None, with the reason logged, when the dir carries no state, its state was pruned (``prune_train_states``) or
+    does not match ``expected`` (the current optimizer settings) and the weights beside it; the engine is then left
+    as built.
     """
     saved = read_state_meta(policy_dir)
     if saved is None:
         log.info("policy %s carries no training state: fresh optimizer", policy_dir)
+        return None
+    if PRUNED in saved:
+        log.warning("training state of %s was pruned (%s): fresh optimizer from its exported weights", policy_dir,
+                    saved[PRUNED])
         return None
     problems = state_mismatch(saved, {**expected, "weights_sha256": weights_digest(policy_dir)})
     if problems:
@@ -136,3 +176,76 @@ def load_train_state(engine: DeepSpeedEngine, policy_dir: str | os.PathLike,
         raise CheckpointError(f"training state in {Path(policy_dir) / TRAIN_STATE} could not be loaded by DeepSpeed")
     log.info("restored the training state of %s (optimizer step %d)", policy_dir, engine.global_steps)
     return client_state
+
+
+def prune_train_states(policy_dir: str | os.PathLike, keep: int) -> list[str]:
+    """Prune the training states of ``policy_dir``'s ancestors but the newest ``keep`` versions (``policy_dir``, a
+    version v_n just saved, counts as the first); returns where the states were pruned, newest first.
+
+    The ancestors are found through each version's ``PARENT`` (a local path or a URI of any fsspec filesystem, as the
+    update's input was handed to it) and are this loop's versions only: v_{n-1} .. v_1, never v0, the loop's starting
+    checkpoint. A state is pruned by marking its ``STATE_META`` (``PRUNED``), then deleting every other file of
+    ``train_state/``; the walk stops at the first ancestor already pruned (a later update pruned everything older;
+    the files an interrupted pruning left are deleted again) or carrying no state. ``keep=0`` keeps every state.
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for n in range(4):
+    ...     d = root / f"v{n}"; (d / TRAIN_STATE).mkdir(parents=True)
+    ...     _ = (d / POLICY_META).write_text(json.dumps({"version": n, PARENT: str(root / f"v{n - 1}")}))
+    ...     (d / TRAIN_STATE / "state").mkdir(); _ = (d / TRAIN_STATE / "state" / "optim.pt").write_text("x")
+    ...     _ = (d / TRAIN_STATE / STATE_META).write_text("{}")
+    >>> [pathlib.Path(p).name for p in prune_train_states(root / "v3", keep=2)]   # v0 is the loop's input
+    ['v1']
+    >>> sorted(p.name for p in (root / "v1" / TRAIN_STATE).iterdir()), read_state_meta(root / "v1")[PRUNED]
+    (['posttrain_state.json'], 'keep_states=2 when v3 was saved')
+    >>> prune_train_states(root / "v3", keep=2)   # nothing left to prune
+    []
+    """
+    if keep == 0:
+        return []
+    uri = str(policy_dir)
+    meta = _read_json(uri, POLICY_META) or {}
+    newest = int(meta.get("version", 0))
+    reason = f"keep_states={keep} when v{newest} was saved"
+    pruned = []
+    for depth in range(1, newest):  # the ancestors v_{n-1} .. v_1
+        uri = meta.get(PARENT, "")
+        if not uri:
+            break
+        meta = _read_json(uri, POLICY_META) or {}
+        if depth < keep:
+            continue
+        state = _read_json(uri, f"{TRAIN_STATE}/{STATE_META}")
+        if state is None:
+            break
+        _prune_state(uri, None if PRUNED in state else {**state, PRUNED: reason})
+        if PRUNED in state:
+            break
+        pruned.append(uri)
+    for where in pruned:
+        log.info("pruned the training state of %s (%s)", where, reason)
+    return pruned
+
+
+def _read_json(uri: str, relative: str) -> dict[str, Any] | None:
+    """A JSON file of the policy dir at ``uri`` (any fsspec filesystem); None when there is none."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(uri)
+    path = f"{root.rstrip('/')}/{relative}"
+    return json.loads(fs.cat_file(path)) if fs.isfile(path) else None
+
+
+def _prune_state(uri: str, meta: dict[str, Any] | None) -> None:
+    """Mark the state of the policy dir at ``uri`` pruned (``meta``; None: it is marked already), then delete
+    everything else in its ``train_state/``."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(uri)
+    state = f"{root.rstrip('/')}/{TRAIN_STATE}"
+    if meta is not None:
+        fs.pipe_file(f"{state}/{STATE_META}", json.dumps(meta, indent=2).encode())
+    for path in fs.ls(state, detail=False):
+        if path.rstrip("/").rsplit("/", 1)[-1] != STATE_META:
+            fs.rm(path, recursive=True)

@@ -1,8 +1,9 @@
 """The policy update: a registered policy loss (PPO-clip by default), optimized by a real DeepSpeed engine.
 
 ``PolicyTrainer`` loads an HF causal-LM dir, wraps it in ``deepspeed.initialize`` with a config built from
-``TrainConfig``, trains on one iteration's scored rollouts and writes the next policy as an HF safetensors dir
-(fp32 master weights) that vLLM loads in its own dtype. On a CPU machine set ``DS_ACCELERATOR=cpu``;
+``TrainConfig``, trains on one iteration's scored rollouts and writes the next policy as an HF safetensors dir in
+the checkpoint's own dtype (``checkpoints.checkpoint_dtype``: bf16 for a bf16 model, whatever the update computes
+in), which vLLM loads in its own dtype. On a CPU machine set ``DS_ACCELERATOR=cpu``;
 the process group is gloo, single rank unless the launcher set ``RANK``/``WORLD_SIZE``. Every ZeRO stage (0-3)
 trains and checkpoints on CPU; by default (``zero_stage=-1``) one process runs stage 0 and several stage 2. The
 precision is ``TrainConfig.precision`` resolved on this hardware (``posttrain.precision``): bf16 with fp32 master
@@ -11,8 +12,10 @@ weights where bf16 is native, else fp32.
 Training state is carried, not rebuilt: ``save`` also writes the optimizer (Adam moments and step count, fp32
 master weights), the LR schedule, the shuffle seed and the torch RNG into the version's ``train_state/``
 (``checkpoints.save_train_state``), and a trainer built on that version restores them, so consecutive updates
-continue one optimizer run. A dir without state (v0, a user's checkpoint) or with state saved under other
-optimizer settings starts a fresh optimizer (logged). ``carry_train_state=False`` turns both off.
+continue one optimizer run; the fp32 master weights come back from the state, so exporting bf16 loses nothing
+between updates. A dir without state (v0, a user's checkpoint, a version whose state was pruned) or with state
+saved under other optimizer settings starts a fresh optimizer from the exported weights (logged).
+``carry_train_state=False`` turns both off.
 
 An optimizer step accumulates ``grad_accum_steps`` micro batches; each micro batch's loss is weighted by its
 share of the step's aggregation denominator (``batching.accumulation_weights``), so the step is the one of a
@@ -59,7 +62,13 @@ from posttrain.training.algorithms import aggregate, check_aggregation, get_poli
 from posttrain.training.algorithms.objective import per_token_objective
 from posttrain.training.algorithms.tis import behavior_mismatch
 from posttrain.training.batching import Batch, accumulation_weights, lockstep, micro_size, pad_batch, shard_steps
-from posttrain.training.checkpoints import POLICY_META, load_train_state, read_state_meta, save_train_state
+from posttrain.training.checkpoints import (
+    POLICY_META,
+    checkpoint_dtype,
+    load_train_state,
+    read_state_meta,
+    save_train_state,
+)
 from posttrain.training.logprobs import completion_values, place_completion_values, token_entropy, token_logprobs
 
 if TYPE_CHECKING:  # the trainer reads TrainSample's fields; samples.py (pandas, the reward stage) is not imported
@@ -176,6 +185,7 @@ class PolicyTrainer:
         if cfg.kl_coef and reference_dir is None:
             raise ValueError("TrainConfig.kl_coef > 0 needs reference_dir: the frozen reference (the initial policy)")
         self.policy_dir = Path(policy_dir)
+        self.export_dtype = checkpoint_dtype(self.policy_dir)  # what ``save`` writes the weights in
         self.reference_dir = str(reference_dir) if reference_dir is not None else None
         self.last_saved_state: dict[str, Any] | None = None  # the state meta ``save`` wrote last (single rank)
         self._saved_client_state: dict[str, Any] = {}
@@ -444,18 +454,24 @@ class PolicyTrainer:
         return weights
 
     def save(self, out_dir: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
-        """Write the fp32 master weights as an HF safetensors dir (+ tokenizer, + ``POLICY_META`` if given).
+        """Write the master weights, cast to the checkpoint's dtype (``export_dtype``), as an HF safetensors dir
+        (+ tokenizer, + ``POLICY_META`` if given); its ``config.json`` records that dtype.
 
-        fp32 keeps small updates that bf16 rounding would erase when the next iteration resumes from this dir;
-        vLLM casts on load (``RolloutConfig.dtype``). With ``carry_train_state`` the training state goes to
-        ``out_dir/train_state``. Every rank must call this (the gathers and the state are collective); rank 0
-        writes the HF files.
+        The fp32 master copy, which keeps the small updates bf16 rounding would erase, goes with the training state
+        (``carry_train_state``: to ``out_dir/train_state``), where the next update restores it from; vLLM casts the
+        weights on load (``RolloutConfig.dtype``). Every rank must call this (the gathers and the state are
+        collective); rank 0 writes the HF files.
         """
         out = Path(out_dir)
         state = self.master_weights()
         if self.engine.global_rank == 0:
             out.mkdir(parents=True, exist_ok=True)
-            self.engine.module.save_pretrained(out, state_dict=state, safe_serialization=True)
+            dtype = getattr(torch, self.export_dtype)
+            module = self.engine.module
+            module.save_pretrained(out, state_dict={name: w.to(dtype) for name, w in state.items()},
+                                   safe_serialization=True)
+            module.config.dtype = self.export_dtype  # save_pretrained recorded the module's (the training precision)
+            module.config.save_pretrained(out)
             self.tokenizer.save_pretrained(out)
             if metadata is not None:
                 (out / POLICY_META).write_text(json.dumps({**metadata, "train": asdict(self.cfg)}, indent=2))

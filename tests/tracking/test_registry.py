@@ -1,5 +1,6 @@
-"""Promotion through a real MLflow registry (sqlite in a temp dir): lineage tags on every version, ``candidate`` on
-the latest, ``champion`` moved only when the regression gate passes; policies downloaded by alias."""
+"""Promotion through a real MLflow registry (sqlite in a temp dir): the evaluated versions registered (their weights,
+never their training state), the others referenced; lineage tags on every version, ``candidate`` on the latest,
+``champion`` moved only when the regression gate passes; policies downloaded by alias."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from posttrain import tracking
 from posttrain.config import DEMO_SUITE
 from posttrain.envs.suite import suite_digest
 from posttrain.tracking import registry
+from posttrain.training.checkpoints import weights_digest
 from tests import mlflow_store
 
 pytestmark = pytest.mark.integration
@@ -34,9 +36,12 @@ def results(version: int, verdicts: dict[str, bool]) -> pd.DataFrame:
 
 
 def policy_dir(root, version: int) -> str:
+    """A policy version as the update writes it: weights and config, and its training state."""
     path = root / f"policy-v{version}"
-    path.mkdir()
+    (path / "train_state").mkdir(parents=True)
     (path / "config.json").write_text(json.dumps({"version": version}))
+    (path / "model.safetensors").write_bytes(b"weights %d" % version)
+    (path / "train_state" / "mp_rank_00_model_states.pt").write_bytes(b"state")
     return str(path)
 
 
@@ -45,40 +50,52 @@ def aliases() -> dict[str, str]:
     return {alias: str(version) for alias, version in model.aliases.items()}
 
 
-def test_candidate_follows_every_version_and_champion_only_the_gate(store):
+def test_evaluated_versions_are_registered_candidate_follows_them_and_champion_only_the_gate(store):
     parent = tracking.start_run("posttrain-registry-test", run_name="rl_loop-x", tags={"flyte.execution_id": "f1"})
     registry.record_lineage(parent, suite_digest(DEMO_SUITE))
-    plan = [  # (iteration, eval results or None, gate passed?)
-        (0, {"a": True, "b": False, "c": False}, True),   # no champion yet
-        (1, None, None),                                  # not evaluated: candidate only
-        (2, {"a": False, "b": True, "c": True}, False),   # better pass@1 but a regressed
-        (3, {"a": True, "b": True, "c": False}, True),    # no regression, pass@1 2/3 >= 1/3
+    plan = [  # (iteration, eval results or None, gate passed?, candidate, champion)
+        (0, {"a": True, "b": False, "c": False}, True, "1", "1"),   # no champion yet
+        (1, None, None, "1", "1"),                                  # not evaluated: referenced, not registered
+        (2, {"a": False, "b": True, "c": True}, False, "2", "1"),   # better pass@1 but a regressed
+        (3, {"a": True, "b": True, "c": False}, True, "3", "3"),    # no regression, pass@1 2/3 >= 1/3
     ]
-    decisions = []
-    for iteration, verdicts, _ in plan:
+    decisions, children = [], []
+    for iteration, verdicts, _, candidate, champion in plan:
         table = results(iteration, verdicts) if verdicts else None
         child = tracking.log_iteration(parent, iteration, {"reward/mean": 0.5},
                                        tables={"eval_results": table} if table is not None else {},
                                        policy_dir=policy_dir(store, iteration), policy_version=iteration)
         decisions.append(registry.promote(child, table))
-        assert aliases()[registry.CANDIDATE] == str(iteration + 1)  # registered versions count from 1
-        assert aliases()[registry.CHAMPION] == ("1" if iteration < 3 else "4")
-    assert [d.passed if d else None for d in decisions] == [expected for _, _, expected in plan]
+        children.append(child)
+        assert (aliases()[registry.CANDIDATE], aliases()[registry.CHAMPION]) == (candidate, champion)
+    assert [d.passed if d else None for d in decisions] == [expected for _, _, expected, _, _ in plan]
     assert decisions[2].regressions == ["a"]
 
     c = tracking.client()
-    version = c.get_model_version(tracking.POLICY_MODEL_NAME, "3")
+    assert sorted(v.tags["policy_version"] for v in c.search_model_versions(f"name='{tracking.POLICY_MODEL_NAME}'")) \
+        == ["0", "2", "3"]
+    for iteration, child in enumerate(children):  # every iteration references its directory and weights
+        tags = c.get_run(child).data.tags
+        assert tags[tracking.POLICY_URI_TAG] == str(store / f"policy-v{iteration}")
+        assert tags[tracking.POLICY_DIGEST_TAG] == weights_digest(store / f"policy-v{iteration}")
+        logged = {f.path for f in c.list_artifacts(child, "policy")}
+        assert logged == (set() if iteration == 1 else {"policy/config.json", "policy/model.safetensors"})
+    assert "posttrain.registered_version" not in c.get_run(children[1]).data.tags
+    version = c.get_model_version(tracking.POLICY_MODEL_NAME, "2")
     assert {"iteration": "2", "execution_id": "f1", "git_sha": "0123abcd", "suite_digest": suite_digest(DEMO_SUITE),
             "policy_version": "2", "gate": "failed"}.items() <= version.tags.items()
     assert "regressed on 1 env(s)" in version.tags["gate_reason"]
-    assert "gate" not in c.get_model_version(tracking.POLICY_MODEL_NAME, "2").tags
     assert c.get_run(version.run_id).data.tags["posttrain.gate"].startswith("failed: regressed on 1 env(s)")
     experiment = c.get_experiment_by_name("posttrain-registry-test")
     assert experiment.tags[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
 
-    downloaded = registry.download_policy("models:/posttrain-policy@champion", str(store / "dl"))
-    assert json.loads((Path(downloaded) / "config.json").read_text()) == {"version": 3}
-    assert registry.get_version("models:/posttrain-policy/2").tags["iteration"] == "1"
+    downloaded = Path(registry.download_policy("models:/posttrain-policy@champion", str(store / "dl")))
+    assert json.loads((downloaded / "config.json").read_text()) == {"version": 3}
+    assert (downloaded / "model.safetensors").read_bytes() == b"weights 3"
+    assert not (downloaded / "train_state").exists()
+    assert registry.get_version("models:/posttrain-policy/2").tags["iteration"] == "2"
+    with pytest.raises(ValueError, match="tag posttrain.registered_version missing"):
+        registry.promote(children[1], results(1, {"a": True}))  # results, but no version: not logged by log_iteration
 
 
 def test_gate_fails_closed_when_the_champion_was_never_evaluated_on_the_suite(store):

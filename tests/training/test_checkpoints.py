@@ -1,19 +1,35 @@
 """Training state is carried, not rebuilt: each ZeRO stage (0-3) trains, saves its state beside the HF weights, and
 an update resumed from that version continues the optimizer bitwise (Adam moments, step count, LR warmup, RNG).
 
-An update resumed from v1 must end exactly where one trainer running both updates in one process ends.
+An update resumed from v1 must end exactly where one trainer running both updates in one process ends. The weights
+are exported in the checkpoint's own dtype (a bf16 model's versions are bf16 files), and that loses nothing between
+updates: the fp32 master copy comes back from the state. Only the newest states are kept (``prune_train_states``):
+older versions keep their weights, and an update from one of them starts a fresh optimizer.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 
+import fsspec
 import pytest
 import torch
 
 from posttrain.config import TrainConfig
-from posttrain.training.checkpoints import STATE_META, TRAIN_STATE, load_train_state, read_state_meta
+from posttrain.training.checkpoints import (
+    PARENT,
+    POLICY_META,
+    PRUNED,
+    STATE_META,
+    TRAIN_STATE,
+    CheckpointError,
+    checkpoint_dtype,
+    load_train_state,
+    prune_train_states,
+    read_state_meta,
+)
 from posttrain.training.samples import TrainSample
 
 LR, WARMUP = 1e-3, 4
@@ -130,3 +146,151 @@ def test_state_saved_under_other_settings_or_for_other_weights_is_not_restored(t
     caplog.clear()
     assert load_train_state(None, tmp_path, {"zero_stage": 2}) is None
     assert "carries no training state: fresh optimizer" in caplog.text
+
+
+@pytest.mark.unit
+def test_the_export_dtype_is_the_one_the_checkpoints_config_records(tmp_path):
+    for config, dtype in (({"dtype": "bfloat16"}, "bfloat16"), ({"torch_dtype": "float16"}, "float16"),
+                          ({"hidden_size": 8}, "float32")):
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        assert checkpoint_dtype(tmp_path) == dtype
+    (tmp_path / "config.json").write_text(json.dumps({"dtype": "int8"}))
+    with pytest.raises(CheckpointError, match=r"config.json: dtype 'int8' is not one of float32, bfloat16"):
+        checkpoint_dtype(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def bf16_policy(tiny_policy, tmp_path_factory):
+    """The tiny policy stored in bf16, as a bf16 model's checkpoint is (its config says so)."""
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("bf16") / "policy"
+    shutil.copytree(tiny_policy, out)
+    AutoModelForCausalLM.from_pretrained(tiny_policy, dtype=torch.bfloat16).save_pretrained(out)
+    assert checkpoint_dtype(out) == "bfloat16"
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_bf16_model_is_exported_bf16_and_resumes_bitwise_under_either_precision(bf16_policy, tiny_policy, tmp_path,
+                                                                                  precision):
+    from safetensors.torch import load_file
+
+    from posttrain.training.trainer import PolicyTrainer
+
+    cfg = TrainConfig(micro_batch_size=4, learning_rate=LR, precision=precision)
+    continuous = PolicyTrainer(bf16_policy, cfg)
+    try:
+        continuous.train_on(_samples(0))
+        v1 = continuous.save(tmp_path / "v1", metadata={"version": 1})
+        masters_v1 = continuous.master_weights()
+        continuous.train_on(_samples(1))
+        both = continuous.master_weights()
+    finally:
+        continuous.close()
+    exported = load_file(v1 / "model.safetensors")
+    assert {t.dtype for t in exported.values()} == {torch.bfloat16}
+    assert checkpoint_dtype(v1) == "bfloat16"
+    assert (v1 / "model.safetensors").stat().st_size < 0.6 * (tiny_policy / "model.safetensors").stat().st_size
+    assert all(torch.equal(t, masters_v1[n].to(torch.bfloat16)) for n, t in exported.items())
+    assert any(not torch.equal(w, w.to(torch.bfloat16).float()) for w in masters_v1.values())  # fp32 detail to lose
+
+    resumed = PolicyTrainer(v1, cfg)
+    try:
+        assert all(torch.equal(w, masters_v1[n]) for n, w in resumed.master_weights().items())  # from the state
+        resumed.train_on(_samples(1))
+        again = resumed.master_weights()
+    finally:
+        resumed.close()
+    assert all(torch.equal(w, both[n]) for n, w in again.items())
+
+
+def _chain(root, versions: range, start_with_state: bool = False) -> list:
+    """Policy dirs v0.. under ``root`` (a local path or fsspec URI), each naming its parent; v1.. carry a state, v0
+    only if ``start_with_state`` (a version another run wrote, used as this loop's start)."""
+    fs, base = fsspec.core.url_to_fs(str(root))
+    dirs = []
+    for n in versions:
+        d = f"{str(root).rstrip('/')}/v{n}"
+        path = f"{base.rstrip('/')}/v{n}"
+        fs.makedirs(f"{path}/{TRAIN_STATE}", exist_ok=True)
+        fs.pipe_file(f"{path}/model.safetensors", b"weights")
+        fs.pipe_file(f"{path}/{POLICY_META}", json.dumps({"version": n, PARENT: dirs[-1] if dirs else ""}).encode())
+        if n or start_with_state:
+            fs.pipe_file(f"{path}/{TRAIN_STATE}/{STATE_META}", json.dumps({"optimizer_steps": n}).encode())
+            fs.makedirs(f"{path}/{TRAIN_STATE}/state", exist_ok=True)  # DeepSpeed's layout: one folder per tag
+            fs.pipe_file(f"{path}/{TRAIN_STATE}/state/mp_rank_00_model_states.pt", b"state")
+        dirs.append(d)
+    return dirs
+
+
+def _files(uri) -> set[str]:
+    fs, base = fsspec.core.url_to_fs(uri)
+    return {p.removeprefix(base.rstrip("/") + "/") for p in fs.find(base)}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_each_update_prunes_the_states_older_than_the_newest_keep(tmp_path, where):
+    root = tmp_path if where == "local" else f"memory://prune-{tmp_path.name}"
+    dirs = _chain(root, range(6))
+    everything = _files(dirs[1])
+    assert prune_train_states(dirs[2], keep=2) == []  # v2's update: v1's state is v2's parent's: kept
+    assert prune_train_states(dirs[3], keep=2) == [dirs[1]]
+    assert _files(dirs[1]) == {"model.safetensors", POLICY_META, f"{TRAIN_STATE}/{STATE_META}"}
+    with fsspec.open(f"{dirs[1]}/{TRAIN_STATE}/{STATE_META}") as f:
+        meta = json.loads(f.read())
+    assert meta == {"optimizer_steps": 1, PRUNED: "keep_states=2 when v3 was saved"}
+    assert prune_train_states(dirs[5], keep=3) == [dirs[2]]  # stops at v1, pruned before
+    assert all(_files(d) == everything for d in dirs[3:])
+    assert _files(dirs[0]) == {"model.safetensors", POLICY_META}  # v0 was never touched
+    assert prune_train_states(dirs[5], keep=0) == []
+    assert prune_train_states(dirs[5], keep=2) == [dirs[3]]  # keep_states lowered: one more pruned
+
+
+@pytest.mark.unit
+def test_the_loops_starting_checkpoint_is_never_pruned_and_an_interrupted_pruning_is_finished(tmp_path):
+    dirs = _chain(tmp_path, range(5), start_with_state=True)  # v0: another run's version, with its state
+    assert prune_train_states(dirs[1], keep=1) == []
+    assert prune_train_states(dirs[2], keep=1) == [dirs[1]]
+    assert f"{TRAIN_STATE}/state/mp_rank_00_model_states.pt" in _files(dirs[0])
+    leftover = tmp_path / "v1" / TRAIN_STATE / "state" / "mp_rank_00_model_states.pt"  # killed while deleting
+    leftover.parent.mkdir()
+    leftover.write_bytes(b"state")
+    assert prune_train_states(dirs[4], keep=2) == [dirs[2]]  # then v1: marked before, its leftover deleted
+    assert not leftover.parent.exists()
+    assert f"{TRAIN_STATE}/state/mp_rank_00_model_states.pt" in _files(dirs[0])
+
+
+@pytest.mark.unit
+def test_a_pruned_state_is_not_restored_and_says_why(tmp_path, caplog):
+    dirs = _chain(tmp_path, range(4))
+    prune_train_states(dirs[3], keep=2)
+    caplog.set_level(logging.INFO, logger="posttrain.training.checkpoints")
+    assert load_train_state(None, dirs[1], {"zero_stage": 0}) is None  # the engine is not touched
+    assert "training state of" in caplog.text
+    assert "was pruned (keep_states=2 when v3 was saved): fresh optimizer from its exported weights" in caplog.text
+
+
+@pytest.mark.integration
+def test_an_update_from_a_kept_state_continues_and_one_from_a_pruned_state_starts_fresh(tiny_policy, tmp_path):
+    from posttrain.training.trainer import PolicyTrainer
+
+    cfg = TrainConfig(micro_batch_size=4, learning_rate=LR)
+    trainer = PolicyTrainer(tiny_policy, cfg)
+    versions = [str(tiny_policy)]
+    try:
+        for n in (1, 2, 3):
+            trainer.train_on(_samples(n))
+            versions.append(str(trainer.save(tmp_path / f"v{n}", metadata={"version": n, PARENT: versions[-1]})))
+    finally:
+        trainer.close()
+    assert prune_train_states(versions[3], keep=2) == [versions[1]]
+    assert sorted(p.name for p in (tmp_path / "v1" / TRAIN_STATE).iterdir()) == [STATE_META]  # DeepSpeed's folder too
+    for version, steps in ((versions[1], 0), (versions[2], 4)):
+        resumed = PolicyTrainer(version, cfg)
+        try:
+            assert resumed.engine.global_steps == steps
+        finally:
+            resumed.close()

@@ -1,10 +1,15 @@
-"""Lossless resume: ``pyflyte run`` of a 2-iteration loop killed (SIGKILL of its process group) during iteration 2,
+"""Lossless resume: ``pyflyte run`` of a 3-iteration loop killed (SIGKILL of its process group) during iteration 3,
 then run again with the same command, against an uninterrupted run of the same config.
 
-The rerun takes iterations 0 and 1 from Flyte's local cache (flytekit's ``Cache hit`` log lines), computes exactly
+The rerun takes iterations 0 to 2 from Flyte's local cache (flytekit's ``Cache hit`` log lines), computes exactly
 what the killed run had not finished, attaches to the killed run's MLflow parent run (no duplicate runs or registry
 versions), and ends with the uninterrupted run's trajectories, weights and optimizer state. Each execution gets its
 own Flyte local cache (``HOME``: flytekit keeps it in ``~/.flyte/local-cache``) and MLflow store.
+
+Storage on the way (``train.keep_states`` 2): the update of v3 resumes from v2's state and prunes v1's, so a third,
+identical run finds cached outputs that point at a version whose state is gone, and takes everything from the cache.
+MLflow holds the weights of the evaluated versions (v0, v3) and no training state; the versions are read where the
+updates wrote them, as their iteration runs reference them.
 
 While they run, both print one line per policy version logged and per evaluation (``posttrain.tracking.run_lines``);
 the rerun prints what the killed run had logged again, from the store, marked resumed.
@@ -29,9 +34,11 @@ import pandas as pd
 import pytest
 import torch
 
+from posttrain.training.checkpoints import PRUNED
 from tests import ROOT, launch_env, mlflow_store
 
-CONFIG = {"iterations": 2,
+ITERATIONS = 3
+CONFIG = {"iterations": ITERATIONS,
           "rollout": {"replicas": 1, "samples_per_env": 4, "envs_per_iteration": 4, "max_new_tokens": 32},
           "train": {"micro_batch_size": 16}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
           "admission": {"checks": ["consistency"]}}
@@ -131,12 +138,12 @@ def max_difference(a, b) -> float:
     return 0.0
 
 
-def policy_version(store: Store, version: int, dst: Path) -> Path:
-    """Download registered policy version ``version`` (by its ``policy_version`` tag) of ``store``."""
-    found = [v for v in store.client().search_model_versions(f"name='{MODEL}'")
-             if v.tags.get("policy_version") == str(version)]
-    assert len(found) == 1, found
-    return Path(store.client().download_artifacts(found[0].run_id, "policy", str(dst)))
+def policy_dir(store: Store, version: int) -> Path:
+    """Policy version ``version`` of ``store``'s run where the update wrote it, as its iteration run references it."""
+    from posttrain.tracking import POLICY_URI_TAG
+
+    [run] = iteration_runs(store.runs())[version]
+    return Path(run.data.tags[POLICY_URI_TAG])
 
 
 def weights(policy: Path) -> dict[str, torch.Tensor]:
@@ -156,19 +163,21 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
     reference, resumed = Store(tmp_path / "reference"), Store(tmp_path / "resumed")
     uninterrupted = reference.start("run.log")  # beside the other two: nothing is shared but the cores
 
-    # kill the run during iteration 2, in its update (v1 -> v2): after iteration 1 was logged
+    # kill the run during iteration 3, in its update (v2 -> v3): after iteration 2 was logged (each earlier update
+    # logged a cache check and a cache write)
     proc = resumed.start("killed.log")
     deadline = time.monotonic() + 1500
-    while [task for task, _ in cache_events(resumed.root / "killed.log")].count("tasks.update.update") < 3:
+    while [task for task, _ in cache_events(resumed.root / "killed.log")].count("tasks.update.update") \
+            < 2 * ITERATIONS - 1:
         assert proc.poll() is None, "the run ended before it could be killed: " + \
             (resumed.root / "killed.log").read_text()[-4000:]
-        assert time.monotonic() < deadline, "the update of iteration 2 never started"
+        assert time.monotonic() < deadline, "the update of iteration 3 never started"
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     killed = resumed.runs()
-    assert [r.info.status for r in iteration_runs(killed)[1]] == ["FINISHED"]
-    assert 2 not in iteration_runs(killed)
+    assert [r.info.status for k in (1, 2) for r in iteration_runs(killed)[k]] == ["FINISHED"] * 2
+    assert 3 not in iteration_runs(killed)
     assert [r.info.status for r in killed if "mlflow.parentRunId" not in r.data.tags] == ["RUNNING"]
 
     resumed.run("rerun.log")
@@ -181,10 +190,10 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
     assert Counter(hits) == Counter(computed), rerun
     assert {"tasks.admit.admit_suite", "tasks.rollout.sample", "tasks.reward.reward", "tasks.update.update",
             "tasks.evaluate.score_eval"} <= set(hits)
-    assert Counter(hits)["tasks.rollout.sample"] == 2
-    assert Counter(hits)["tasks.update.update"] == 1  # v0, v1
+    assert Counter(hits)["tasks.rollout.sample"] == 3  # v0, v1, v2
+    assert Counter(hits)["tasks.update.update"] == 2  # v1, v2
     misses = [task for task, event in rerun if event == "miss"]
-    assert {"tasks.update.update", "tasks.rollout.sample"} <= set(misses), rerun  # v2 is trained in the rerun
+    assert {"tasks.update.update", "tasks.rollout.sample"} <= set(misses), rerun  # v3 is trained in the rerun
 
     # 2. MLflow: one parent run (resumed and finished), one run per iteration, one registry version per policy
     runs_ref, runs_res = reference.runs(), resumed.runs()
@@ -193,18 +202,18 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
     assert parents[0].info.status == "FINISHED", parents
     assert parents[0].info.run_id == next(r.info.run_id for r in killed if "mlflow.parentRunId" not in r.data.tags)
     by_iteration = iteration_runs(runs_res)
-    assert sorted(by_iteration) == [0, 1, 2], by_iteration
+    assert sorted(by_iteration) == [0, 1, 2, 3], by_iteration
     assert all(len(rs) == 1 for rs in by_iteration.values()), by_iteration
     assert all(rs[0].info.status == "FINISHED" for rs in by_iteration.values())
     versions = resumed.client().search_model_versions(f"name='{MODEL}'")
-    assert sorted(v.tags["policy_version"] for v in versions) == ["0", "1", "2"], versions
+    assert sorted(v.tags["policy_version"] for v in versions) == ["0", "3"], versions  # the evaluated ones
     for curve in ("eval/pass_at_1", "train/loss"):  # no step logged twice on the parent
         steps = [m.step for m in resumed.client().get_metric_history(parents[0].info.run_id, curve)]
         assert len(steps) == len(set(steps)), (curve, steps)
 
     # 3. no trajectory lost or duplicated: per iteration, the trained rows equal the uninterrupted run's
     ref_iterations = iteration_runs(runs_ref)
-    for k in (1, 2):
+    for k in (1, 2, 3):
         ref_run, res_run = ref_iterations[k][0], by_iteration[k][0]
         assert res_run.data.metrics["rollout/samples"] == ref_run.data.metrics["rollout/samples"] == 16
         tables = [pd.read_parquet(store.client().download_artifacts(run.info.run_id, "tables/scored.parquet",
@@ -215,24 +224,35 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
         assert len(set(keys[1])) == len(keys[1]) == 16
         assert tables[0]["completion"].tolist() == tables[1]["completion"].tolist()
 
-    # 4. the final policy and its optimizer state equal the uninterrupted run's; the state was carried across v1
-    v1 = policy_version(resumed, 1, tmp_path / "v1-res")
-    final_ref = policy_version(reference, 2, tmp_path / "final-ref")
-    final_res = policy_version(resumed, 2, tmp_path / "final-res")
+    # 4. the final policy and its optimizer state equal the uninterrupted run's; the state was carried across v2
+    v1, v2 = policy_dir(resumed, 1), policy_dir(resumed, 2)  # the killed execution's, from the cache
+    final_ref, final_res = policy_dir(reference, ITERATIONS), policy_dir(resumed, ITERATIONS)
     weight_difference = max_difference(weights(final_ref), weights(final_res))
     optimizer_difference = max_difference(optimizer_state(final_ref), optimizer_state(final_res))
-    update_size = max_difference(weights(v1), weights(final_res))
-    steps = [json.loads((p / "train_state" / "posttrain_state.json").read_text())["optimizer_steps"]
-             for p in (v1, final_ref, final_res)]
+    update_size = max_difference(weights(v2), weights(final_res))
+    states = [json.loads((p / "train_state" / "posttrain_state.json").read_text()) for p in (v1, v2, final_ref,
+                                                                                          final_res)]
+    steps = [state["optimizer_steps"] for state in states]
     print(f"resume evidence: cache hits {dict(Counter(hits))}, misses {dict(Counter(misses))}, "
-          f"max |weight difference| {weight_difference:.3g} (v1 -> v2 moved weights by up to {update_size:.3g}), "
-          f"max |optimizer state difference| {optimizer_difference:.3g}, optimizer steps v1/v2 ref/v2 resumed {steps}")
+          f"max |weight difference| {weight_difference:.3g} (v2 -> v3 moved weights by up to {update_size:.3g}), "
+          f"max |optimizer state difference| {optimizer_difference:.3g}, optimizer steps v1/v2/v3 ref/v3 resumed "
+          f"{steps}")
     assert update_size > 0
     assert weight_difference <= 1e-6
     assert optimizer_difference <= 1e-6
-    assert 0 < steps[0] < steps[1] == steps[2]  # v2's optimizer continued v1's steps: the state was carried
+    assert 0 < steps[0] < steps[1] < steps[2] == steps[3]  # v3's optimizer continued v2's steps: the state was carried
+    assert json.loads((final_res / "posttrain_policy.json").read_text())["parent"] == str(v2)
 
-    # 5. each run printed one line per version logged and per evaluation (v0 and the last evaluated), as it went; the
+    # 5. storage: v1's state was pruned (its weights stay), v2's and v3's kept; MLflow has v3's weights, no state
+    assert [PRUNED in state for state in states] == [True, False, False, False]
+    assert sorted(p.name for p in (v1 / "train_state").iterdir()) == ["posttrain_state.json"]
+    assert (v1 / "model.safetensors").is_file()
+    [final_version] = [v for v in versions if v.tags["policy_version"] == str(ITERATIONS)]
+    logged = Path(resumed.client().download_artifacts(final_version.run_id, "policy", str(tmp_path / "final")))
+    assert not (logged / "train_state").exists()
+    assert max_difference(weights(logged), weights(final_res)) == 0.0
+
+    # 6. each run printed one line per version logged and per evaluation (v0 and the last evaluated), as it went; the
     # rerun printed the killed run's lines again from the store, marked resumed, then the new ones
     parent_ref = next(r.info.run_id for r in runs_ref if "mlflow.parentRunId" not in r.data.tags)
     experiment = reference.client().get_experiment_by_name("posttrain").experiment_id
@@ -240,17 +260,22 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
         (reference, "run.log"), (resumed, "killed.log"), (resumed, "rerun.log")))
     assert ref[0] == (f"MLflow run {parent_ref} (experiment posttrain): MLFLOW_TRACKING_URI={reference.uri} make "
                       f"mlflow-ui, then open http://127.0.0.1:5000/#/experiments/{experiment}/runs/{parent_ref}"), ref
-    assert [line.split("  ")[0] for line in ref[1:]] == ["v0 eval", "v1", "v2", "v2 eval"], ref
-    assert re.fullmatch(r"v2 eval  greedy \d\.\d{3}  sampled \d\.\d{3}  \(4 envs, .*\)", ref[4]), ref
+    assert [line.split("  ")[0] for line in ref[1:]] == ["v0 eval", "v1", "v2", "v3", "v3 eval"], ref
+    assert re.fullmatch(r"v3 eval  greedy \d\.\d{3}  sampled \d\.\d{3}  \(4 envs, .*\)", ref[5]), ref
     assert re.fullmatch(r"v1  reward \d\.\d{3}  learnable \d/4(  \d+ infra errors?)?  \|  "
                         r"sample .*s  reward .*s  update .*s  \|  iteration \d+\.\ds", ref[2]), ref
     parent_id = parents[0].info.run_id
     assert killed_lines[0].startswith(f"MLflow run {parent_id} (experiment posttrain): ")
-    assert len(killed_lines) == 3
+    assert len(killed_lines) == 4
     assert rerun_lines[0].startswith(f"MLflow run {parent_id} (experiment posttrain, resumed): "), rerun_lines
-    assert rerun_lines[1:3] == [line + RESUMED for line in killed_lines[1:]], (killed_lines, rerun_lines)
-    assert [line.split("  ")[0] for line in rerun_lines[3:]] == ["v2", "v2 eval"], rerun_lines
-    assert not any(line.endswith(RESUMED) for line in rerun_lines[3:])
+    assert rerun_lines[1:4] == [line + RESUMED for line in killed_lines[1:]], (killed_lines, rerun_lines)
+    assert [line.split("  ")[0] for line in rerun_lines[4:]] == ["v3", "v3 eval"], rerun_lines
+    assert not any(line.endswith(RESUMED) for line in rerun_lines[4:])
+
+    # 7. a finished run run again takes every stage from the cache, v1's pruned version included
+    resumed.run("again.log")
+    again = cache_events(resumed.root / "again.log")
+    assert again and all(event == "hit" for _, event in again), again
 
 
 @pytest.mark.integration
@@ -264,20 +289,22 @@ def test_tracking_resumes_the_parent_and_never_duplicates_an_iteration(tmp_path,
     policy = tmp_path / "policy"
     policy.mkdir()
     (policy / "config.json").write_text("{}")
+    evaluated = {tracking.EVAL_RESULTS: pd.DataFrame({"env_id": ["a"], "passed": [True]})}  # registers the policy
     key = tracking.run_key({"iterations": 2}, "suite-sha", "policy-sha")
 
     parent, resumed = tracking.start_or_resume_run("resume-test", key, run_name="first")
     assert not resumed
-    tracking.log_iteration(parent, 0, {"eval/pass_at_1": 0.5}, policy_dir=str(policy), policy_version=0)
-    child = tracking.log_iteration(parent, 1, {"eval/pass_at_1": 0.6}, policy_dir=str(policy), policy_version=1,
-                                   finish=False)  # the execution is killed before iteration 1's run finishes
+    tracking.log_iteration(parent, 0, {"eval/pass_at_1": 0.5}, tables=evaluated, policy_dir=str(policy),
+                           policy_version=0)
+    child = tracking.log_iteration(parent, 1, {"eval/pass_at_1": 0.6}, tables=evaluated, policy_dir=str(policy),
+                                   policy_version=1, finish=False)  # killed before iteration 1's run finishes
 
     again, resumed = tracking.start_or_resume_run("resume-test", key, run_name="second")
     assert (again, resumed) == (parent, True)
     assert tracking.client().get_run(parent).info.status == "RUNNING"
     assert tracking.finished_iteration(parent, 0) is not None
     assert tracking.finished_iteration(parent, 1) is None
-    assert tracking.log_iteration(parent, 1, {"eval/pass_at_1": 0.6}, policy_dir=str(policy),
+    assert tracking.log_iteration(parent, 1, {"eval/pass_at_1": 0.6}, tables=evaluated, policy_dir=str(policy),
                                   policy_version=1) == child
     assert tracking.finished_iteration(parent, 1) == child
     assert [m.step for m in tracking.client().get_metric_history(parent, "eval/pass_at_1")] == [0, 1]

@@ -1,0 +1,156 @@
+"""Benchmark: the bytes an RL iteration leaves behind, in the policy folders and in MLflow, against the bf16 weights.
+
+``pyflyte run --overwrite-cache workflows/rl_loop.py rl_loop`` (admission cut to its consistency check) on two
+starting checkpoints, each into a fresh MLflow store in a temporary folder:
+
+- ``demo``: the demo policy, an fp32 checkpoint: its versions stay fp32;
+- ``bf16``: the same weights stored in bf16 (``config.json`` says ``bfloat16``), as most real checkpoints are: its
+  versions are bf16 files, whatever precision the update computes in.
+
+Per iteration k = 1..N (what grows with the number of iterations), read after the run from what it wrote:
+``local``, the bytes of v_k's policy folder that stay (every file but ``train_state/``: weights, config, tokenizer,
+metadata), found where iteration k's MLflow run says it is (``tracking.POLICY_URI_TAG``); ``mlflow``, the artifact
+bytes of iteration k's run (its tables; the weights only when it evaluated v_k). ``ratio`` = (mean local + mean
+mlflow) / the bf16 weights (the bf16 checkpoint's ``*.safetensors`` bytes), the bf16 run's is the figure; target
+(issue 24): <= 1.2. It depends on ``eval.every``: an evaluated version is in both places, so ``ratio_by_kind`` gives
+an iteration that evaluated nothing and one that evaluated its version apart (the mean is about
+``not_evaluated + (evaluated - not_evaluated) / eval.every``).
+
+Bounded, not per iteration, so reported beside it: the training states (``state_bytes``: one version's
+``train_state/``, ~7x the bf16 weights; ``keep_states`` of them stay, however many iterations run; every update
+writes one, so ``written_per_iteration`` = local + state + mlflow is what passes through the disk), and what a run
+logs once (``run_mlflow_bytes``: the parent run's artifacts and iteration 0's, the baseline's weights and eval).
+
+    python benchmarks/storage.py                                   # 10 iterations, eval every 10 (the default)
+    python benchmarks/storage.py --iterations 3 --eval-every 2     # evaluated: v0, v2, v3
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TARGET = 1.2
+
+
+def bf16_copy(policy: Path, out: Path) -> Path:
+    """``policy`` stored in bf16: the same folder with its weights cast and its config saying so."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    shutil.copytree(policy, out)
+    AutoModelForCausalLM.from_pretrained(policy, dtype=torch.bfloat16).save_pretrained(out)
+    return out
+
+
+def run_loop(work: Path, cfg: dict) -> tuple[str, float]:
+    """``rl_loop`` with ``cfg`` into ``work``'s fresh MLflow store; the tracking URI and the wall seconds."""
+    uri = f"sqlite:///{work}/mlflow.db"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "POSTTRAIN_ARTIFACT_ROOT": (work / "artifacts").as_uri(),
+           "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}
+    command = [str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache", "workflows/rl_loop.py",
+               "rl_loop", "--cfg", json.dumps(cfg)]
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"rl_loop failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
+    return uri, time.perf_counter() - started
+
+
+def artifact_bytes(client, run_id: str, path: str | None = None) -> int:
+    """The bytes of every artifact of a run (recursively)."""
+    return sum(artifact_bytes(client, run_id, info.path) if info.is_dir else (info.file_size or 0)
+               for info in client.list_artifacts(run_id, path))
+
+
+def measure(uri: str) -> dict:
+    """Per version of the latest ``rl_loop`` run in ``uri``: where it lives, its bytes there (folder without the
+    state, state) and in MLflow, and whether it was evaluated; with the run-level MLflow bytes."""
+    from mlflow.tracking import MlflowClient
+
+    from posttrain.tracking import POLICY_URI_TAG
+    from posttrain.training.checkpoints import PRUNED, TRAIN_STATE, checkpoint_dtype, read_state_meta, weight_files
+
+    client = MlflowClient(tracking_uri=uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    [parent] = client.search_runs(experiments, "tags.`posttrain.workflow` = 'rl_loop'")
+    children = {int(run.data.tags["posttrain.iteration"]): run
+                for run in client.search_runs(experiments, f"tags.mlflow.parentRunId = '{parent.info.run_id}'")}
+    versions = []
+    for k, run in sorted(children.items()):
+        folder = Path(run.data.tags[POLICY_URI_TAG])
+        state = folder / TRAIN_STATE
+        meta = read_state_meta(folder)
+        versions.append({
+            "version": k, "dtype": checkpoint_dtype(folder),
+            "weights_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors")),
+            "local_bytes": sum(p.stat().st_size for p in weight_files(folder)),
+            "state_bytes": sum(p.stat().st_size for p in state.rglob("*") if p.is_file()) if state.is_dir() else 0,
+            "state": "none" if meta is None else "pruned" if PRUNED in meta else "kept",
+            "mlflow_bytes": artifact_bytes(client, run.info.run_id),
+            "evaluated": "posttrain.registered_version" in run.data.tags})
+    return {"versions": versions, "parent_mlflow_bytes": artifact_bytes(client, parent.info.run_id)}
+
+
+def summary(measured: dict, bf16_weights: int) -> dict:
+    """Per-iteration means over v1..vN, the bounded state, the run-level bytes, and the ratio to ``bf16_weights``."""
+    versions = measured["versions"]
+    trained = [v for v in versions if v["version"] > 0]
+    n = len(trained)
+    local = sum(v["local_bytes"] for v in trained) / n
+    mlflow = sum(v["mlflow_bytes"] for v in trained) / n
+    by_kind = {kind: [(v["local_bytes"] + v["mlflow_bytes"]) / bf16_weights for v in trained if v["evaluated"] == flag]
+               for kind, flag in (("not_evaluated", False), ("evaluated", True))}
+    state = max(v["state_bytes"] for v in trained if v["state"] == "kept")
+    return {"dtype": trained[-1]["dtype"], "weights_bytes": trained[-1]["weights_bytes"],
+            "per_iteration": {"local": round(local), "mlflow": round(mlflow), "total": round(local + mlflow)},
+            "ratio": round((local + mlflow) / bf16_weights, 3),
+            "ratio_by_kind": {kind: round(sum(ratios) / len(ratios), 3) for kind, ratios in by_kind.items() if ratios},
+            "state_bytes": state, "states_kept": sum(v["state"] == "kept" for v in versions),
+            "written_per_iteration": round(local + mlflow + state),
+            "run_mlflow_bytes": measured["parent_mlflow_bytes"] + versions[0]["mlflow_bytes"],
+            "evaluated": [v["version"] for v in versions if v["evaluated"]],
+            "versions": versions}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--eval-every", type=int, default=10, help="eval.every (v0 and the last are always evaluated)")
+    args = parser.parse_args()
+
+    from posttrain.config import default_policy_dir
+    from posttrain.training.demo_policy import main_demo_policy
+
+    work = Path(tempfile.mkdtemp(prefix="bench-storage-"))
+    demo = Path(main_demo_policy(default_policy_dir()))
+    starts = {"demo": str(demo), "bf16": str(bf16_copy(demo, work / "demo-bf16"))}
+    bf16_weights = sum(p.stat().st_size for p in Path(starts["bf16"]).glob("*.safetensors"))
+    cfg = {"iterations": args.iterations, "eval": {"every": args.eval_every},
+           "admission": {"checks": ["consistency"]}}
+    report = {"config": cfg, "bf16_weights_bytes": bf16_weights, "target": TARGET, "runs": {}}
+    for name, policy in starts.items():
+        (work / name).mkdir()
+        uri, seconds = run_loop(work / name, {**cfg, "policy": policy})
+        report["runs"][name] = {**summary(measure(uri), bf16_weights), "wall_s": round(seconds, 1)}
+        print(f"{name}: {json.dumps({k: v for k, v in report['runs'][name].items() if k != 'versions'})}",
+              flush=True)
+    report["ratio"] = report["runs"]["bf16"]["ratio"]
+    report["met"] = report["ratio"] <= TARGET
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
