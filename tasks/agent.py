@@ -13,7 +13,6 @@ the demo tokenizer, plus the turns). The task runs sandboxes: it carries their p
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple, Optional
 
 import pandas as pd
@@ -28,6 +27,7 @@ from posttrain.evaluation.agent import eval_envs, evaluate_agent
 from posttrain.rollout import live
 from posttrain.sandbox import make_sandbox
 from posttrain.schemas import AgentScored, Envs, EvalResults, Scored, Steps, empty
+from posttrain.timing import timed
 from tasks.pods import sandbox_pod_template
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
@@ -53,7 +53,7 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
     ``eval-v<k>/<env_id>``); ``stats``: the rollout's episodes and the task's timings (engine start or swap, wall);
     ``eval_stats``: the eval episodes'.
     """
-    started = time.perf_counter()
+    clock = timed()
     specs = envs_from_table(envs)
     for_iteration = policy_version + 1 if iteration is None else iteration
     rolls_out = rollout and bool(rollout_envs(specs, cfg.envs_per_iteration, cfg.seed, for_iteration))
@@ -77,7 +77,7 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
             finally:
                 box.close()
     stats.engine_start_s, stats.engine_swap_s = start_s, swap_s
-    stats.wall_s = time.perf_counter() - started
+    stats.wall_s = clock.seconds
     return AgentSampled(scored=scored, steps=steps, eval_results=results, eval_steps=eval_steps, stats=stats,
                         eval_stats=eval_stats)
 

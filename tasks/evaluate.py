@@ -6,7 +6,6 @@ from that version) and ``score_eval`` verifies them on a CPU pod; ``evaluate`` d
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple, Optional
 
 from flytekit import task
@@ -16,6 +15,7 @@ from posttrain.config import EvalConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.table import envs_from_table
 from posttrain.evaluation import greedy
 from posttrain.schemas import Envs, EvalResults, EvalTrajectories
+from posttrain.timing import timed
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 from tasks.rollout import engine_lifetime
@@ -30,9 +30,9 @@ def score_eval(trajectories: Table[EvalTrajectories], envs: Table[Envs], sandbox
                previous: Optional[Table[EvalResults]] = None) -> EvalScored:
     """Verify eval completions (greedy and sampled) in sandboxes and judge each env's assertions (``previous``: the
     previously evaluated version's results, for ``no_regression``); ``seconds``: how long that took."""
-    started = time.perf_counter()
-    results = greedy.score_eval(trajectories, envs_from_table(envs), sandbox, previous)
-    return EvalScored(results=results, seconds=time.perf_counter() - started)
+    with timed() as scoring:
+        results = greedy.score_eval(trajectories, envs_from_table(envs), sandbox, previous)
+    return EvalScored(results=results, seconds=scoring.seconds)
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("evaluate"))

@@ -3,7 +3,6 @@ dynamic-sampling refill round to the iteration's rollout so far (``add_round``).
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import pandas as pd
@@ -15,6 +14,7 @@ from posttrain.reward import RewardStats, reward_stats, score
 from posttrain.rollout.collect import RolloutStats, combine_stats
 from posttrain.sandbox import make_sandbox
 from posttrain.schemas import Envs, Scored, Trajectories
+from posttrain.timing import timed
 from tasks.resources import CACHE_VERSION, stage
 from tasks.tables import Table
 
@@ -25,13 +25,13 @@ Rounds = NamedTuple("Rounds", [("scored", Table[Scored]), ("rollout_stats", Roll
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
 def reward(trajectories: Table[Trajectories], envs: Table[Envs], sandbox: SandboxConfig) -> Reward:
-    started = time.perf_counter()
+    clock = timed()
     box = make_sandbox(sandbox)
     try:
         scored = score(trajectories, envs_from_table(envs), box, sandbox)
     finally:
         box.close()
-    return Reward(scored=scored, stats=reward_stats(scored, wall_s=time.perf_counter() - started))
+    return Reward(scored=scored, stats=reward_stats(scored, wall_s=clock.seconds))
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("track"))

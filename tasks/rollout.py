@@ -11,7 +11,6 @@ and failure handler.
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, NamedTuple, Optional
 
@@ -24,6 +23,7 @@ from posttrain.evaluation.greedy import decode_eval
 from posttrain.rollout import live
 from posttrain.rollout.collect import RolloutStats, rollout_with
 from posttrain.schemas import Envs, EvalTrajectories, Trajectories, empty
+from posttrain.timing import timed
 from posttrain.training import live as live_trainer
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
@@ -44,18 +44,17 @@ def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: E
     (``seed_offset``, so its samples get seeds of their own). ``iteration``: the one whose rollout this is, when not
     k+1 (bounded staleness: iteration k+1 samples from an older version, ``posttrain.rollout.staleness``).
     """
-    started = time.perf_counter()
+    clock = timed()
     specs = envs_from_table(envs)
     with engine_lifetime():
         engine, start_s, swap_s = live.acquire_timed(policy.download(), cfg, version=policy_version)
-        decode_started = time.perf_counter()
-        eval_table = decode_eval(engine, specs, eval_cfg, cfg) if evaluate else empty(EvalTrajectories)
-        eval_seconds = time.perf_counter() - decode_started
+        with timed() as decode:
+            eval_table = decode_eval(engine, specs, eval_cfg, cfg) if evaluate else empty(EvalTrajectories)
         for_iteration = policy_version + 1 if iteration is None else iteration
         table, stats = (rollout_with(engine, list(specs.values()), cfg, for_iteration, env_ids, seed_offset)
                         if rollout else (empty(Trajectories), RolloutStats()))
-    stats.engine_start_s, stats.engine_swap_s, stats.eval_seconds = start_s, swap_s, eval_seconds
-    stats.wall_s = time.perf_counter() - started
+    stats.engine_start_s, stats.engine_swap_s, stats.eval_seconds = start_s, swap_s, decode.seconds
+    stats.wall_s = clock.seconds
     return Sampled(trajectories=table, stats=stats, eval_trajectories=eval_table)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -29,6 +28,7 @@ from pandera.typing import DataFrame
 from posttrain.config import TrainConfig
 from posttrain.reward import trainable_rows
 from posttrain.schemas import Scored, TrainRows
+from posttrain.timing import timed
 from posttrain.training import live as live_trainer
 from posttrain.training.samples import train_samples, with_advantages
 from posttrain.training.trainer import TrainStats
@@ -104,7 +104,7 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
                   reference: PolicyDir) -> Update:
     """Both update tasks' body: advantages, the update on the (live) trainer, the new version saved in rank 0's
     working directory."""
-    started = time.perf_counter()
+    clock = timed()
     rows = with_advantages(scored, cfg)
     reference_dir = reference.download() if cfg.kl_coef else None
     with engine_lifetime(release=live_trainer.shutdown):
@@ -116,7 +116,7 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
         except BaseException:
             live_trainer.discard(trainer)
             raise
-    stats = dataclasses.replace(stats, wall_s=time.perf_counter() - started)
+    stats = dataclasses.replace(stats, wall_s=clock.seconds)
     return Update(policy=publish(out), stats=stats, train_rows=rows)
 
 
