@@ -22,17 +22,19 @@ from tasks.rollout import engine_lifetime
 from tasks.tables import Table
 
 
-EvalScored = NamedTuple("EvalScored", [("results", Table[EvalResults]), ("seconds", float)])
+EvalScored = NamedTuple("EvalScored", [("results", Table[EvalResults]), ("metrics", dict[str, float])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
 def score_eval(trajectories: Table[EvalTrajectories], envs: Table[Envs], sandbox: SandboxConfig,
                previous: Optional[Table[EvalResults]] = None) -> EvalScored:
     """Verify eval completions (greedy and sampled) in sandboxes and judge each env's assertions (``previous``: the
-    previously evaluated version's results, for ``no_regression``); ``seconds``: how long that took."""
-    with timed() as scoring:
+    previously evaluated version's results, for ``no_regression``); ``metrics``: how long that took
+    (``time/eval_score_s``)."""
+    metrics: dict[str, float] = {}
+    with timed("time/eval_score_s", into=metrics):
         results = greedy.score_eval(trajectories, envs_from_table(envs), sandbox, previous)
-    return EvalScored(results=results, seconds=scoring.seconds)
+    return EvalScored(results=results, metrics=metrics)
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("evaluate"))

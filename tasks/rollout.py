@@ -24,13 +24,14 @@ from posttrain.rollout import live
 from posttrain.rollout.collect import RolloutStats, rollout_with
 from posttrain.schemas import Envs, EvalTrajectories, Trajectories, empty
 from posttrain.timing import timed
+from posttrain.tracking.metrics import rollout_metrics, sample_times
 from posttrain.training import live as live_trainer
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 from tasks.tables import Table
 
-Sampled = NamedTuple("Sampled", [("trajectories", Table[Trajectories]), ("stats", RolloutStats),
-                                 ("eval_trajectories", Table[EvalTrajectories])])
+Sampled = NamedTuple("Sampled", [("trajectories", Table[Trajectories]), ("metrics", dict[str, float]),
+                                 ("eval_trajectories", Table[EvalTrajectories]), ("times", dict[str, float])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("rollout"))
@@ -38,7 +39,9 @@ def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: E
            rollout: bool, evaluate: bool, env_ids: Optional[list[str]] = None, seed_offset: int = 0,
            iteration: Optional[int] = None) -> Sampled:
     """Policy v_k (``policy_version``): its eval decode (greedy and sampled) if ``evaluate``, the rollout of iteration
-    k+1 if ``rollout`` (empty tables otherwise); stats time the engine start or swap, both decodes and the whole task.
+    k+1 if ``rollout`` (empty tables otherwise). ``metrics``: the rollout's (``rollout/*``, logged with the iteration
+    it trains), with the times of the engine start or swap, both decodes and the whole task; ``times``: where this
+    task's time went (``time/*``, logged with v_k: ``tracking.metrics.sample_times``).
 
     A dynamic-sampling refill round names its envs (``env_ids``) and how many samples the iteration drew before it
     (``seed_offset``, so its samples get seeds of their own). ``iteration``: the one whose rollout this is, when not
@@ -55,7 +58,8 @@ def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: E
                         if rollout else (empty(Trajectories), RolloutStats()))
     stats.engine_start_s, stats.engine_swap_s, stats.eval_seconds = start_s, swap_s, decode.seconds
     stats.wall_s = clock.seconds
-    return Sampled(trajectories=table, stats=stats, eval_trajectories=eval_table)
+    return Sampled(trajectories=table, metrics=rollout_metrics(stats), eval_trajectories=eval_table,
+                   times=sample_times(stats))
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("track"))

@@ -29,21 +29,23 @@ from posttrain.config import TrainConfig
 from posttrain.reward import trainable_rows
 from posttrain.schemas import Scored, TrainRows
 from posttrain.timing import timed
+from posttrain.tracking.metrics import train_metrics
 from posttrain.training import live as live_trainer
 from posttrain.training.samples import train_samples, with_advantages
-from posttrain.training.trainer import TrainStats
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 from tasks.rollout import engine_lifetime
 from tasks.tables import Table
 
-Update = NamedTuple("Update", [("policy", PolicyDir), ("stats", TrainStats), ("train_rows", DataFrame[TrainRows])])
+Update = NamedTuple("Update", [("policy", PolicyDir), ("metrics", dict[str, float]),
+                               ("train_rows", DataFrame[TrainRows])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("update"))
 def update(policy: PolicyDir, scored: Table[Scored], cfg: TrainConfig, policy_version: int,
            reference: PolicyDir) -> Update:
-    """Train on every non-infra-error sample in this process; save the result as policy version ``policy_version``.
+    """Train on every non-infra-error sample in this process; save the result as policy version ``policy_version``;
+    ``metrics``: the update's (``tracking.metrics.train_metrics``), ``train_rows``: the table it trained on.
 
     ``reference`` is the frozen policy of the KL penalty (the loop's initial policy), downloaded only when
     ``cfg.kl_coef > 0``.
@@ -117,7 +119,8 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
             live_trainer.discard(trainer)
             raise
     stats = dataclasses.replace(stats, wall_s=clock.seconds)
-    return Update(policy=publish(out), stats=stats, train_rows=rows)
+    metrics = train_metrics(stats, rows, trained_from=policy_version - 1)
+    return Update(policy=publish(out), metrics=metrics, train_rows=rows)
 
 
 def publish(local: Path) -> FlyteDirectory:
