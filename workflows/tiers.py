@@ -30,6 +30,7 @@ Example (inside ``iterate``; ``k`` the version, ``versions`` the policies v_0..v
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import NamedTuple, Optional
 
 from flytekit import dynamic
@@ -73,9 +74,9 @@ def refill(policy: PolicyDir, envs: Table[Envs], cfg: LoopConfig, policy_version
                   refilled=refilled + len(env_ids))
 
 
-class Tier:
-    """What both tiers share: per version k, the node that samples from v_k (``here``) and the node whose rollout
-    trains v_{k+1} (``rollouts``: the same one on-policy), made by the tier's ``node``; and which versions it
+class Tier(ABC):
+    """One tier's shape. What both share: per version k, the node that samples from v_k (``here``) and the node whose
+    rollout trains v_{k+1} (``rollouts``: the same one on-policy), made by the tier's ``node``; and which versions it
     evaluated (``evaluations``: k -> the node that did)."""
 
     def __init__(self, cfg: LoopConfig, envs: Table[Envs]):
@@ -83,10 +84,6 @@ class Tier:
         self.here: dict = {}  # k -> the node that sampled from v_k at step k (its eval decode, an on-policy rollout)
         self.rollouts: dict = {}  # iteration -> the node whose rollout it trains on
         self.evaluations: dict = {}  # k -> the node that evaluated v_k
-
-    def node(self, policy: PolicyDir, version: int, rollout: bool, evaluate: bool, iteration: Optional[int] = None):
-        """The tier's sampling node: v_``version``'s eval decode if ``evaluate``, a rollout if ``rollout``."""
-        raise NotImplementedError
 
     def sample(self, k: int, versions: list, evaluated: bool) -> None:
         """Add v_k's node when it evaluates v_k or rolls out iteration k+1 on-policy, and the node that rolls out
@@ -103,6 +100,27 @@ class Tier:
         """The node that sampled at step k: v_k's own, else the one rolling out iteration k+1 from an older
         version."""
         return self.here[k] if k in self.here else self.rollouts[k + 1]
+
+    @abstractmethod
+    def node(self, policy: PolicyDir, version: int, rollout: bool, evaluate: bool, iteration: Optional[int] = None):
+        """The tier's sampling node: v_``version``'s eval decode if ``evaluate``, a rollout if ``rollout`` (of
+        ``iteration``, when not version + 1)."""
+
+    @abstractmethod
+    def evaluation(self, k: int, previous):
+        """v_k's EvalResults from this tier's eval envs (``previous``: the last evaluated version's results)."""
+
+    @abstractmethod
+    def batch(self, k: int, policy: PolicyDir):
+        """The Scored rows of iteration k+1 from this tier (``policy``: v_k)."""
+
+    @abstractmethod
+    def metrics(self, k: int) -> list:
+        """The metrics dicts this tier logs with v_k."""
+
+    @abstractmethod
+    def steps(self, k: int) -> dict:
+        """The step tables this tier logs with v_k, by name."""
 
 
 class SingleTurn(Tier):
