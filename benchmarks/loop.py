@@ -3,7 +3,7 @@
 1. The loop: ``pyflyte run workflows/rl_loop.py rl_loop`` on the demo suite and policy with the demo's own batch
    (32 envs x 8 samples), for ``--iterations`` iterations, evaluating only v0 and the last version, against a fresh
    MLflow store in a temporary folder (admission cut to its consistency check: it is not what is measured here).
-   Every iteration logs where its time went (``tracking.time_metrics``: ``time/sample_s``, ``time/reward_s``,
+   Every iteration logs where its time went (``tracking.metrics.time_metrics``: ``time/sample_s``, ``time/reward_s``,
    ``time/update_s``, ``time/iteration_s``, ...); the report gives each stage's median over the iterations that
    evaluated nothing (the first is left out: it starts the engine).
 2. The update against plain PyTorch on the same work: the scored batch of iteration 1 (its ``scored`` table) and the

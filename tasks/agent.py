@@ -13,14 +13,13 @@ the demo tokenizer, plus the turns). The task runs sandboxes: it carries their p
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple, Optional
 
 import pandas as pd
 
 from flytekit import task
 
-from posttrain.agent.metrics import AgentStats
+from posttrain.agent.metrics import AgentStats, agent_metrics
 from posttrain.agent.tier import chat_format, rollout_agent, rollout_envs
 from posttrain.config import AgentConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.table import envs_from_table
@@ -28,6 +27,7 @@ from posttrain.evaluation.agent import eval_envs, evaluate_agent
 from posttrain.rollout import live
 from posttrain.sandbox import make_sandbox
 from posttrain.schemas import AgentScored, Envs, EvalResults, Scored, Steps, empty
+from posttrain.timing import timed
 from tasks.pods import sandbox_pod_template
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
@@ -36,7 +36,7 @@ from tasks.tables import Table
 
 AgentSampled = NamedTuple("AgentSampled", [("scored", Table[AgentScored]), ("steps", Table[Steps]),
                                            ("eval_results", Table[EvalResults]), ("eval_steps", Table[Steps]),
-                                           ("stats", AgentStats), ("eval_stats", AgentStats)])
+                                           ("metrics", dict[str, float]), ("eval_metrics", dict[str, float])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **{**stage("rollout"), "pod_template": sandbox_pod_template()})
@@ -50,10 +50,10 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
 
     ``scored`` / ``steps``: the rollout (AgentScored rows, group ids ``it<iteration>/<env_id>``, and their tool
     calls); ``eval_results`` / ``eval_steps``: one greedy row per eval env and its episode's calls (group ids
-    ``eval-v<k>/<env_id>``); ``stats``: the rollout's episodes and the task's timings (engine start or swap, wall);
-    ``eval_stats``: the eval episodes'.
+    ``eval-v<k>/<env_id>``); ``metrics``: the rollout's episodes and the task's timings (engine start or swap, wall)
+    as ``agent/*`` (``posttrain.agent.metrics.agent_metrics``); ``eval_metrics``: the eval episodes' (``agent_eval/*``).
     """
-    started = time.perf_counter()
+    clock = timed()
     specs = envs_from_table(envs)
     for_iteration = policy_version + 1 if iteration is None else iteration
     rolls_out = rollout and bool(rollout_envs(specs, cfg.envs_per_iteration, cfg.seed, for_iteration))
@@ -77,20 +77,20 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
             finally:
                 box.close()
     stats.engine_start_s, stats.engine_swap_s = start_s, swap_s
-    stats.wall_s = time.perf_counter() - started
-    return AgentSampled(scored=scored, steps=steps, eval_results=results, eval_steps=eval_steps, stats=stats,
-                        eval_stats=eval_stats)
+    stats.wall_s = clock.seconds
+    return AgentSampled(scored=scored, steps=steps, eval_results=results, eval_steps=eval_steps,
+                        metrics=agent_metrics(stats, steps),
+                        eval_metrics=agent_metrics(eval_stats, eval_steps, prefix="agent_eval"))
 
 
 @task(**stage("track"))
-def join_scored(agent_scored: Table[AgentScored], scored: Optional[Table[Scored]] = None) -> Table[Scored]:
+def join_scored(agent: Table[AgentScored], single_turn: Optional[Table[Scored]] = None) -> Table[Scored]:
     """The rows one update trains on from both tiers: agent windows keep their ``loss_mask``; single-turn rows
-    (``scored``, None for a suite without them) have none: every completion token is trained."""
-    return Scored.validate(pd.concat([t for t in (scored, agent_scored) if t is not None], ignore_index=True))
+    (None for a suite without them) have none: every completion token is trained."""
+    return Scored.validate(pd.concat([t for t in (single_turn, agent) if t is not None], ignore_index=True))
 
 
 @task(**stage("track"))
-def join_results(agent_results: Table[EvalResults], results: Optional[Table[EvalResults]] = None
-                 ) -> Table[EvalResults]:
-    """One policy version's eval results from both tiers (``results``: the single-turn ones, None without)."""
-    return EvalResults.validate(pd.concat([t for t in (results, agent_results) if t is not None], ignore_index=True))
+def join_results(agent: Table[EvalResults], single_turn: Optional[Table[EvalResults]] = None) -> Table[EvalResults]:
+    """One policy version's eval results from both tiers (the single-turn ones None for a suite without them)."""
+    return EvalResults.validate(pd.concat([t for t in (single_turn, agent) if t is not None], ignore_index=True))

@@ -6,7 +6,6 @@ from that version) and ``score_eval`` verifies them on a CPU pod; ``evaluate`` d
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple, Optional
 
 from flytekit import task
@@ -16,23 +15,26 @@ from posttrain.config import EvalConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.table import envs_from_table
 from posttrain.evaluation import greedy
 from posttrain.schemas import Envs, EvalResults, EvalTrajectories
+from posttrain.timing import timed
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 from tasks.rollout import engine_lifetime
 from tasks.tables import Table
 
 
-EvalScored = NamedTuple("EvalScored", [("results", Table[EvalResults]), ("seconds", float)])
+EvalScored = NamedTuple("EvalScored", [("results", Table[EvalResults]), ("metrics", dict[str, float])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
 def score_eval(trajectories: Table[EvalTrajectories], envs: Table[Envs], sandbox: SandboxConfig,
                previous: Optional[Table[EvalResults]] = None) -> EvalScored:
     """Verify eval completions (greedy and sampled) in sandboxes and judge each env's assertions (``previous``: the
-    previously evaluated version's results, for ``no_regression``); ``seconds``: how long that took."""
-    started = time.perf_counter()
-    results = greedy.score_eval(trajectories, envs_from_table(envs), sandbox, previous)
-    return EvalScored(results=results, seconds=time.perf_counter() - started)
+    previously evaluated version's results, for ``no_regression``); ``metrics``: how long that took
+    (``time/eval_score_s``)."""
+    metrics: dict[str, float] = {}
+    with timed("time/eval_score_s", into=metrics):
+        results = greedy.score_eval(trajectories, envs_from_table(envs), sandbox, previous)
+    return EvalScored(results=results, metrics=metrics)
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("evaluate"))

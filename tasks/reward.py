@@ -1,9 +1,8 @@
-"""Flyte tasks: verify every completion in sandboxes, concurrently (Scored table + stats); and join a
-dynamic-sampling refill round to the iteration's rollout so far (``add_round``)."""
+"""Flyte tasks: verify every completion in sandboxes, concurrently (Scored table + the reward stage's metrics); and
+join a dynamic-sampling refill round to the iteration's rollout so far (``add_round``)."""
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import pandas as pd
@@ -11,34 +10,36 @@ from flytekit import task
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.table import envs_from_table
-from posttrain.reward import RewardStats, reward_stats, score
-from posttrain.rollout.collect import RolloutStats, combine_stats
+from posttrain.reward import reward_stats, score
 from posttrain.sandbox import make_sandbox
 from posttrain.schemas import Envs, Scored, Trajectories
+from posttrain.timing import timed
+from posttrain.tracking.metrics import combine_rollouts, reward_metrics
 from tasks.resources import CACHE_VERSION, stage
 from tasks.tables import Table
 
-Reward = NamedTuple("Reward", [("scored", Table[Scored]), ("stats", RewardStats)])
-Rounds = NamedTuple("Rounds", [("scored", Table[Scored]), ("rollout_stats", RolloutStats),
-                               ("reward_stats", RewardStats)])
+Reward = NamedTuple("Reward", [("scored", Table[Scored]), ("metrics", dict[str, float])])
+Rounds = NamedTuple("Rounds", [("scored", Table[Scored]), ("rollout_metrics", dict[str, float]),
+                               ("reward_metrics", dict[str, float])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
 def reward(trajectories: Table[Trajectories], envs: Table[Envs], sandbox: SandboxConfig) -> Reward:
-    started = time.perf_counter()
+    clock = timed()
     box = make_sandbox(sandbox)
     try:
         scored = score(trajectories, envs_from_table(envs), box, sandbox)
     finally:
         box.close()
-    return Reward(scored=scored, stats=reward_stats(scored, wall_s=time.perf_counter() - started))
+    return Reward(scored=scored, metrics=reward_metrics(reward_stats(scored, wall_s=clock.seconds)))
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("track"))
-def add_round(so_far: Table[Scored], so_far_rollout: RolloutStats, so_far_reward: RewardStats,
-              more: Table[Scored], more_rollout: RolloutStats, more_reward: RewardStats) -> Rounds:
-    """The iteration's rollout so far plus one refill round (``more``): one Scored table, the rollout stats combined,
-    the reward stats recomputed over every row (the stage times added up)."""
+def add_round(so_far: Table[Scored], so_far_rollout: dict[str, float], so_far_reward: dict[str, float],
+              more: Table[Scored], more_rollout: dict[str, float], more_reward: dict[str, float]) -> Rounds:
+    """The iteration's rollout so far plus one refill round (``more``): one Scored table, the rollout metrics
+    combined, the reward metrics recomputed over every row (the stage times added up)."""
     joined = Scored.validate(pd.concat([so_far, more], ignore_index=True))
-    return Rounds(scored=joined, rollout_stats=combine_stats(so_far_rollout, more_rollout),
-                  reward_stats=reward_stats(joined, wall_s=so_far_reward.wall_s + more_reward.wall_s))
+    wall_s = so_far_reward["reward/wall_s"] + more_reward["reward/wall_s"]
+    return Rounds(scored=joined, rollout_metrics=combine_rollouts(so_far_rollout, more_rollout),
+                  reward_metrics=reward_metrics(reward_stats(joined, wall_s=wall_s)))

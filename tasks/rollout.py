@@ -11,7 +11,6 @@ and failure handler.
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, NamedTuple, Optional
 
@@ -24,13 +23,15 @@ from posttrain.evaluation.greedy import decode_eval
 from posttrain.rollout import live
 from posttrain.rollout.collect import RolloutStats, rollout_with
 from posttrain.schemas import Envs, EvalTrajectories, Trajectories, empty
+from posttrain.timing import timed
+from posttrain.tracking.metrics import rollout_metrics, sample_times
 from posttrain.training import live as live_trainer
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 from tasks.tables import Table
 
-Sampled = NamedTuple("Sampled", [("trajectories", Table[Trajectories]), ("stats", RolloutStats),
-                                 ("eval_trajectories", Table[EvalTrajectories])])
+Sampled = NamedTuple("Sampled", [("trajectories", Table[Trajectories]), ("metrics", dict[str, float]),
+                                 ("eval_trajectories", Table[EvalTrajectories]), ("times", dict[str, float])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("rollout"))
@@ -38,25 +39,27 @@ def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: E
            rollout: bool, evaluate: bool, env_ids: Optional[list[str]] = None, seed_offset: int = 0,
            iteration: Optional[int] = None) -> Sampled:
     """Policy v_k (``policy_version``): its eval decode (greedy and sampled) if ``evaluate``, the rollout of iteration
-    k+1 if ``rollout`` (empty tables otherwise); stats time the engine start or swap, both decodes and the whole task.
+    k+1 if ``rollout`` (empty tables otherwise). ``metrics``: the rollout's (``rollout/*``, logged with the iteration
+    it trains), with the times of the engine start or swap, both decodes and the whole task; ``times``: where this
+    task's time went (``time/*``, logged with v_k: ``tracking.metrics.sample_times``).
 
     A dynamic-sampling refill round names its envs (``env_ids``) and how many samples the iteration drew before it
     (``seed_offset``, so its samples get seeds of their own). ``iteration``: the one whose rollout this is, when not
     k+1 (bounded staleness: iteration k+1 samples from an older version, ``posttrain.rollout.staleness``).
     """
-    started = time.perf_counter()
+    clock = timed()
     specs = envs_from_table(envs)
     with engine_lifetime():
         engine, start_s, swap_s = live.acquire_timed(policy.download(), cfg, version=policy_version)
-        decode_started = time.perf_counter()
-        eval_table = decode_eval(engine, specs, eval_cfg, cfg) if evaluate else empty(EvalTrajectories)
-        eval_seconds = time.perf_counter() - decode_started
+        with timed() as decode:
+            eval_table = decode_eval(engine, specs, eval_cfg, cfg) if evaluate else empty(EvalTrajectories)
         for_iteration = policy_version + 1 if iteration is None else iteration
         table, stats = (rollout_with(engine, list(specs.values()), cfg, for_iteration, env_ids, seed_offset)
                         if rollout else (empty(Trajectories), RolloutStats()))
-    stats.engine_start_s, stats.engine_swap_s, stats.eval_seconds = start_s, swap_s, eval_seconds
-    stats.wall_s = time.perf_counter() - started
-    return Sampled(trajectories=table, stats=stats, eval_trajectories=eval_table)
+    stats.engine_start_s, stats.engine_swap_s, stats.eval_seconds = start_s, swap_s, decode.seconds
+    stats.wall_s = clock.seconds
+    return Sampled(trajectories=table, metrics=rollout_metrics(stats), eval_trajectories=eval_table,
+                   times=sample_times(stats))
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("track"))

@@ -21,21 +21,15 @@ from flytekit.configuration import LocalConfig
 from pandera.typing import DataFrame
 
 from posttrain import tracking
-from posttrain.agent.metrics import AgentStats, agent_metrics
 from posttrain.config import LoopConfig, PromotionConfig
 from posttrain.evaluation.regression import flip_metrics, flips
-from posttrain.evaluation.results import eval_metrics
-from posttrain.reward import RewardStats
-from posttrain.rollout.collect import RolloutStats
-from posttrain.rollout.dynamic_sampling import DynamicSamplingStats
-from posttrain.rollout.staleness import staleness_metrics
 from posttrain.schemas import AdmissionReport, EvalResults, Scored, Steps
 from posttrain.tracking import registry
+from posttrain.tracking.metrics import baseline_metrics, iteration_metrics
 from posttrain.tracking.run_lines import mlflow_line, version_lines, write_lines
 from posttrain.tracking.run_report import log_loop_report
 from posttrain.tracking.run_summary import print_summary
 from posttrain.training.checkpoints import dir_digest
-from posttrain.training.trainer import TrainStats
 from tasks.execution import execution_name
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
@@ -74,50 +68,32 @@ def _print_where(run_id: str, experiment: str, resumed: bool) -> None:
 
 
 @task(**stage("track"))
-def log_baseline(run_id: str, results: DataFrame[EvalResults], policy: PolicyDir,
-                 promotion: PromotionConfig = PromotionConfig(), agent_eval: Optional[AgentStats] = None,
-                 agent_eval_steps: Optional[DataFrame[Steps]] = None) -> str:
-    """Iteration 0: the starting policy's evaluation, so every curve starts at the baseline (with agent envs, also
-    its greedy episodes': ``agent_eval/*`` and their steps table)."""
-    metrics, tables = eval_metrics(results), {"eval_results": results}
-    _add_agent(metrics, tables, None, None, agent_eval, agent_eval_steps)
-    return _log_once(run_id, 0, metrics, tables, policy, results, promotion)
+def log_baseline(run_id: str, policy: PolicyDir, results: DataFrame[EvalResults], metrics: list[dict[str, float]],
+                 steps: dict[str, DataFrame[Steps]], promotion: PromotionConfig = PromotionConfig()) -> str:
+    """Iteration 0: the starting policy's evaluation, so every curve starts at the baseline, with what its stages
+    logged (``metrics``, ``steps``: with agent envs, its greedy episodes' ``agent_eval/*`` and ``agent_eval_steps``)."""
+    tables = {"eval_results": results, **steps}
+    return _log_once(run_id, 0, baseline_metrics(metrics, results), tables, policy, results, promotion)
 
 
 @task(**stage("track"))
-def log_iteration(run_id: str, iteration: int, rollout_stats: RolloutStats, scored: DataFrame[Scored],
-                  reward_stats: RewardStats, train_stats: TrainStats, policy: PolicyDir,
-                  results: Optional[DataFrame[EvalResults]] = None,
-                  dynamic: Optional[DynamicSamplingStats] = None, window: Optional[RolloutStats] = None,
-                  eval_s: float = 0.0, previous: Optional[DataFrame[EvalResults]] = None,
-                  promotion: PromotionConfig = PromotionConfig(), agent: Optional[AgentStats] = None,
-                  agent_steps: Optional[DataFrame[Steps]] = None, agent_eval: Optional[AgentStats] = None,
-                  agent_eval_steps: Optional[DataFrame[Steps]] = None) -> str:
-    """Iteration k: its rollout (with dynamic sampling's counts when on), rewards and update, and the evaluation of
-    v_k when it was evaluated (``eval.every``), with its per-env flips against the previously evaluated version
-    (``previous``: ``eval/flips/<fixed|broken|...>`` and the ``eval_flips`` table); ``window`` (v_k's sample task) and
-    ``eval_s`` (its eval scoring) complete where the iteration's wall time went (``tracking.time_metrics``). With agent
-    envs: the agent rollout's episodes (``agent``, ``agent_steps``: ``agent/*`` metrics, the ``agent_steps`` table) and
-    v_k's greedy agent eval (``agent_eval/*``, ``agent_eval_steps``)."""
+def log_iteration(run_id: str, iteration: int, policy: PolicyDir, metrics: list[dict[str, float]],
+                  scored: DataFrame[Scored], steps: dict[str, DataFrame[Steps]],
+                  results: Optional[DataFrame[EvalResults]] = None, previous: Optional[DataFrame[EvalResults]] = None,
+                  promotion: PromotionConfig = PromotionConfig()) -> str:
+    """Iteration k, which trained v_k: its stages' metrics (``metrics``, by MLflow name; merged by
+    ``tracking.metrics.iteration_metrics`` with where the iteration's wall time went), the rows it trained on
+    (``scored``), the agent tier's step tables by name (``steps``: ``agent_steps``, and ``agent_eval_steps`` when v_k
+    was evaluated), and the evaluation of v_k when it was evaluated (``eval.every``), with its per-env flips against
+    the previously evaluated version (``previous``: ``eval/flips/<fixed|broken|...>`` and the ``eval_flips``
+    table)."""
     iteration_s = tracking.seconds_since_iteration_logged(run_id, iteration - 1)
-    metrics = {**tracking.iteration_metrics(results, rollout_stats, reward_stats, train_stats, iteration_s, dynamic,
-                                            window, eval_s),
-               **staleness_metrics(scored, trained_from=iteration - 1)}
+    logged = iteration_metrics(metrics, results, iteration_s)
     tables = {"scored": scored} if results is None else {"scored": scored, "eval_results": results}
     if results is not None and previous is not None:
         tables["eval_flips"] = flips(results, previous)
-        metrics.update(flip_metrics(tables["eval_flips"]))
-    _add_agent(metrics, tables, agent, agent_steps, agent_eval, agent_eval_steps)
-    return _log_once(run_id, iteration, metrics, tables, policy, results, promotion)
-
-
-def _add_agent(metrics: dict[str, float], tables: dict, rollout: Optional[AgentStats], steps,
-               evaluation: Optional[AgentStats], eval_steps) -> None:
-    """The agent tier's metrics and step tables, when the suite has agent envs (the stats are None otherwise)."""
-    for stats, table, prefix in ((rollout, steps, "agent"), (evaluation, eval_steps, "agent_eval")):
-        if stats is not None:
-            metrics.update(agent_metrics(stats, table, prefix=prefix))
-            tables[f"{prefix}_steps"] = table
+        logged.update(flip_metrics(tables["eval_flips"]))
+    return _log_once(run_id, iteration, logged, {**tables, **steps}, policy, results, promotion)
 
 
 def _log_once(run_id: str, iteration: int, metrics: dict[str, float], tables: dict, policy: PolicyDir,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,22 +30,25 @@ from pandera.typing import DataFrame
 from posttrain.config import TrainConfig
 from posttrain.reward import trainable_rows
 from posttrain.schemas import Scored, TrainRows
+from posttrain.timing import timed
+from posttrain.tracking.metrics import train_metrics
 from posttrain.training import live as live_trainer
 from posttrain.training.checkpoints import PARENT, prune_train_states
 from posttrain.training.samples import train_samples, with_advantages
-from posttrain.training.trainer import TrainStats
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
 from tasks.rollout import engine_lifetime
 from tasks.tables import Table
 
-Update = NamedTuple("Update", [("policy", PolicyDir), ("stats", TrainStats), ("train_rows", DataFrame[TrainRows])])
+Update = NamedTuple("Update", [("policy", PolicyDir), ("metrics", dict[str, float]),
+                               ("train_rows", DataFrame[TrainRows])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("update"))
 def update(policy: PolicyDir, scored: Table[Scored], cfg: TrainConfig, policy_version: int,
            reference: PolicyDir) -> Update:
-    """Train on every non-infra-error sample in this process; save the result as policy version ``policy_version``.
+    """Train on every non-infra-error sample in this process; save the result as policy version ``policy_version``;
+    ``metrics``: the update's (``tracking.metrics.train_metrics``), ``train_rows``: the table it trained on.
 
     ``reference`` is the frozen policy of the KL penalty (the loop's initial policy), downloaded only when
     ``cfg.kl_coef > 0``.
@@ -107,7 +109,7 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
                   reference: PolicyDir) -> Update:
     """Both update tasks' body: advantages, the update on the (live) trainer, the new version saved in rank 0's
     working directory."""
-    started = time.perf_counter()
+    clock = timed()
     rows = with_advantages(scored, cfg)
     reference_dir = reference.download() if cfg.kl_coef else None
     with engine_lifetime(release=live_trainer.shutdown):
@@ -123,8 +125,9 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
             raise
     if cfg.carry_train_state and rank == 0:
         prune_train_states(out, cfg.keep_states)
-    stats = dataclasses.replace(stats, wall_s=time.perf_counter() - started)
-    return Update(policy=publish(out), stats=stats, train_rows=rows)
+    stats = dataclasses.replace(stats, wall_s=clock.seconds)
+    metrics = train_metrics(stats, rows, trained_from=policy_version - 1)
+    return Update(policy=publish(out), metrics=metrics, train_rows=rows)
 
 
 def publish(local: Path) -> FlyteDirectory:

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Lowest first. A module may import its own layer and the layers below it, never a layer above.
 LAYERS = (
-    ("declaration", "config", "locations", "precision", "generated", "progress", "schemas"),  # foundations: no stage
+    # foundations: no stage
+    ("declaration", "config", "locations", "precision", "generated", "progress", "schemas", "timing"),
     ("trusted",),  # the programs that run inside sandboxes (standard library only)
     ("sandbox",),  # isolation: backends, sessions, scheduling
     ("envs",),  # the env spec and its vocabularies (tools, assertions, destructive judge), suites, verifiers

@@ -21,7 +21,6 @@ Example:
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 from typing import Sequence
 
@@ -30,6 +29,7 @@ from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import verify_many
 from posttrain.envs.verifiers.base import Verdict
 from posttrain.progress import progress as progress_bar
+from posttrain.timing import timed
 
 
 class _CountingSandbox:
@@ -65,16 +65,7 @@ class SandboxBatches:
 
     def time(self, check: str):
         """A context manager adding wall seconds to ``check`` (host-side work such as consistency or sampling)."""
-        batches = self
-
-        class _Timer:
-            def __enter__(self):
-                self.started = time.perf_counter()
-
-            def __exit__(self, *exc):
-                batches.seconds[check] += time.perf_counter() - self.started
-
-        return _Timer()
+        return timed(check, into=self.seconds)
 
     def run(self, check: str, pairs: Sequence[tuple[EnvSpec, str]], fresh: bool = False) -> list[Verdict]:
         """Verdicts for ``pairs`` in order. Cached pairs are not re-run and duplicates run once, unless ``fresh``."""

@@ -32,7 +32,6 @@ Example:
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -51,6 +50,7 @@ from posttrain.config import ADMISSION_CHECKS, AdmissionConfig, RolloutConfig, S
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.suite import Suite, load_suite
 from posttrain.envs.verifiers import get_verifier
+from posttrain.timing import timed
 
 CHECK_ORDER = (*ADMISSION_CHECKS, "learnability")
 REFERENCE_CHECKS = ("coverage", "discrimination", "learnability")  # need a sound reference
@@ -247,7 +247,7 @@ def admit(suite_path: str | Path, sandbox, sandbox_cfg: SandboxConfig, cfg: Admi
     checkpoint's served and prompted as ``rollout`` says).
     """
     cfg = cfg or AdmissionConfig()
-    started = time.perf_counter()
+    clock = timed()
     suite = load_suite(suite_path)
     rows, batches = run_checks(suite, sandbox, sandbox_cfg, cfg, progress=progress, policies=policies,
                                rollout=rollout)
@@ -257,4 +257,4 @@ def admit(suite_path: str | Path, sandbox, sandbox_cfg: SandboxConfig, cfg: Admi
     seconds = dict(batches.seconds)
     return AdmissionResult(report=report, admitted=[spec for spec in suite.envs if spec.id in ok], details=details,
                            stats=check_stats(details, seconds), seconds=seconds, executions=dict(batches.executions),
-                           wall_s=time.perf_counter() - started, envs=int(details["env_id"].nunique()))
+                           wall_s=clock.seconds, envs=int(details["env_id"].nunique()))

@@ -28,7 +28,6 @@ Example (pure: which envs an iteration rolls out):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -43,6 +42,7 @@ from posttrain.envs.tools import tool_specs
 from posttrain.rollout.collect import iteration_seed, pick_envs
 from posttrain.rollout.engine import TokenRolloutEngine
 from posttrain.schemas import AgentScored, Steps, empty
+from posttrain.timing import timed
 
 AGENT = "agent"  # EnvSpec.kind of the envs this tier runs
 
@@ -65,21 +65,18 @@ def chat_format(policy_dir: str, cfg: AgentConfig) -> ChatFormat:
 
 
 class TimedEngine:
-    """A token engine that adds up the seconds spent in its ``generate_ids`` calls (``seconds``)."""
+    """A token engine that adds up the seconds spent in its ``generate_ids`` calls (``times["generate_s"]``)."""
 
     def __init__(self, engine: TokenRolloutEngine):
-        self.engine, self.seconds = engine, 0.0
+        self.engine, self.times = engine, {"generate_s": 0.0}
 
     @property
     def version(self) -> int:
         return self.engine.version
 
     def generate_ids(self, prompts, n, temperature, max_tokens, top_p=1.0, seed=None, stop=()):
-        started = time.perf_counter()
-        try:
+        with timed("generate_s", into=self.times):
             return self.engine.generate_ids(prompts, n, temperature, max_tokens, top_p, seed, stop)
-        finally:
-            self.seconds += time.perf_counter() - started
 
 
 def run_batch(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence[EnvSpec], n: int, cfg: AgentConfig,
@@ -88,10 +85,11 @@ def run_batch(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence[EnvSpe
     no envs: empty tables, and no session is opened."""
     if not envs:
         return AgentBatch(empty(AgentScored), empty(Steps), {}), AgentStats()
-    timed, started = TimedEngine(engine), time.perf_counter()
-    batch = rollout_episodes(timed, fmt, list(envs), n, cfg, sandbox, sandbox_cfg, max_context, iteration)
-    seconds = time.perf_counter() - started
-    return batch, agent_stats(batch.scored, batch.steps, seconds=seconds, generate_s=timed.seconds)
+    timed_engine = TimedEngine(engine)
+    with timed() as episodes:
+        batch = rollout_episodes(timed_engine, fmt, list(envs), n, cfg, sandbox, sandbox_cfg, max_context, iteration)
+    return batch, agent_stats(batch.scored, batch.steps, seconds=episodes.seconds,
+                              generate_s=timed_engine.times["generate_s"])
 
 
 def rollout_agent(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Mapping[str, EnvSpec], cfg: AgentConfig,

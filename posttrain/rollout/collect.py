@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass, fields
 
 import pandas as pd
@@ -29,6 +28,7 @@ from posttrain.config import RolloutConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.rollout.engine import RolloutEngine
 from posttrain.schemas import Trajectories, encode_floats, encode_ints
+from posttrain.timing import timed
 
 
 @dataclass
@@ -87,10 +87,9 @@ def collect(
     ``policy_version`` defaults to the version the engine serves (``engine.version``).
     """
     version = engine.version if policy_version is None else policy_version
-    started = time.perf_counter()
-    groups = engine.generate([e.prompt for e in envs], n=n, temperature=temperature, max_tokens=max_tokens,
-                             top_p=top_p, seed=seed)
-    seconds = time.perf_counter() - started
+    with timed() as generate:
+        groups = engine.generate([e.prompt for e in envs], n=n, temperature=temperature, max_tokens=max_tokens,
+                                 top_p=top_p, seed=seed)
     rows = []
     for env, group in zip(envs, groups):
         for idx, sample in enumerate(group):
@@ -116,8 +115,8 @@ def collect(
         prompts=len(envs),
         samples=len(table),
         tokens=tokens,
-        seconds=seconds,
-        tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+        seconds=generate.seconds,
+        tokens_per_s=tokens / generate.seconds if generate.seconds > 0 else 0.0,
         truncated_fraction=float((table["finish_reason"] == "length").mean()) if len(table) else 0.0,
     )
     return table, stats

@@ -49,11 +49,11 @@ import atexit
 import json
 import logging
 import threading
-import time
 from pathlib import Path
 
 from posttrain.config import RolloutConfig
 from posttrain.rollout.engine import STORAGE_KEYS, VLLMEngine
+from posttrain.timing import timed
 
 log = logging.getLogger(__name__)
 
@@ -116,11 +116,11 @@ def acquire(policy_dir: str, cfg: RolloutConfig, version: int) -> VLLMEngine:
     with _lock:
         if _live is not None and _live_key == key:
             if _live_weights != weights:
-                started = time.perf_counter()
-                _live.reload(policy_dir)
-                _count("reloads", time.perf_counter() - started)
+                with timed() as swap:
+                    _live.reload(policy_dir)
+                _count("reloads", swap.seconds)
                 log.info("vLLM engine: policy v%d swapped in place from %s (%.3f s)", version, policy_dir,
-                         time.perf_counter() - started)
+                         swap.seconds)
                 _live_weights = weights
             _live.version = version
             _live.use_prompts(cfg)
@@ -129,11 +129,10 @@ def acquire(policy_dir: str, cfg: RolloutConfig, version: int) -> VLLMEngine:
             log.warning("vLLM engine: restarting for policy v%d, the engine differs: %s", version,
                         "; ".join(differences(_live_key, key)))
             _close_live()
-        started = time.perf_counter()
-        engine = VLLMEngine(policy_dir, cfg)
-        _count("starts", time.perf_counter() - started)
-        log.info("vLLM engine: started for policy v%d from %s (%.1f s)", version, policy_dir,
-                 time.perf_counter() - started)
+        with timed() as start:
+            engine = VLLMEngine(policy_dir, cfg)
+        _count("starts", start.seconds)
+        log.info("vLLM engine: started for policy v%d from %s (%.1f s)", version, policy_dir, start.seconds)
         _register_exit_hooks()  # after vLLM (and multiprocessing) registered theirs: ours run first
         engine.version = version
         _live, _live_key, _live_weights = engine, key, weights
@@ -187,12 +186,13 @@ def acquire_timed(policy_dir: str, cfg: RolloutConfig, version: int) -> tuple[VL
 
     Returns ``(engine, start_s, swap_s)``: what this stage lost to starting things, for its timing stats.
     """
-    before, started = counters(), time.perf_counter()
-    engine = acquire(policy_dir, cfg, version)
-    waited, now = time.perf_counter() - started, counters()
+    before = counters()
+    with timed() as waited:
+        engine = acquire(policy_dir, cfg, version)
+    now = counters()
     if now["starts"] > before["starts"]:
-        return engine, waited, 0.0
-    return engine, 0.0, waited if now["reloads"] > before["reloads"] else 0.0
+        return engine, waited.seconds, 0.0
+    return engine, 0.0, waited.seconds if now["reloads"] > before["reloads"] else 0.0
 
 
 def _count(kind: str, seconds: float) -> None:

@@ -3,13 +3,14 @@
 The tracking URI comes from ``MLFLOW_TRACKING_URI`` (default ``sqlite:///<cwd>/mlflow.db``); artifacts of experiments
 created here go to ``<cwd>/mlartifacts`` so ``make mlflow-ui`` over the same store shows them. Run ids are passed
 explicitly between Flyte tasks (no global "active run"), so the same code works when tasks run in different pods.
-The metric dicts the Flyte tasks log are shaped here, by pure functions (``admission_counts``, ``admission_metrics``,
-``iteration_metrics``): names are ``<stage>/<field>``, e.g. ``rollout/tokens_per_s``, ``reward/mean``,
-``sandbox/p50_ms``, ``train/loss``, ``admission/coverage/pass_rate``.
+The metric dicts the Flyte tasks log are shaped by pure functions, here for admission (``admission_counts``,
+``admission_metrics``) and in ``metrics`` for an RL iteration's stages: names are ``<stage>/<field>``, e.g.
+``rollout/tokens_per_s``, ``reward/mean``, ``sandbox/p50_ms``, ``train/loss``, ``admission/coverage/pass_rate``.
 
 The package is the MLflow side of posttrain, above every stage it records: this module (runs, metrics, tables,
-registered versions), ``registry`` (aliases and the regression gate's promotion), ``run_report`` (the evaluation
-page logged on a run), ``run_lines`` and ``run_summary`` (what an RL run prints while it runs and when it ends).
+registered versions), ``metrics`` (an RL iteration's metrics from its stages'), ``registry`` (aliases and the
+regression gate's promotion), ``run_report`` (the evaluation page logged on a run), ``run_lines`` and ``run_summary``
+(what an RL run prints while it runs and when it ends).
 
 What is kept where: each policy version's directory stays where the update wrote it (the Flyte output; with the
 newest training states, ``training.checkpoints``); MLflow gets, per iteration, a reference to it (tags
@@ -29,9 +30,6 @@ Example:
     ...                        "passed": [True, False, True], "detail": ["solvability.ok", "coverage.x", "-"]})
     >>> admission_counts(report)
     {'admission/envs': 2, 'admission/admitted': 1, 'admission/rejected': 1}
-    >>> from posttrain.reward import RewardStats
-    >>> stage_metrics("reward", RewardStats(reward_mean=0.5, sandbox_p50_ms=12.0))["reward/mean"]
-    0.5
     >>> run_key({"iterations": 2}, "suite-sha", "policy-sha") == run_key({"iterations": 2}, "suite-sha", "policy-sha")
     True
     >>> run_key({"iterations": 2}, "suite-sha", "policy-sha") == run_key({"iterations": 3}, "suite-sha", "policy-sha")
@@ -50,22 +48,13 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import asdict
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from posttrain.admission.render import stats_json
 from posttrain.admission.report import admitted_ids
-from posttrain.evaluation.results import eval_metrics
 from posttrain.training.checkpoints import weight_files, weights_digest
-
-if TYPE_CHECKING:
-    from posttrain.reward import RewardStats
-    from posttrain.rollout.collect import RolloutStats
-    from posttrain.rollout.dynamic_sampling import DynamicSamplingStats
-    from posttrain.training.trainer import TrainStats
 
 POLICY_MODEL_NAME = "posttrain-policy"
 EVAL_RESULTS = "eval_results"  # the table an iteration that evaluated its version logs (``log_table``)
@@ -270,63 +259,6 @@ def admission_metrics(details: pd.DataFrame, stats: pd.DataFrame, wall_s: float)
         for key in ADMISSION_STAT_METRICS:
             if values.get(key) is not None:
                 metrics[f"admission/{check}/{key}"] = float(values[key])
-    return metrics
-
-
-def stage_metrics(stage: str, stats) -> dict[str, float]:
-    """A stage's stats dataclass as ``<stage>/<field>`` metrics; a field's own ``<stage>_`` prefix is dropped and
-    the reward stage's ``sandbox_*`` fields go under ``sandbox/`` (``sandbox_p50_ms`` -> ``sandbox/p50_ms``)."""
-    metrics = {}
-    for key, value in asdict(stats).items():
-        group = "sandbox" if key.startswith("sandbox_") else stage
-        metrics[f"{group}/{key.removeprefix(group + '_')}"] = value
-    return metrics
-
-
-def iteration_metrics(results: pd.DataFrame | None, rollout: RolloutStats, reward: RewardStats,
-                      train: TrainStats, iteration_s: float | None = None,
-                      dynamic: DynamicSamplingStats | None = None, window: RolloutStats | None = None,
-                      eval_s: float = 0.0) -> dict[str, float]:
-    """One RL iteration's metrics: the evaluation summary (``eval/...``, greedy and sampled pass@1; none when this
-    version was not evaluated), rollout, reward, sandbox and train stats, what dynamic sampling did
-    (``rollout/zero_variance_groups``, ...; only when it is on), and where the time went (``time_metrics``)."""
-    evaluation = eval_metrics(results) if results is not None else {}
-    sampling = stage_metrics("rollout", dynamic) if dynamic is not None else {}
-    return {**evaluation, **stage_metrics("rollout", rollout), **sampling, **stage_metrics("reward", reward),
-            **stage_metrics("train", train), **time_metrics(rollout, reward, train, iteration_s, window, eval_s)}
-
-
-def time_metrics(rollout: RolloutStats, reward: RewardStats, train: TrainStats, iteration_s: float | None = None,
-                 window: RolloutStats | None = None, eval_s: float = 0.0) -> dict[str, float]:
-    """Where iteration k's wall time went. Its window (since iteration k-1 was logged) runs: the reward stage of
-    the rollout that trained v_k (``reward``, refill rounds included), the update (``train``), the sample task of
-    v_k (``window``: engine start or swap, v_k's eval decode, the next rollout; ``rollout`` when not given), the
-    refill rounds' sampling (``rollout.refill_wall_s``) and the eval scoring of v_k (``eval_s``). ``time/<stage>_s``
-    for each; with ``iteration_s`` also ``time/untimed_s`` (tracking and orchestration: the rest) and
-    ``time/overhead_fraction`` = (engine start + untimed) / iteration.
-
-    >>> from posttrain.reward import RewardStats
-    >>> from posttrain.rollout.collect import RolloutStats
-    >>> from posttrain.training.trainer import TrainStats
-    >>> train = TrainStats(0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0.0, wall_s=2.0)
-    >>> m = time_metrics(RolloutStats(wall_s=3.0, engine_start_s=1.0), RewardStats(wall_s=4.0), train, 10.0)
-    >>> m["time/untimed_s"], m["time/overhead_fraction"]
-    (1.0, 0.2)
-    >>> m = time_metrics(RolloutStats(wall_s=3.0, refill_wall_s=1.0), RewardStats(wall_s=4.0), train, 16.0,
-    ...                  window=RolloutStats(wall_s=2.5, eval_seconds=1.5), eval_s=5.0)
-    >>> m["time/sample_s"], m["time/eval_score_s"], m["time/untimed_s"]
-    (3.5, 5.0, 1.5)
-    """
-    window = window or rollout
-    sample_s = window.wall_s + (rollout.refill_wall_s if window is not rollout else 0.0)
-    metrics = {"time/sample_s": sample_s, "time/engine_start_s": window.engine_start_s,
-               "time/engine_swap_s": window.engine_swap_s, "time/rollout_s": rollout.seconds,
-               "time/eval_decode_s": window.eval_seconds, "time/eval_score_s": eval_s, "time/reward_s": reward.wall_s,
-               "time/update_s": train.wall_s}
-    if iteration_s:
-        untimed = max(0.0, iteration_s - sample_s - reward.wall_s - train.wall_s - eval_s)
-        metrics.update({"time/iteration_s": iteration_s, "time/untimed_s": untimed,
-                        "time/overhead_fraction": (window.engine_start_s + untimed) / iteration_s})
     return metrics
 
 

@@ -1,12 +1,12 @@
 """The lines an RL run prints while it runs: where to open its MLflow run, then per policy version v_k one line for
 the iteration that trained it and one for its evaluation (``run_summary`` prints the table at the end).
 
-Each line is made from the metrics dict the iteration logs to MLflow (``tracking.iteration_metrics`` plus what the
-tracking task adds), so an iteration an earlier execution logged is shown from what its nested run holds. A part whose
-metrics are missing is left out: no eval line for a version that was not evaluated, no single-turn reward when the
-suite has agent envs only, no refill counts without dynamic sampling, no stage that took no time. Plain text, one
-line per event (no ANSI codes, no carriage returns): a terminal and a log file (``pyflyte run > run.log``, a pod's log)
-read the same, and ``write_lines`` writes each line with one write and a flush.
+Each line is made from the metrics dict the iteration logs to MLflow (``tracking.metrics.iteration_metrics`` plus
+what the tracking task adds), so an iteration an earlier execution logged is shown from what its nested run holds. A
+part whose metrics are missing is left out: no eval line for a version that was not evaluated, no single-turn reward
+when the suite has agent envs only, no refill counts without dynamic sampling, no stage that took no time. Plain
+text, one line per event (no ANSI codes, no carriage returns): a terminal and a log file (``pyflyte run > run.log``, a
+pod's log) read the same, and ``write_lines`` writes each line with one write and a flush.
 
 Example:
     >>> metrics = {"reward/samples": 128, "reward/mean": 0.41, "reward/learnable_fraction": 0.59375,

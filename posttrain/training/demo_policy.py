@@ -26,7 +26,6 @@ import json
 import math
 import os
 import shutil
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -35,6 +34,7 @@ from pathlib import Path
 import torch
 
 from posttrain.config import DEMO_SUITE, DemoPolicyConfig
+from posttrain.timing import timed
 from posttrain.training.checkpoints import POLICY_META
 
 SPECIAL_TOKENS = ("<s>", "</s>", "<pad>")  # ids 0, 1, 2
@@ -107,7 +107,7 @@ def build_demo_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, pairs: 
 def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -> Path:
     from transformers import LlamaForCausalLM, set_seed
 
-    start = time.perf_counter()
+    clock = timed()
     set_seed(cfg.seed)
     tokenizer = train_tokenizer([t for pair in pairs for t in pair], cfg.vocab_size)
     model = LlamaForCausalLM(_model_config(cfg, tokenizer))
@@ -140,7 +140,7 @@ def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -
     tokenizer.save_pretrained(out)
     meta = {"version": 0, "demo_policy": asdict(cfg), "num_pairs": len(pairs), "pairs_sha256": _digest(pairs),
             "final_sft_loss": float(loss.detach()),
-            "build_seconds": round(time.perf_counter() - start, 1)}
+            "build_seconds": round(clock.seconds, 1)}
     (out / POLICY_META).write_text(json.dumps(meta, indent=2))  # written last: marks the dir complete
     return out
 

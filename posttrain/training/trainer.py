@@ -48,7 +48,6 @@ import json
 import logging
 import os
 import socket
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,6 +57,7 @@ import torch
 
 from posttrain import precision
 from posttrain.config import TrainConfig
+from posttrain.timing import timed
 from posttrain.training.algorithms import aggregate, check_aggregation, get_policy_loss
 from posttrain.training.algorithms.objective import per_token_objective
 from posttrain.training.algorithms.tis import behavior_mismatch
@@ -287,7 +287,7 @@ class PolicyTrainer:
         with W * A. A step's stats are its micro batches' stats, weighted as their losses are, summed over ranks.
         Stats stay device tensors until the update ends, so no micro step waits on the device to report them.
         """
-        start = time.perf_counter()
+        clock = timed()
         live = {s.group_id for s in samples if s.advantage != 0.0}
         keep = [i for i, s in enumerate(samples) if s.group_id in live]
         before = self._score_before_update(samples, keep)
@@ -332,7 +332,7 @@ class PolicyTrainer:
         return TrainStats(loss=means.get("loss", 0.0), clip_fraction=means.get("clip_fraction", unreported),
                           approx_kl=means.get("approx_kl", unreported), grad_norm=means.get("grad_norm", 0.0),
                           num_samples=len(keep) * self.cfg.epochs, num_tokens=num_tokens, steps=steps,
-                          seconds=time.perf_counter() - start,
+                          seconds=clock.seconds,
                           skipped_samples=(len(samples) - len(keep)) * self.cfg.epochs,
                           entropy=means.get("entropy", unreported), kl=means.get("kl", unreported),
                           behavior_kl=behavior_kl, bf16=self.bf16)

@@ -124,19 +124,18 @@ def test_agent_sample_rolls_out_and_evaluates_on_the_live_engine_and_caches(agen
     assert all("result/tests_pass" in json.loads(a) for a in results.assertions)
     assert set(eval_steps.group_id) == {f"eval-v2/{i}" for i in evals}
 
-    # the stats: episodes, turns, calls, finish reasons, tokens, timings, the prefix cache
-    stats, eval_stats = out.stats, out.eval_stats
-    assert stats.episodes == 4
-    assert eval_stats.episodes == 2
-    assert stats.model_turns == len(steps.drop_duplicates(["group_id", "sample_idx", "turn"])) >= 4
-    assert sum(getattr(stats, f"finish_{r}") for r in FINISH_REASONS) == 4
-    assert stats.tokens == int(scored.tokens.sum()) > 0
-    assert stats.solve_rate == 0.0
-    assert stats.engine_start_s + stats.engine_swap_s >= 0
-    assert stats.wall_s >= stats.seconds > stats.generate_s > 0
-    assert stats.prompt_tokens > 0
-    assert stats.prefix_cache_hit > 0  # the eval's episodes cached the stable prefix
-    print(f"agent_sample: rollout {stats}\neval {eval_stats}")
+    # the metrics: episodes, turns, calls, finish reasons, tokens, timings, the prefix cache
+    metrics, eval_metrics = out.metrics, out.eval_metrics
+    assert metrics["agent/episodes"] == 4
+    assert eval_metrics["agent_eval/episodes"] == 2
+    assert metrics["agent/steps_mean"] * 4 == len(steps.drop_duplicates(["group_id", "sample_idx", "turn"])) >= 4
+    assert sum(metrics[f"agent/finish/{r}"] for r in FINISH_REASONS) == pytest.approx(1.0)
+    assert metrics["agent/tokens"] == int(scored.tokens.sum()) > 0
+    assert metrics["agent/solve_rate"] == 0.0
+    assert metrics["agent/engine_start_s"] + metrics["agent/engine_swap_s"] >= 0
+    assert metrics["agent/wall_s"] >= metrics["agent/seconds"] > metrics["agent/generate_s"] > 0
+    assert metrics["agent/prefix_cache_hit"] > 0  # the eval's episodes cached the stable prefix
+    print(f"agent_sample: rollout {metrics}\neval {eval_metrics}")
 
     # an identical call is served from Flyte's cache: nothing runs
     def must_not_run(*args, **kwargs):
@@ -148,7 +147,7 @@ def test_agent_sample_rolls_out_and_evaluates_on_the_live_engine_and_caches(agen
     assert again.scored.equals(scored)
     assert again.eval_results.equals(results)
     assert again.steps.equals(steps)
-    assert again.stats == stats
+    assert again.metrics == metrics
 
 
 @pytest.mark.integration
@@ -163,8 +162,7 @@ def test_a_suite_without_agent_envs_starts_no_engine(tiny_policy, flyte_cache):
                        sandbox=SandboxConfig(), rollout_cfg=RolloutConfig(replicas=1), policy_version=0, rollout=True,
                        evaluate=True)
     assert len(out.scored) == len(out.steps) == len(out.eval_results) == len(out.eval_steps) == 0
-    assert out.stats.episodes == out.eval_stats.episodes == 0
-    assert out.stats.engine_start_s == 0
+    assert (out.metrics, out.eval_metrics) == ({"agent/episodes": 0.0}, {"agent_eval/episodes": 0.0})
     assert live.counters() == before
 
 

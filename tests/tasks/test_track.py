@@ -19,6 +19,7 @@ from posttrain.reward import reward_stats
 from posttrain.rollout.collect import RolloutStats
 from posttrain.schemas import Scored
 from posttrain.tracking import registry
+from posttrain.tracking.metrics import reward_metrics, rollout_metrics, sample_times, train_metrics
 from posttrain.training.trainer import TrainStats
 from tasks.track import log_baseline, log_iteration, start_tracking
 from tests import mlflow_store
@@ -67,12 +68,15 @@ def printed(capfd) -> list[str]:
 def test_each_version_prints_its_lines_once_logged_and_a_rerun_prints_them_resumed(store, capfd):
     parent = tracking.start_run("posttrain-track-test", run_name="rl_loop-x")
     registry.record_lineage(parent, "suite-sha")
-    log_baseline(run_id=parent, results=results(0, {"a": False, "b": True}), policy=policy(store, 0))
-    table = scored()
-    iteration = dict(run_id=parent, iteration=1, rollout_stats=RolloutStats(prompts=2, samples=4, wall_s=2.0),
-                     scored=table, reward_stats=reward_stats(table, wall_s=1.5),
-                     train_stats=TrainStats(0.1, 0.0, 0.0, 1.0, 4, 4, 1, 0.5, wall_s=3.0), policy=policy(store, 1),
-                     results=results(1, {"a": True, "b": True}), eval_s=0.5)
+    baseline = dict(run_id=parent, policy=policy(store, 0), results=results(0, {"a": False, "b": True}), metrics=[],
+                    steps={})
+    log_baseline(**baseline)
+    table, rollout = scored(), RolloutStats(prompts=2, samples=4, wall_s=2.0)
+    stages = [sample_times(rollout), rollout_metrics(rollout), reward_metrics(reward_stats(table, wall_s=1.5)),
+              train_metrics(TrainStats(0.1, 0.0, 0.0, 1.0, 4, 4, 1, 0.5, wall_s=3.0), table, trained_from=0),
+              {"time/eval_score_s": 0.5}]
+    iteration = dict(run_id=parent, iteration=1, policy=policy(store, 1), metrics=stages, scored=table, steps={},
+                     results=results(1, {"a": True, "b": True}))
     log_iteration(**iteration)
     first = printed(capfd)
     assert first[0] == "v0 eval  greedy 0.500  (2 envs)"
@@ -81,7 +85,7 @@ def test_each_version_prints_its_lines_once_logged_and_a_rerun_prints_them_resum
     assert first[2:] == ["v1 eval  greedy 1.000  (2 envs)"]
     assert len(first) == 3
 
-    log_baseline(run_id=parent, results=results(0, {"a": False, "b": True}), policy=policy(store, 0))
+    log_baseline(**baseline)
     log_iteration(**iteration)
     assert printed(capfd) == [line + RESUMED for line in first]  # from the store: the first execution's numbers
 

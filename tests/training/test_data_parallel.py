@@ -67,9 +67,10 @@ def test_two_processes_train_the_weights_one_process_trains(tiny_policy, monkeyp
     single = update(policy=policy, scored=scored, cfg=one, policy_version=1, reference=policy)
     parallel = update_parallel(policy=policy, scored=scored, cfg=two, policy_version=1, reference=policy)
 
-    assert parallel.stats.steps == single.stats.steps == 3  # 24 samples, 6 micro batches, 2 per step
-    assert parallel.stats.num_tokens == single.stats.num_tokens
-    assert parallel.stats.loss == pytest.approx(single.stats.loss, rel=1e-3, abs=1e-5)
+    # 24 samples, 6 micro batches, 2 per step
+    assert parallel.metrics["train/steps"] == single.metrics["train/steps"] == 3
+    assert parallel.metrics["train/num_tokens"] == single.metrics["train/num_tokens"]
+    assert parallel.metrics["train/loss"] == pytest.approx(single.metrics["train/loss"], rel=1e-3, abs=1e-5)
     start = load_file(str(tiny_policy / "model.safetensors"))
     a = load_file(str(single.policy.download()) + "/model.safetensors")
     b = load_file(str(parallel.policy.download()) + "/model.safetensors")
