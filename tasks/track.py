@@ -72,7 +72,7 @@ def log_baseline(run_id: str, policy: PolicyDir, results: DataFrame[EvalResults]
                  steps: dict[str, DataFrame[Steps]], promotion: PromotionConfig = PromotionConfig()) -> str:
     """Iteration 0: the starting policy's evaluation, so every curve starts at the baseline, with what its stages
     logged (``metrics``, ``steps``: with agent envs, its greedy episodes' ``agent_eval/*`` and ``agent_eval_steps``)."""
-    tables = {"eval_results": results, **steps}
+    tables = {tracking.EVAL_RESULTS: results, **steps}
     return _log_once(run_id, 0, baseline_metrics(metrics, results), tables, policy, results, promotion)
 
 
@@ -89,7 +89,7 @@ def log_iteration(run_id: str, iteration: int, policy: PolicyDir, metrics: list[
     table)."""
     iteration_s = tracking.seconds_since_iteration_logged(run_id, iteration - 1)
     logged = iteration_metrics(metrics, results, iteration_s)
-    tables = {"scored": scored} if results is None else {"scored": scored, "eval_results": results}
+    tables = {"scored": scored} if results is None else {"scored": scored, tracking.EVAL_RESULTS: results}
     if results is not None and previous is not None:
         tables["eval_flips"] = flips(results, previous)
         logged.update(flip_metrics(tables["eval_flips"]))
@@ -105,8 +105,10 @@ def _log_once(run_id: str, iteration: int, metrics: dict[str, float], tables: di
     if done is not None:
         write_lines(version_lines(iteration, tracking.client().get_run(done).data.metrics, resumed=True))
         return done
+    # the tag names where v_k lives (on a cluster the blob store's URI, not this pod's copy)
     child = tracking.log_iteration(run_id, iteration, metrics, tables=tables, policy_dir=policy.download(),
-                                   policy_version=iteration, finish=False)
+                                   policy_version=iteration, finish=False,
+                                   policy_uri=policy.remote_source or policy.path)
     # lineage tags, alias candidate; champion if it passes the regression gate
     registry.promote(child, results, promotion.regression_envs, promotion.max_regressions)
     tracking.finish_run(child)

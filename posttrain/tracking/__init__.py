@@ -217,10 +217,11 @@ def finished_iteration(parent_run_id: str, iteration: int) -> str | None:
 
 def log_iteration(parent_run_id: str, iteration: int, metrics: dict[str, float],
                   tables: dict[str, pd.DataFrame] | None = None, policy_dir: str = "", policy_version: int = -1,
-                  finish: bool = True) -> str:
+                  finish: bool = True, policy_uri: str = "") -> str:
     """One nested run per RL iteration; metrics go to it and to the parent (``step=iteration``). The iteration's
     nested run that already exists (an interrupted execution left it unfinished) is completed, not duplicated.
-    With ``policy_dir``, the version is referenced (``POLICY_URI_TAG``, ``POLICY_DIGEST_TAG``) and, when
+    With ``policy_dir`` (a local copy), the version is referenced (``POLICY_URI_TAG``: ``policy_uri``, where the
+    version lives, e.g. the blob store's URI on a cluster, else ``policy_dir``; ``POLICY_DIGEST_TAG``) and, when
     ``tables`` hold its evaluation (``EVAL_RESULTS``), its weights are logged and registered (``register_policy``).
     ``finish=False`` leaves the run open for the caller to add to and finish (``finish_run``)."""
     existing = [run.info.run_id for run in iteration_runs(parent_run_id, iteration)]
@@ -231,7 +232,7 @@ def log_iteration(parent_run_id: str, iteration: int, metrics: dict[str, float],
     for name, table in (tables or {}).items():
         log_table(child, table, name)
     if policy_dir:
-        client().set_tag(child, POLICY_URI_TAG, policy_dir)
+        client().set_tag(child, POLICY_URI_TAG, policy_uri or policy_dir)
         client().set_tag(child, POLICY_DIGEST_TAG, weights_digest(policy_dir))
     if policy_dir and EVAL_RESULTS in (tables or {}):
         registered = register_policy(child, policy_dir, policy_version)

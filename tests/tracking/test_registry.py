@@ -144,3 +144,14 @@ def test_admission_runs_and_the_training_runs_that_used_their_result_are_linked_
     assert "posttrain.admission_run_id" not in c.get_run(other).data.tags
     assert c.get_run(admission).data.tags[f"posttrain.used_by.{first}"] == "rl_loop"
     assert f"posttrain.used_by.{other}" not in c.get_run(admission).data.tags
+
+
+def test_an_iteration_references_its_version_where_it_lives_not_the_local_copy(store):
+    """On a cluster the track task reads a pod-local copy of v_k: the reference is the blob store's URI."""
+    parent = tracking.start_run("posttrain-registry-test", run_name="rl_loop-y", tags={"flyte.execution_id": "f2"})
+    local = policy_dir(store, 1)
+    child = tracking.log_iteration(parent, 1, {"reward/mean": 0.5}, policy_dir=local, policy_version=1,
+                                   policy_uri="s3://bucket/run-y/policy-v1")
+    tags = tracking.client().get_run(child).data.tags
+    assert tags[tracking.POLICY_URI_TAG] == "s3://bucket/run-y/policy-v1"
+    assert tags[tracking.POLICY_DIGEST_TAG] == weights_digest(local)
