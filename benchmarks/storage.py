@@ -31,16 +31,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from loop import run_loop  # benchmarks/ is this script's sys.path[0]
 
 TARGET = 1.2
 
@@ -53,20 +48,6 @@ def bf16_copy(policy: Path, out: Path) -> Path:
     shutil.copytree(policy, out)
     AutoModelForCausalLM.from_pretrained(policy, dtype=torch.bfloat16).save_pretrained(out)
     return out
-
-
-def run_loop(work: Path, cfg: dict) -> tuple[str, float]:
-    """``rl_loop`` with ``cfg`` into ``work``'s fresh MLflow store; the tracking URI and the wall seconds."""
-    uri = f"sqlite:///{work}/mlflow.db"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "POSTTRAIN_ARTIFACT_ROOT": (work / "artifacts").as_uri(),
-           "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}
-    command = [str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache", "workflows/rl_loop.py",
-               "rl_loop", "--cfg", json.dumps(cfg)]
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"rl_loop failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
-    return uri, time.perf_counter() - started
 
 
 def artifact_bytes(client, run_id: str, path: str | None = None) -> int:
@@ -143,7 +124,7 @@ def main() -> None:
     report = {"config": cfg, "bf16_weights_bytes": bf16_weights, "target": TARGET, "runs": {}}
     for name, policy in starts.items():
         (work / name).mkdir()
-        uri, seconds = run_loop(work / name, {**cfg, "policy": policy})
+        seconds, uri = run_loop(work / name, {**cfg, "policy": policy})
         report["runs"][name] = {**summary(measure(uri), bf16_weights), "wall_s": round(seconds, 1)}
         print(f"{name}: {json.dumps({k: v for k, v in report['runs'][name].items() if k != 'versions'})}",
               flush=True)
