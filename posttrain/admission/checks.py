@@ -141,10 +141,10 @@ def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: Admission
             rows += _coverage(batches, sound, cfg) + _skipped(envs, "coverage", why)
         if "discrimination" in checks:
             names = [cfg.weak_policy, cfg.strong_policy]
-            rows += _policy_rows(batches, "discrimination", sound, names, cfg, given) + \
+            rows += _policy_rows(batches, "discrimination", sound, names, cfg, given, rollout) + \
                 _skipped(envs, "discrimination", why)
         if cfg.learnability_policy:
-            rows += _policy_rows(batches, "learnability", sound, [cfg.learnability_policy], cfg, given) + \
+            rows += _policy_rows(batches, "learnability", sound, [cfg.learnability_policy], cfg, given, rollout) + \
                 _skipped(envs, "learnability", why)
     finally:
         batches.close()
@@ -205,8 +205,9 @@ def _coverage(batches: SandboxBatches, envs: list[EnvSpec], cfg: AdmissionConfig
 
 
 def _policy_rows(batches: SandboxBatches, check: str, envs: list[EnvSpec], names: list[str], cfg: AdmissionConfig,
-                 given: dict[str, SolutionPolicy]) -> list[CheckRow]:
-    """Discrimination (names = [weak, strong]) or learnability (names = [policy]) rows for ``envs``."""
+                 given: dict[str, SolutionPolicy], rollout: RolloutConfig | None) -> list[CheckRow]:
+    """Discrimination (names = [weak, strong]) or learnability (names = [policy]) rows for ``envs`` (``rollout``: how
+    checkpoint policies are served and prompted)."""
     if not envs:
         return []
     opened: list[tuple[str, SolutionPolicy]] = []
