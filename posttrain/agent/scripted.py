@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 
 from posttrain.agent.template import ChatFormat
@@ -30,19 +29,9 @@ from posttrain.rollout.engine import Sample
 SUBMIT = {"name": "submit", "arguments": {}}
 
 
-def call_text(call: Mapping | str) -> str:
-    """One call in the Hermes/Qwen format; a string is a raw turn, sent as it is (malformed calls, probes).
-
-    >>> call_text({"name": "submit", "arguments": {}})
-    '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
-    """
-    if isinstance(call, str):
-        return call
-    return f"<tool_call>{json.dumps({'name': call['name'], 'arguments': call['arguments']})}</tool_call>"
-
-
 class ScriptedPolicy:
-    """Follows ``scripts`` (task prompt -> list of calls ``{"name", "arguments"}`` or raw turn texts), then submits."""
+    """Follows ``scripts`` (task prompt -> list of calls ``{"name", "arguments"}``, written in the template's call
+    format, or raw turn texts, sent as they are: malformed calls, probes), then submits."""
 
     def __init__(self, fmt: ChatFormat, scripts: Mapping[str, Sequence[Mapping | str]], version: int = 0):
         self.fmt, self.scripts, self.version = fmt, dict(scripts), version
@@ -59,7 +48,8 @@ class ScriptedPolicy:
                      top_p: float = 1.0, seed: int | None = None, stop: Sequence[str] = ()) -> list[list[Sample]]:
         out = []
         for i, ids in enumerate(prompts):
-            text = call_text(self.next_call(self.fmt.tokenizer.decode(ids, skip_special_tokens=False)))
+            call = self.next_call(self.fmt.tokenizer.decode(ids, skip_special_tokens=False))
+            text = call if isinstance(call, str) else self.fmt.calls.render(call)
             tokens = self.fmt.encode(text + self.fmt.closing)
             limit = max_tokens[i] if isinstance(max_tokens, list) else max_tokens
             tokens, finish = (tokens, "stop") if len(tokens) <= limit else (tokens[:limit], "length")

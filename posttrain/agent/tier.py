@@ -58,10 +58,12 @@ def rollout_envs(envs: Mapping[str, EnvSpec], count: int, seed: int, iteration: 
 
 
 def chat_format(policy_dir: str, cfg: AgentConfig) -> ChatFormat:
-    """The chat format of the policy in ``policy_dir`` (its template, else ``AGENT_TEMPLATE``) with ``cfg.tools``."""
+    """The chat format of the policy in ``policy_dir`` (its template, else ``AGENT_TEMPLATE``) with ``cfg.tools`` and
+    ``cfg.tool_format``."""
     from transformers import AutoTokenizer
 
-    return ChatFormat(AutoTokenizer.from_pretrained(str(policy_dir)), tool_specs(cfg.tools))
+    return ChatFormat(AutoTokenizer.from_pretrained(str(policy_dir)), tool_specs(cfg.tools),
+                      call_format=cfg.tool_format)
 
 
 class TimedEngine:
