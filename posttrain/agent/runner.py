@@ -25,11 +25,11 @@ An episode that ends keeps its last window as *last prompt + last model tokens*,
 
 Example (a scripted policy here; a ``VLLMEngine`` the same way):
     >>> from posttrain.agent.scripted import ScriptedPolicy
-    >>> from posttrain.agent.template import ChatFormat
+    >>> from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
     >>> from posttrain.envs.tools import tool_specs
     >>> from posttrain.sandbox import make_sandbox
     >>> from posttrain.training.demo_policy import train_tokenizer
-    >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]))
+    >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]), AGENT_TEMPLATE)
     >>> task = AgentTask(env_id="t/ls", prompt="List the files, then submit.", files={"a.txt": "hi"})
     >>> oracle = ScriptedPolicy(fmt, {task.prompt: [{"name": "bash", "arguments": {"command": "ls"}}]})
     >>> with make_sandbox("bwrap").session() as session:

@@ -8,10 +8,10 @@ number of episodes in one batch. Admission runs oracle episodes (solvability) an
 use both as doubles of a model.
 
 Example:
-    >>> from posttrain.agent.template import ChatFormat
+    >>> from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
     >>> from posttrain.envs.tools import tool_specs
     >>> from posttrain.training.demo_policy import train_tokenizer
-    >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]))
+    >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]), AGENT_TEMPLATE)
     >>> oracle = ScriptedPolicy(fmt, {"List files.": [{"name": "bash", "arguments": {"command": "ls"}}]})
     >>> [[s]] = oracle.generate_ids([fmt.prompt_ids([{"role": "user", "content": "List files."}])], n=1,
     ...                             temperature=0, max_tokens=128)

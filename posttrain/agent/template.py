@@ -1,8 +1,10 @@
 """The agent chat format: a Hermes/Qwen-style Jinja template and the token pieces an episode is built from.
 
-Prompts are rendered with ``tokenizer.apply_chat_template(messages, tools=...)``: the policy's own template when its
-tokenizer has one, else ``AGENT_TEMPLATE`` (attached at render time, so no policy directory is rewritten). In
-``AGENT_TEMPLATE``, tools are listed in the system turn, the model calls them as ``<tool_call>{"name": ...,
+Prompts are rendered with ``tokenizer.apply_chat_template(messages, tools=...)``: the policy's own template, or the
+one given (``AgentConfig.chat_template``: ``agent_template``). A tokenizer without a template (a base model) is
+refused with a ``TemplateError`` naming what is missing: without turns there is no agent conversation to hold. The
+``agent`` template is ``AGENT_TEMPLATE``, the demo agent policy's (attached at render time, so no policy directory is
+rewritten); in it, tools are listed in the system turn, the model calls them as ``<tool_call>{"name": ...,
 "arguments": {...}}</tool_call>`` and each observation comes back in a ``tool`` turn. The demo tokenizer has no
 special tokens for the turn markers: they are plain text.
 
@@ -27,7 +29,7 @@ rendering sentinel conversations and taking differences (so it works for any inc
 Example (a demo-style byte-level BPE tokenizer, trained in place):
     >>> from posttrain.envs.tools import tool_specs
     >>> from posttrain.training.demo_policy import train_tokenizer
-    >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]))
+    >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]), AGENT_TEMPLATE)
     >>> print(fmt.render([{"role": "user", "content": "List files."}], add_generation_prompt=True))
     <s><|im_start|>system
     You solve tasks in a sandbox.
@@ -48,6 +50,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from posttrain.agent.parser import FORMATS, CallFormat, ToolCall
+from posttrain.rollout.chat_templates import NAMES, builtin
+from posttrain.rollout.prompts import own_template
 
 # Hermes/Qwen style, compact for small-vocabulary policies: one line per tool (name, argument names, description)
 # instead of the full JSON schema.
@@ -75,6 +79,15 @@ AGENT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '\\n<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
+CHOICES = ("auto", "agent", *NAMES)  # AgentConfig.chat_template
+
+
+def agent_template(name: str) -> str | None:
+    """The template text ``AgentConfig.chat_template`` names: None for ``auto`` (the tokenizer's own), ``agent``
+    (``AGENT_TEMPLATE``) or a built-in of ``posttrain.rollout.chat_templates``."""
+    return None if name == "auto" else AGENT_TEMPLATE if name == "agent" else builtin(name)
+
+
 BASE = [{"role": "user", "content": "x"}]  # a conversation's start, for the sentinel renderings
 SENTINEL = "\u2063SENTINEL\u2063"  # content no real message contains, used to split rendered text
 
@@ -93,7 +106,12 @@ class ChatFormat:
     def __init__(self, tokenizer, tools: Sequence[dict], chat_template: str | None = None,
                  call_format: str = "auto"):
         self.tokenizer, self.tools = tokenizer, list(tools)
-        self.template = chat_template or getattr(tokenizer, "chat_template", None) or AGENT_TEMPLATE
+        self.template = chat_template or own_template(tokenizer)
+        if not self.template:
+            raise TemplateError(
+                f"the tokenizer of {tokenizer.name_or_path or 'the policy'!r} has no chat template (no chat_template "
+                "in tokenizer_config.json, no chat_template.jinja): a base model has no turns for agent episodes. "
+                f"Give the policy a chat template, or name one in agent.chat_template: {list(CHOICES[1:])}")
         self.opened = self.render(BASE, add_generation_prompt=True)
         text = self.assistant_text(_assistant(SENTINEL))
         if not text.lstrip().startswith(SENTINEL):

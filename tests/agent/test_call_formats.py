@@ -124,3 +124,19 @@ def test_a_format_can_be_named_for_a_template_that_renders_no_calls(family_fmt):
     assert ChatFormat(tokenizer, [], chat_template=no_calls, call_format="hermes").calls.name == "hermes"
     with pytest.raises(TemplateError, match="no tool-call format 'xml'"):
         ChatFormat(tokenizer, [], chat_template=AGENT_TEMPLATE, call_format="xml")
+
+
+def test_the_tier_reads_the_policys_template_and_refuses_a_base_model(family_policy, tmp_path):
+    import shutil
+
+    from posttrain.agent.tier import chat_format
+    from posttrain.config import AgentConfig
+
+    assert chat_format(str(family_policy("llama3")), AgentConfig()).calls.name == "llama3_json"
+    base = shutil.copytree(family_policy("llama3"), tmp_path / "base")
+    (base / "chat_template.jinja").unlink()
+    with pytest.raises(TemplateError, match=f"the tokenizer of '{base}' has no chat template .*a base model"):
+        chat_format(str(base), AgentConfig())
+    named = chat_format(str(base), AgentConfig(chat_template="chatml", tool_format="hermes"))
+    assert (named.calls.name, named.closing) == ("hermes", "<|im_end|>\n")
+

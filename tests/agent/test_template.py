@@ -78,8 +78,11 @@ def test_a_tokenizer_with_its_own_template_is_served_by_the_same_code(tokenizer)
     assert '"name": "bash"' in fmt.render(TASK)
 
 
-def test_the_default_template_is_used_only_when_the_tokenizer_has_none(tokenizer, fmt):
-    assert tokenizer.chat_template is None
+def test_a_tokenizer_without_a_template_is_refused_naming_what_is_missing(tokenizer, fmt):
+    assert tokenizer.chat_template is None  # the demo policy is a base model: its fixture names the agent template
+    with pytest.raises(TemplateError, match=r"has no chat template \(no chat_template in tokenizer_config.json, no "
+                                            r"chat_template.jinja\).*agent.chat_template: \['agent', 'chatml'"):
+        ChatFormat(tokenizer, tool_specs(["bash", "submit"]))
     assert fmt.template == AGENT_TEMPLATE
 
 
