@@ -2,10 +2,11 @@
 
 A ``ScriptedPolicy`` answers each prompt with the next tool call of the script of the task it recognizes in the
 prompt (the task's user message), as token ids with logprob 0.0; past the end of a script, or for a task without
-one, it calls ``submit``. ``noop_policy`` has no scripts: it submits at once. The turn number is read from the
-prompt itself (how many generation prompts it holds), so the policy is stateless like an engine and serves any
-number of episodes in one batch. Admission runs oracle episodes (solvability) and no-op ones (anti-hacking); tests
-use both as doubles of a model.
+one, it calls ``submit``. Calls are written in the chat format's call format (``fmt.calls``). ``noop_policy`` has
+no scripts: it submits at once. The turn number is read from the prompt itself (how many generation prompts it
+holds; with a template whose generation prompt is empty, as Mistral's, how many closed assistant turns), so the
+policy is stateless like an engine and serves any number of episodes in one batch. Admission runs oracle episodes
+(solvability) and no-op ones (anti-hacking); tests use both as doubles of a model.
 
 Example:
     >>> from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
@@ -36,12 +37,14 @@ class ScriptedPolicy:
     def __init__(self, fmt: ChatFormat, scripts: Mapping[str, Sequence[Mapping | str]], version: int = 0):
         self.fmt, self.scripts, self.version = fmt, dict(scripts), version
         user = [{"role": "user", "content": "x"}]
-        self.turn_header = fmt.render(user, add_generation_prompt=True)[len(fmt.render(user)):]
+        opened = fmt.render(user, add_generation_prompt=True)[len(fmt.render(user)):]
+        # a prompt holds one generation prompt per turn; a template without one (Mistral) closes each earlier turn
+        self.turn_marker, self.marked_before = (opened, 1) if opened else (fmt.closing, 0)
 
     def next_call(self, prompt_text: str) -> Mapping | str:
         tasks = [task for task in self.scripts if task in prompt_text]
         script = self.scripts[max(tasks, key=len)] if tasks else []
-        turn = prompt_text.count(self.turn_header) - 1
+        turn = prompt_text.count(self.turn_marker) - self.marked_before
         return script[turn] if 0 <= turn < len(script) else SUBMIT
 
     def generate_ids(self, prompts: list[list[int]], n: int, temperature: float, max_tokens: int | list[int],

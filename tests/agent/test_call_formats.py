@@ -140,3 +140,16 @@ def test_the_tier_reads_the_policys_template_and_refuses_a_base_model(family_pol
     named = chat_format(str(base), AgentConfig(chat_template="chatml", tool_format="hermes"))
     assert (named.calls.name, named.closing) == ("hermes", "<|im_end|>\n")
 
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_scripted_policy_follows_its_script_turn_by_turn_in_each_family(family, family_fmt):
+    """Its turn is read from the prompt: generation prompts, or (Mistral's empty one) the closed turns."""
+    from posttrain.agent.scripted import SUBMIT, ScriptedPolicy
+
+    fmt = family_fmt(family)
+    policy = ScriptedPolicy(fmt, {"Fix calc.py.": CALLS[:1]})
+    context = fmt.prompt_ids([{"role": "user", "content": "Fix calc.py."}])
+    for call in (CALLS[0], SUBMIT, SUBMIT):
+        [[sample]] = policy.generate_ids([context], 1, 0.0, 256)
+        assert fmt.calls.parse(sample.text, ALLOWED) == [ToolCall(call["name"], call["arguments"])]
+        context += sample.token_ids + fmt.closing_ids(sample.token_ids) + fmt.observation_ids(["ok"])
