@@ -428,6 +428,14 @@ class AgentConfig(Validated):
     keep_recent_turns: int = declare(2, low=0, doc="turns whose observations stay whole when the context is compressed")
     summary_chars: int = declare(80, low=1, doc="characters of an observation's first line kept in its summary")
     state_file: str = declare(".agent/state.md", min_len=1, doc="workspace file where compressed observations persist")
+    chat_template: str = declare("auto", check=one_of("posttrain.agent.template:CHOICES"),
+                                 doc='The template of agent conversations (posttrain.agent.template): "auto" (the '
+                                     'policy\'s own; a base model without one is refused), "agent" (the demo agent '
+                                     'policy\'s compact one), or a built-in: "chatml", "mistral", "llama3"')
+    tool_format: str = declare("auto", check=one_of("posttrain.agent.parser:CHOICES"),
+                               doc='How the model writes tool calls (posttrain.agent.parser): "auto" (the format the '
+                                   'chat template renders past calls in), or one named: "hermes", "mistral", '
+                                   '"llama3_json"')
     temperature: float = declare(0.6, low=0, doc="sampling temperature of the agent's turns")
     top_p: float = declare(1.0, low=0, open_low=True, high=1, doc="nucleus sampling of the agent's turns (1.0: off)")
     seed: int = declare(0, doc="the agent engine's sampling seed")

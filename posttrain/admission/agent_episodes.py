@@ -57,7 +57,7 @@ def chat_format() -> ChatFormat:
     from posttrain.training.demo_policy import train_tokenizer  # torch is imported only when agent envs are admitted
 
     corpus = [AGENT_TEMPLATE, *(f"{t.name} {t.description} {' '.join(t.arguments)}" for t in TOOLS.values())]
-    return ChatFormat(train_tokenizer(corpus, 512), tool_specs(list(TOOLS)))
+    return ChatFormat(train_tokenizer(corpus, 512), tool_specs(list(TOOLS)), AGENT_TEMPLATE)
 
 
 def visible_tests(spec: EnvSpec) -> list[str]:

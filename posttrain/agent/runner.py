@@ -4,10 +4,11 @@ executed concurrently in their sandbox sessions.
 Each turn, top to bottom:
 
 1. one ``engine.generate_ids`` over the token-id contexts of every active episode (the engine sees exactly the
-   recorded tokens; generation stops at the template's end-of-turn string);
-2. each episode's model tokens become a ``model`` segment; its tool calls are parsed (``parser.py``) and run in its
-   session, episodes concurrently (``AgentConfig.tool_concurrency`` threads; the sandbox scheduler caps the total);
-   each call's step records what its session steps used (``StepLog``: CPU seconds summed, the largest peak);
+   recorded tokens; generation stops at the template's end-of-turn and the policy's end-of-sequence tokens);
+2. each episode's model tokens become a ``model`` segment; its tool calls are parsed in the template's call format
+   (``fmt.calls``: ``parser.py``) and run in its session, episodes concurrently (``AgentConfig.tool_concurrency``
+   threads; the sandbox scheduler caps the total); each call's step records what its session steps used
+   (``StepLog``: CPU seconds summed, the largest peak);
 3. termination: ``submit`` called, ``max_steps`` turns, the ``token_budget`` (model tokens, or no room left in the
    engine's context), the ``deadline``; otherwise the closing and observation tokens are appended as a masked
    ``template`` segment, and the context budget is applied (``budget.py``; the state files of the episodes that
@@ -25,11 +26,11 @@ An episode that ends keeps its last window as *last prompt + last model tokens*,
 
 Example (a scripted policy here; a ``VLLMEngine`` the same way):
     >>> from posttrain.agent.scripted import ScriptedPolicy
-    >>> from posttrain.agent.template import ChatFormat
+    >>> from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
     >>> from posttrain.envs.tools import tool_specs
     >>> from posttrain.sandbox import make_sandbox
     >>> from posttrain.training.demo_policy import train_tokenizer
-    >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]))
+    >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]), AGENT_TEMPLATE)
     >>> task = AgentTask(env_id="t/ls", prompt="List the files, then submit.", files={"a.txt": "hi"})
     >>> oracle = ScriptedPolicy(fmt, {task.prompt: [{"name": "bash", "arguments": {"command": "ls"}}]})
     >>> with make_sandbox("bwrap").session() as session:
@@ -49,7 +50,7 @@ from dataclasses import dataclass, field
 
 from posttrain.agent.budget import compress
 from posttrain.agent.episode import Episode, StepRecord, Turn
-from posttrain.agent.parser import CallError, parse_calls
+from posttrain.agent.parser import CallError, CallFormat
 from posttrain.agent.template import ChatFormat
 from posttrain.agent.tools import Observation, run_tool
 from posttrain.config import AgentConfig
@@ -119,7 +120,8 @@ def run_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, tasks: Sequence[Ag
                     cached_tokens=sample.cached_tokens,
                     text=fmt.tokenizer.decode(list(sample.token_ids), skip_special_tokens=False)))
             # step 2. every episode's tool calls, episodes concurrently, each timed to its own episode
-            list(pool.map(lambda i: _timed(episodes[i], act, episodes[i].turns[-1], sessions[i], allowed), live))
+            list(pool.map(lambda i: _timed(episodes[i], act, episodes[i].turns[-1], sessions[i], allowed, fmt.calls),
+                          live))
             # step 3. termination, or the template tokens and the context budget; state files concurrently
             compressed = [i for i in live if after_turn(episodes[i], fmt, tasks[i], cfg, max_context)]
             list(pool.map(lambda i: _timed(episodes[i], write_state, episodes[i], tasks[i], sessions[i], cfg),
@@ -147,9 +149,10 @@ def prepare(episode: Episode, task: AgentTask, session: SandboxSession) -> None:
         episode.finish("infra")
 
 
-def act(turn: Turn, session: SandboxSession, allowed: dict[str, tuple[str, ...]]) -> None:
-    """Run the calls of ``turn`` in order, recording a step and an observation each; stop after ``submit``."""
-    calls = parse_calls(turn.text, allowed)
+def act(turn: Turn, session: SandboxSession, allowed: dict[str, tuple[str, ...]], call_format: CallFormat) -> None:
+    """Run the calls of ``turn`` (in ``call_format``) in order, recording a step and an observation each; stop after
+    ``submit``."""
+    calls = call_format.parse(turn.text, allowed)
     if not calls:
         _record(turn, "", {}, Observation(NO_CALL, ok=False), 0.0, error="no_tool_call")
     for call in calls:

@@ -1,10 +1,22 @@
 """The agent chat format: a Hermes/Qwen-style Jinja template and the token pieces an episode is built from.
 
-Prompts are rendered with ``tokenizer.apply_chat_template(messages, tools=...)``: the policy's own template when its
-tokenizer has one, else ``AGENT_TEMPLATE`` (attached at render time, so no policy directory is rewritten). Tools are
-listed in the system turn, the model calls them as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` and
-each observation comes back in a ``tool`` turn. The demo tokenizer has no special tokens for the turn markers: they
-are plain text, and generation stops at the end-of-turn string (``ChatFormat.stop``).
+Prompts are rendered with ``tokenizer.apply_chat_template(messages, tools=...)``: the policy's own template, or the
+one given (``AgentConfig.chat_template``: ``agent_template``). A tokenizer without a template (a base model) is
+refused with a ``TemplateError`` naming what is missing: without turns there is no agent conversation to hold. The
+``agent`` template is ``AGENT_TEMPLATE``, the demo agent policy's (attached at render time, so no policy directory is
+rewritten); in it, tools are listed in the system turn, the model calls them as ``<tool_call>{"name": ...,
+"arguments": {...}}</tool_call>`` and each observation comes back in a ``tool`` turn. The demo tokenizer has no
+special tokens for the turn markers: they are plain text.
+
+Nothing about the format is assumed; it is read from the template:
+
+- ``closing``: what the template writes after an assistant's text; generation stops at it (``stop``: the closing
+  without surrounding whitespace), and at the policy's end-of-sequence tokens (the engine's ``stop_token_ids``);
+- ``calls``: the tool-call format (``posttrain.agent.parser.FORMATS``) that parses back the call the template renders
+  for a past assistant turn (exactly one must), unless one is named (``AgentConfig.tool_format``: for a template
+  that renders no past calls);
+- an assistant's text may follow the generation prompt after whitespace (Mistral writes ``[/INST] answer``): the
+  model writes that space itself.
 
 An episode is never re-tokenized: ``ChatFormat`` derives, once, the template text around the model's own tokens by
 rendering sentinel conversations and taking differences (so it works for any incremental template):
@@ -17,7 +29,7 @@ rendering sentinel conversations and taking differences (so it works for any inc
 Example (a demo-style byte-level BPE tokenizer, trained in place):
     >>> from posttrain.envs.tools import tool_specs
     >>> from posttrain.training.demo_policy import train_tokenizer
-    >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]))
+    >>> fmt = ChatFormat(train_tokenizer(["x = 1\\n"], 300), tool_specs(["bash", "submit"]), AGENT_TEMPLATE)
     >>> print(fmt.render([{"role": "user", "content": "List files."}], add_generation_prompt=True))
     <s><|im_start|>system
     You solve tasks in a sandbox.
@@ -29,15 +41,17 @@ Example (a demo-style byte-level BPE tokenizer, trained in place):
     List files.<|im_end|>
     <|im_start|>assistant
     <BLANKLINE>
-    >>> fmt.closing, fmt.observation_text(["hi"])
-    ('<|im_end|>', '\\n<|im_start|>tool\\nhi<|im_end|>\\n<|im_start|>assistant\\n')
+    >>> fmt.closing, fmt.stop, fmt.calls.name, fmt.observation_text(["hi"])
+    ('<|im_end|>', ['<|im_end|>'], 'hermes', '\\n<|im_start|>tool\\nhi<|im_end|>\\n<|im_start|>assistant\\n')
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-END_OF_TURN = "<|im_end|>"
+from posttrain.agent.parser import FORMATS, CallFormat, ToolCall
+from posttrain.rollout.chat_templates import NAMES, builtin
+from posttrain.rollout.prompts import own_template
 
 # Hermes/Qwen style, compact for small-vocabulary policies: one line per tool (name, argument names, description)
 # instead of the full JSON schema.
@@ -65,26 +79,70 @@ AGENT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '\\n<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
+CHOICES = ("auto", "agent", *NAMES)  # AgentConfig.chat_template
+
+
+def agent_template(name: str) -> str | None:
+    """The template text ``AgentConfig.chat_template`` names: None for ``auto`` (the tokenizer's own), ``agent``
+    (``AGENT_TEMPLATE``) or a built-in of ``posttrain.rollout.chat_templates``."""
+    return None if name == "auto" else AGENT_TEMPLATE if name == "agent" else builtin(name)
+
+
+BASE = [{"role": "user", "content": "x"}]  # a conversation's start, for the sentinel renderings
 SENTINEL = "\u2063SENTINEL\u2063"  # content no real message contains, used to split rendered text
 
 
+PROBE = {"name": "probe", "arguments": {"arg": "value"}}  # the past call whose rendering tells the call format
+
+
 class TemplateError(ValueError):
-    """The chat template does not render conversations incrementally (a prefix changed when a turn was added)."""
+    """The chat template does not render conversations as the agent needs: incrementally (a prefix changed when a
+    turn was added), with a call format it renders past calls in."""
 
 
 class ChatFormat:
     """Rendering and tokenizing of agent conversations for one tokenizer and tool list (see module docstring)."""
 
-    def __init__(self, tokenizer, tools: Sequence[dict], chat_template: str | None = None):
+    def __init__(self, tokenizer, tools: Sequence[dict], chat_template: str | None = None,
+                 call_format: str = "auto"):
         self.tokenizer, self.tools = tokenizer, list(tools)
-        self.template = chat_template or getattr(tokenizer, "chat_template", None) or AGENT_TEMPLATE
-        self.stop = [END_OF_TURN]
-        base = [{"role": "user", "content": "x"}]
-        opened = self.render(base, add_generation_prompt=True)
-        closed = self.render(base + [_assistant(SENTINEL)])
-        if not closed.startswith(opened + SENTINEL):
+        self.template = chat_template or own_template(tokenizer)
+        if not self.template:
+            raise TemplateError(
+                f"the tokenizer of {tokenizer.name_or_path or 'the policy'!r} has no chat template (no chat_template "
+                "in tokenizer_config.json, no chat_template.jinja): a base model has no turns for agent episodes. "
+                f"Give the policy a chat template, or name one in agent.chat_template: {list(CHOICES[1:])}")
+        self.opened = self.render(BASE, add_generation_prompt=True)
+        text = self.assistant_text(_assistant(SENTINEL))
+        if not text.lstrip().startswith(SENTINEL):
             raise TemplateError("chat template: an assistant turn does not extend the generation prompt")
-        self.closing = closed[len(opened) + len(SENTINEL):]  # e.g. "<|im_end|>"
+        self.closing = text.lstrip()[len(SENTINEL):]  # e.g. "<|im_end|>"
+        self.stop = [self.closing.strip()] if self.closing.strip() else []
+        self.calls = self._call_format(call_format)
+
+    def assistant_text(self, message: dict) -> str:
+        """What the template writes for the assistant turn ``message`` after the generation prompt (closing
+        included)."""
+        closed = self.render(BASE + [message])
+        if not closed.startswith(self.opened):
+            raise TemplateError("chat template: an assistant turn does not extend the generation prompt")
+        return closed[len(self.opened):]
+
+    def _call_format(self, name: str) -> CallFormat:
+        """The format ``name``, else (``auto``) the one registered format that parses back the template's rendering
+        of ``PROBE`` (a past call)."""
+        if name != "auto":
+            if name not in FORMATS:
+                raise TemplateError(f"no tool-call format {name!r}; formats: {list(FORMATS)}")
+            return FORMATS[name]
+        text = self.assistant_text({**_assistant(""), "tool_calls": [{"type": "function", "function": PROBE}]})
+        fits = [f for f in FORMATS.values()
+                if f.parse(text, {PROBE["name"]: tuple(PROBE["arguments"])}) == [ToolCall(**PROBE)]]
+        if len(fits) != 1:
+            raise TemplateError(f"chat template: its past tool call {text!r} parses back in "
+                                f"{[f.name for f in fits] or 'no'} format of {list(FORMATS)}, not exactly one; "
+                                "name the format (agent.tool_format)")
+        return fits[0]
 
     def render(self, messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
         return self.tokenizer.apply_chat_template(list(messages), tools=self.tools or None, tokenize=False,
@@ -112,7 +170,7 @@ class ChatFormat:
 
     def observation_text(self, observations: Sequence[str]) -> str:
         """The tool turn(s) carrying ``observations`` and the next generation prompt, as the template renders them."""
-        base = [{"role": "user", "content": "x"}, _assistant(SENTINEL)]
+        base = [*BASE, _assistant(SENTINEL)]
         before = self.render(base)
         after = self.render(base + [{"role": "tool", "content": o} for o in observations], add_generation_prompt=True)
         if not after.startswith(before):

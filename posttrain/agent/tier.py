@@ -35,7 +35,7 @@ import pandas as pd
 
 from posttrain.agent.metrics import AgentStats, agent_stats
 from posttrain.agent.rollout import AgentBatch, rollout_episodes
-from posttrain.agent.template import ChatFormat
+from posttrain.agent.template import ChatFormat, agent_template
 from posttrain.config import AgentConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.tools import tool_specs
@@ -58,10 +58,12 @@ def rollout_envs(envs: Mapping[str, EnvSpec], count: int, seed: int, iteration: 
 
 
 def chat_format(policy_dir: str, cfg: AgentConfig) -> ChatFormat:
-    """The chat format of the policy in ``policy_dir`` (its template, else ``AGENT_TEMPLATE``) with ``cfg.tools``."""
+    """The chat format of the policy in ``policy_dir`` (its template, or ``cfg.chat_template``'s; a ``TemplateError``
+    for a base model without one) with ``cfg.tools`` and ``cfg.tool_format``."""
     from transformers import AutoTokenizer
 
-    return ChatFormat(AutoTokenizer.from_pretrained(str(policy_dir)), tool_specs(cfg.tools))
+    return ChatFormat(AutoTokenizer.from_pretrained(str(policy_dir)), tool_specs(cfg.tools),
+                      agent_template(cfg.chat_template), cfg.tool_format)
 
 
 class TimedEngine:

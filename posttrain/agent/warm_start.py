@@ -129,7 +129,8 @@ def main_agent_policy(out_dir: str | os.PathLike, suite: str = AGENT_SUITE, cfg:
             return Path(out_dir)
         train = [e for e in load_suite(suite).envs if e.split == "train" and e.kind == "agent" and e.oracle] + warm_up
         single = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
-        scratch = ChatFormat(train_tokenizer([t for pair in single for t in pair], 384), tool_specs(agent_cfg.tools))
+        scratch = ChatFormat(train_tokenizer([t for pair in single for t in pair], 384), tool_specs(agent_cfg.tools),
+                             AGENT_TEMPLATE)
         box = make_sandbox(sandbox_cfg or SandboxConfig())
         try:
             pairs = oracle_pairs(train, [e.oracle for e in train], scratch, box, agent_cfg)

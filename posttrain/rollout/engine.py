@@ -46,7 +46,7 @@ from typing import Iterator, Protocol, Sequence
 from posttrain import precision
 from posttrain.config import RolloutConfig
 from posttrain.rollout.engine_host import BIND_ENV, EngineHost, cores, refuse_unguarded_start
-from posttrain.rollout.prompts import PromptFormat
+from posttrain.rollout.prompts import PromptFormat, stop_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,8 @@ class VLLMEngine:
 
     ``version`` is the policy version it serves (set by whoever loads weights into it; -1: unknown). ``seed`` seeds
     the engine's sampler, used by requests without a seed of their own. ``prompts`` renders ``generate``'s text
-    prompts (``use_prompts`` changes its settings).
+    prompts (``use_prompts`` changes its settings). ``stop_token_ids``: the policy's end-of-sequence ids
+    (``posttrain.rollout.prompts.stop_token_ids``), where every request stops.
     """
 
     def __init__(self, policy_dir: str, cfg: RolloutConfig, seed: int | None = None, version: int = -1):
@@ -96,6 +97,7 @@ class VLLMEngine:
         self.policy_dir = str(policy_dir)
         self.version = version
         self.prompts = PromptFormat.load(self.policy_dir, cfg.chat_template, cfg.system_prompt)
+        self.stop_token_ids = stop_token_ids(self.prompts.tokenizer, self.policy_dir)
         seed = cfg.seed if seed is None else seed
         self.dtype = precision.engine_dtype(cfg.dtype, cuda=precision.cuda_bf16())  # "auto": native bf16, else fp32
         # processed log-probs: of the distribution each token was drawn from (after temperature and top_p), which
@@ -142,7 +144,7 @@ class VLLMEngine:
     def _generate(self, prompts: list, n: int, temperature: float, max_tokens: int | list[int], top_p: float,
                   seed: int | None, stop: Sequence[str] = ()) -> list[list[Sample]]:
         outputs = self.request_outputs(prompts, sampling_params(len(prompts), n, temperature, max_tokens, top_p, seed,
-                                                                stop))
+                                                                stop, self.stop_token_ids))
         return [[_to_sample(out, choice) for choice in out.outputs] for out in outputs]
 
     def request_outputs(self, prompts: list, params: dict | list[dict]) -> list:
@@ -193,10 +195,13 @@ class VLLMEngine:
 
 
 def sampling_params(prompts: int, n: int, temperature: float, max_tokens: int | list[int], top_p: float = 1.0,
-                    seed: int | None = None, stop: Sequence[str] = ()) -> dict | list[dict]:
+                    seed: int | None = None, stop: Sequence[str] = (),
+                    stop_token_ids: Sequence[int] = ()) -> dict | list[dict]:
     """The ``SamplingParams`` fields of ``VLLMEngine.generate``'s requests: one dict for all prompts, or one per
     prompt (per-prompt seeds or budgets). Every request returns its sampled tokens' log-probabilities; texts are
-    decoded once at the end unless stop strings need vLLM's incremental detokenizer.
+    decoded once at the end unless stop strings need vLLM's incremental detokenizer, which then keeps special tokens
+    (a stop string may be one, such as a template's end-of-turn). Generation stops at any of ``stop_token_ids``
+    (kept in the output, as vLLM keeps EOS).
 
     >>> sampling_params(2, n=4, temperature=1.0, max_tokens=[8, 16], seed=10)[1]["seed"]   # prompt 1: 10 + 1 * 4
     14
@@ -207,6 +212,7 @@ def sampling_params(prompts: int, n: int, temperature: float, max_tokens: int | 
         return {"n": n, "temperature": temperature, "top_p": top_p, "logprobs": 0,
                 "max_tokens": max_tokens[i] if isinstance(max_tokens, list) else max_tokens,
                 "stop": list(stop) or None, "include_stop_str_in_output": bool(stop), "detokenize": bool(stop),
+                "skip_special_tokens": not stop, "stop_token_ids": list(stop_token_ids) or None,
                 "seed": None if seed is None else seed + i * n}  # vLLM gives sample j the seed + j
 
     uniform = seed is None and not isinstance(max_tokens, list)

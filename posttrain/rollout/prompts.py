@@ -19,6 +19,11 @@ without the tokenizer's own special tokens (the template writes them, as transfo
 the BOS a tokenizer adds on plain encoding is prepended only when the template did not write it, so there is exactly
 one either way.
 
+Generation stops at the policy's end-of-sequence tokens, ``stop_token_ids``: the tokenizer's EOS and every id of
+``generation_config.json``'s ``eos_token_id`` (an int or a list: Llama 3 lists ``<|eot_id|>``, ``<|eom_id|>`` and
+``<|end_of_text|>``). ``VLLMEngine`` sends them as every request's ``stop_token_ids``, in both tiers (vLLM also reads
+``generation_config.json`` itself, by default; the engine does not rely on it).
+
 Example (a demo-style tokenizer: BOS on encode, no template of its own):
     >>> from posttrain.training.demo_policy import train_tokenizer
     >>> tok = train_tokenizer(["# add_1(x)\\n"], 300)
@@ -41,7 +46,9 @@ Example (a demo-style tokenizer: BOS on encode, no template of its own):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 from posttrain.rollout.chat_templates import builtin
 
@@ -100,3 +107,14 @@ def adds_bos(tokenizer) -> bool:
     """Whether the tokenizer puts its BOS first when it encodes plain text."""
     bos = tokenizer.bos_token_id
     return bos is not None and list(tokenizer("x").input_ids[:1]) == [bos]
+
+
+def stop_token_ids(tokenizer, policy_dir: str | None = None) -> list[int]:
+    """The policy's end-of-sequence ids, sorted: the tokenizer's EOS and ``generation_config.json``'s
+    ``eos_token_id`` (one id or a list) in ``policy_dir``, when it has one."""
+    ids = {tokenizer.eos_token_id} - {None}
+    config = Path(policy_dir) / "generation_config.json" if policy_dir else None
+    if config is not None and config.is_file():
+        eos = json.loads(config.read_text()).get("eos_token_id")
+        ids.update([eos] if isinstance(eos, int) else eos or [])
+    return sorted(ids)

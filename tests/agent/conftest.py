@@ -1,5 +1,6 @@
-"""Fixtures of the agent tests: the demo policy's tokenizer and chat format, and sandboxes of every backend
-(docker only where dockerd and the sandbox image are there, as in ``tests/sandbox/docker``)."""
+"""Fixtures of the agent tests: the demo policy's tokenizer and its chat format (the ``agent`` template), and
+sandboxes of every backend (docker only where dockerd and the sandbox image are there, as in
+``tests/sandbox/docker``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.agent.template import ChatFormat
+from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
 from posttrain.config import DockerPoolConfig, SandboxConfig, default_policy_dir
 from posttrain.envs.tools import TOOLS, tool_specs
 from posttrain.sandbox import make_sandbox
@@ -31,7 +32,7 @@ def tokenizer(demo_policy):
 
 @pytest.fixture(scope="session")
 def fmt(tokenizer) -> ChatFormat:
-    return ChatFormat(tokenizer, tool_specs(list(TOOLS)))
+    return ChatFormat(tokenizer, tool_specs(list(TOOLS)), AGENT_TEMPLATE)
 
 
 @pytest.fixture(scope="module", params=["bwrap-warm", "docker"])

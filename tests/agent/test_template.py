@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.agent.scripted import call_text
+from posttrain.agent.parser import FORMATS
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat, TemplateError
 from posttrain.envs.tools import tool_specs
 
@@ -47,7 +47,7 @@ def test_observations_render_as_tool_turns_then_the_next_generation_prompt(fmt):
 
 def test_pieces_concatenate_to_the_full_rendering_of_the_conversation(fmt):
     call = {"name": "bash", "arguments": {"command": "ls"}}
-    model = call_text(call) + "<|im_end|>"
+    model = FORMATS["hermes"].render(call) + "<|im_end|>"
     pieces = fmt.render(TASK, add_generation_prompt=True) + model + fmt.observation_text(["a.py\n"])
     structured = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": call}]}
     full = fmt.render([*TASK, structured, {"role": "tool", "content": "a.py\n"}], add_generation_prompt=True)
@@ -69,7 +69,7 @@ QWEN_LIKE = (  # a Qwen2.5-style template: tool results go back as a user turn w
 
 
 def test_a_tokenizer_with_its_own_template_is_served_by_the_same_code(tokenizer):
-    fmt = ChatFormat(tokenizer, tool_specs(["bash", "submit"]), chat_template=QWEN_LIKE)
+    fmt = ChatFormat(tokenizer, tool_specs(["bash", "submit"]), chat_template=QWEN_LIKE, call_format="hermes")
     assert fmt.closing == "<|im_end|>\n"
     assert fmt.closing_text("<tool_call>x</tool_call><|im_end|>") == "\n"
     assert fmt.observation_text(["a", "b"]) == (
@@ -78,8 +78,11 @@ def test_a_tokenizer_with_its_own_template_is_served_by_the_same_code(tokenizer)
     assert '"name": "bash"' in fmt.render(TASK)
 
 
-def test_the_default_template_is_used_only_when_the_tokenizer_has_none(tokenizer, fmt):
-    assert tokenizer.chat_template is None
+def test_a_tokenizer_without_a_template_is_refused_naming_what_is_missing(tokenizer, fmt):
+    assert tokenizer.chat_template is None  # the demo policy is a base model: its fixture names the agent template
+    with pytest.raises(TemplateError, match=r"has no chat template \(no chat_template in tokenizer_config.json, no "
+                                            r"chat_template.jinja\).*agent.chat_template: \['agent', 'chatml'"):
+        ChatFormat(tokenizer, tool_specs(["bash", "submit"]))
     assert fmt.template == AGENT_TEMPLATE
 
 

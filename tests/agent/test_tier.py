@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 AGENT_ENVS = [e for e in specs() if e.split == "train"][:3] + [e for e in specs() if e.split == "eval"][:2]
 SINGLE_TURN = load_suite(DEMO_SUITE).envs[:2]  # the other tier's: never run here
 ENVS = {e.id: e for e in [*SINGLE_TURN, *AGENT_ENVS]}
-CFG = AgentConfig()
+CFG = AgentConfig(chat_template="agent")  # the tiny policy is a base model
 
 
 @pytest.fixture(scope="module")

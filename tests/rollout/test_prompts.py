@@ -11,7 +11,7 @@ import pytest
 
 from posttrain.config import ConfigError, RolloutConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.rollout.prompts import PromptFormat
+from posttrain.rollout.prompts import PromptFormat, stop_token_ids
 from posttrain.training.families import FAMILIES
 
 PROMPT = "# Write a function add_1(x) that returns x plus 1.\n"
@@ -128,3 +128,51 @@ def test_vllm_serves_each_family_and_the_trainer_scores_exactly_the_tokens_it_sa
     assert on.sum() == sum(len(s.completion_token_ids) for s in samples)
     gap = (scored[on] - batch.behavior_logprobs[on]).abs().max()
     assert gap < 2e-3, gap
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_stop_ids_are_the_tokenizers_eos_and_every_eos_of_generation_config(family, family_policy):
+    from transformers import AutoTokenizer
+
+    from posttrain.rollout.engine import sampling_params
+
+    path = family_policy(family)
+    tok = AutoTokenizer.from_pretrained(path)
+    ids = stop_token_ids(tok, str(path))
+    spec = FAMILIES[family]
+    assert tok.convert_ids_to_tokens(ids) == sorted((spec.eos, *spec.stops), key=tok.convert_tokens_to_ids)
+    listed = json.loads((path / "generation_config.json").read_text())["eos_token_id"]
+    assert isinstance(listed, list) and set(listed) | {tok.eos_token_id} == set(ids)
+    assert sampling_params(1, 1, 1.0, 8, stop_token_ids=ids)["stop_token_ids"] == ids
+    assert stop_token_ids(tok) == [tok.eos_token_id]  # no policy dir: the tokenizer's EOS alone
+
+
+@pytest.mark.unit
+def test_a_single_eos_id_in_generation_config_or_none_at_all(tmp_path):
+    tok = demo_tokenizer()
+    assert stop_token_ids(tok, str(tmp_path)) == [tok.eos_token_id]  # no generation_config.json
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 7}))
+    assert stop_token_ids(tok, str(tmp_path)) == sorted({7, tok.eos_token_id})
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": None}))
+    assert stop_token_ids(tok, str(tmp_path)) == [tok.eos_token_id]
+
+
+@pytest.mark.integration
+def test_the_engine_stops_at_each_eos_of_generation_config(family_policy):
+    """Llama 3's ``<|eom_id|>`` and ``<|end_of_text|>`` are not its tokenizer's EOS: the engine stops at them because
+    its requests list them (a logit bias makes the random model write each one first)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (make install with EXTRA=cpu or gpu)")
+    from posttrain.rollout.engine import VLLMEngine, sampling_params
+
+    path = family_policy("llama3")
+    with VLLMEngine(str(path), RolloutConfig(replicas=1, max_model_len=512, dtype="float32"), version=0) as engine:
+        tok = engine.prompts.tokenizer
+        assert engine.stop_token_ids == stop_token_ids(tok, str(path))
+        [ids] = engine.prompts.encode([PROMPT])
+        for stop in engine.stop_token_ids:
+            params = {**sampling_params(1, 1, 1.0, 8, stop_token_ids=engine.stop_token_ids),
+                      "logit_bias": {stop: 100.0}}
+            [out] = engine.request_outputs([{"prompt_token_ids": ids}], params)
+            assert (list(out.outputs[0].token_ids), out.outputs[0].finish_reason) == ([stop], "stop"), \
+                tok.convert_ids_to_tokens([stop])

@@ -28,7 +28,7 @@ from tests import with_positions
 CONTEXT = 1024
 AGENT_ENVS = [e for e in specs() if e.split == "train"][:3] + [e for e in specs() if e.split == "eval"][:2]
 SINGLE_TURN = load_suite(DEMO_SUITE).envs[:2]
-CFG = AgentConfig(max_steps=2, max_new_tokens=24, temperature=1.0)
+CFG = AgentConfig(max_steps=2, max_new_tokens=24, temperature=1.0, chat_template="agent")  # the policy: a base model
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ STALE_TIERS_CFG = {"iterations": 3, "max_staleness": 1,
                    "eval": {"limit": 2, "max_new_tokens": 24, "samples": 0},
                    "admission": {"checks": ["consistency"]},
                    "agent": {"envs_per_iteration": 2, "samples_per_env": 2, "eval_limit": 2, "max_steps": 2,
-                             "max_new_tokens": 24, "temperature": 1.0}}
+                             "max_new_tokens": 24, "temperature": 1.0, "chat_template": "agent"}}
 
 
 def free_port() -> int:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.agent.parser import parse_calls
-from posttrain.agent.scripted import call_text
+from posttrain.agent.parser import FORMATS, parse_calls
 from posttrain.config import SandboxConfig
 from posttrain.envs.generators.agent_repo import oracle, specs
 from posttrain.envs.tools import TOOLS
@@ -30,7 +29,7 @@ def test_every_oracle_parses_and_uses_only_known_tools():
     allowed = {name: tool.arguments for name, tool in TOOLS.items()}
     for env in ENVS:
         calls = oracle(env)
-        assert [parse_calls(call_text(c), allowed)[0].name for c in calls][-1] == "submit"
+        assert [parse_calls(FORMATS["hermes"].render(c), allowed)[0].name for c in calls][-1] == "submit"
         edit = next(c for c in calls if c["name"] == "edit_file")
         assert env.workspace[edit["arguments"]["path"]].count(edit["arguments"]["search"]) == 1
 

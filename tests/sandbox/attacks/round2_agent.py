@@ -22,7 +22,7 @@ import time
 from posttrain.agent.rollout import collect_episodes
 from posttrain.agent.runner import AgentTask, run_episodes
 from posttrain.agent.scripted import ScriptedPolicy
-from posttrain.agent.template import ChatFormat
+from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
 from posttrain.agent.tools import run_tool
 from posttrain.config import AgentConfig
 from posttrain.envs.spec import EnvSpec, Limits
@@ -37,7 +37,7 @@ def chat_format() -> ChatFormat:
     """A byte-level chat format (a tokenizer trained in place, as in the runner's doctest): no model needed."""
     from posttrain.training.demo_policy import train_tokenizer
 
-    return ChatFormat(train_tokenizer(["x = 1\n"], 300), tool_specs(list(TOOLS)))
+    return ChatFormat(train_tokenizer(["x = 1\n"], 300), tool_specs(list(TOOLS)), AGENT_TEMPLATE)
 
 
 CHECK = 'out=$(bash /work/answer.sh)\n[ "$out" = 42 ]\n'
