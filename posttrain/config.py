@@ -100,10 +100,11 @@ def each_one_of(choices: tuple | str) -> Check:
 
 
 def below(other: str) -> Relation:
-    """Less than the field at dotted path ``other`` of the same config."""
+    """Less than the field at dotted path ``other`` of the same config (unless that is 0: decided at run time, e.g.
+    ``max_model_len`` from the model, which ``posttrain.rollout.context`` checks before an engine starts)."""
     def relation(value, cfg):
         limit = _get(cfg, other)
-        return None if value < limit else f"must be < {other} ({limit})"
+        return None if not limit or value < limit else f"must be < {other} ({limit})"
 
     return relation
 
@@ -250,7 +251,9 @@ class RolloutConfig(Validated):
                                      "fail whole at 1.0 (no signal)")
     top_p: float = declare(1.0, low=0, open_low=True, high=1, doc="nucleus sampling of the rollout (1.0: off)")
     max_new_tokens: int = declare(48, low=1, doc="tokens one completion may generate")
-    max_model_len: int = declare(256, low=1, doc="the engine's context: prompt + completion tokens at most")
+    max_model_len: int = declare(0, low=0,
+                                 doc="the engine's context: prompt + completion tokens at most; 0: the model's own "
+                                     "(config.json's max_position_embeddings, at most 4096: posttrain.rollout.context)")
     chat_template: str = declare("auto", check=one_of("posttrain.rollout.chat_templates:CHOICES"),
                                  doc='How single-turn prompts reach the policy (posttrain.rollout.prompts: rollout, '
                                      'eval, and admission\'s checkpoint policies given this config): "auto" (the '

@@ -69,10 +69,10 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
             try:
                 if evaluates:
                     results, eval_steps, eval_stats = evaluate_agent(engine, fmt, specs, cfg, box, sandbox,
-                                                                     rollout_cfg.max_model_len, cfg.eval_limit)
+                                                                     engine.max_model_len, cfg.eval_limit)
                 if rolls_out:
                     scored, steps, stats = rollout_agent(engine, fmt, specs, cfg, box, sandbox,
-                                                         rollout_cfg.max_model_len, for_iteration,
+                                                         engine.max_model_len, for_iteration,
                                                          cfg.envs_per_iteration, cfg.samples_per_env)
             finally:
                 box.close()

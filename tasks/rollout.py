@@ -22,6 +22,7 @@ from posttrain.envs.table import envs_from_table
 from posttrain.evaluation.greedy import decode_eval
 from posttrain.rollout import live
 from posttrain.rollout.collect import RolloutStats, rollout_with
+from posttrain.rollout.context import context_length
 from posttrain.schemas import Envs, EvalTrajectories, Trajectories, empty
 from posttrain.timing import timed
 from posttrain.tracking.metrics import rollout_metrics, sample_times
@@ -50,7 +51,10 @@ def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: E
     clock = timed()
     specs = envs_from_table(envs)
     with engine_lifetime():
-        engine, start_s, swap_s = live.acquire_timed(policy.download(), cfg, version=policy_version)
+        policy_dir = policy.download()
+        # before an engine starts: every completion fits in the context (rollout's, and the eval's when it decodes)
+        context_length(policy_dir, cfg, {"eval.max_new_tokens": eval_cfg.max_new_tokens} if evaluate else None)
+        engine, start_s, swap_s = live.acquire_timed(policy_dir, cfg, version=policy_version)
         with timed() as decode:
             eval_table = decode_eval(engine, specs, eval_cfg, cfg) if evaluate else empty(EvalTrajectories)
         for_iteration = policy_version + 1 if iteration is None else iteration

@@ -44,7 +44,8 @@ def test_smoke_is_valid_and_unchanged():
     (RolloutConfig, {"temperature": -0.1}, "rollout.temperature=-0.1: must be >= 0"),
     (RolloutConfig, {"top_p": 0.0}, "rollout.top_p=0.0: must be in (0, 1]"),
     (RolloutConfig, {"top_p": 1.5}, "rollout.top_p=1.5: must be in (0, 1]"),
-    (RolloutConfig, {"max_new_tokens": 256}, "rollout.max_new_tokens=256: must be < max_model_len (256)"),
+    (RolloutConfig, {"max_new_tokens": 256, "max_model_len": 256},
+     "rollout.max_new_tokens=256: must be < max_model_len (256)"),
     (SandboxConfig, {"backend": "vm"}, "sandbox.backend='vm': must be one of ['bwrap', 'bwrap-warm', 'docker']"),
     (SandboxConfig, {"timeout_s": 0}, "sandbox.timeout_s=0: must be > 0"),
     (SandboxConfig, {"memory_mb": -5}, "sandbox.memory_mb=-5: must be >= 1"),
@@ -69,7 +70,7 @@ def test_smoke_is_valid_and_unchanged():
     (LoopConfig, {"iterations": -1}, "iterations=-1: must be >= 0"),
     (LoopConfig, {"suite": "no/such/suite"}, "suite='no/such/suite': no such directory"),
     (LoopConfig, {"policy": "no/such/policy"}, "policy='no/such/policy': no such directory"),
-    (LoopConfig, {"eval": EvalConfig(max_new_tokens=300)},
+    (LoopConfig, {"eval": EvalConfig(max_new_tokens=300), "rollout": RolloutConfig(max_model_len=256)},
      "eval.max_new_tokens=300: must be < rollout.max_model_len (256)"),
 ])
 def test_a_bad_value_names_its_field(cls, kwargs, message):

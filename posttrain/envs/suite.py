@@ -109,7 +109,7 @@ def _check_limits(limits: dict) -> list[tuple[str, str, str]]:
         problems.append((f"limits.{name}", f"unknown limit (known: {', '.join(known)})", "unknown_field"))
     for name, (hint, rule) in known.items():
         value = limits.get(name, 1)
-        if isinstance(value, bool) or not isinstance(value, (int, float) if hint is float else int):
+        if not _has_type(value, hint):
             problems.append((f"limits.{name}", f"must be a positive {_TYPE_NAMES[hint]}, got {value!r}", "wrong_type"))
         else:
             problems += _out_of_bounds(f"limits.{name}", value, rule)

@@ -45,6 +45,7 @@ from typing import Iterator, Protocol, Sequence
 
 from posttrain import precision
 from posttrain.config import RolloutConfig
+from posttrain.rollout.context import context_length
 from posttrain.rollout.engine_host import BIND_ENV, EngineHost, cores, refuse_unguarded_start
 from posttrain.rollout.prompts import PromptFormat, stop_token_ids
 
@@ -98,12 +99,13 @@ class VLLMEngine:
         self.version = version
         self.prompts = PromptFormat.load(self.policy_dir, cfg.chat_template, cfg.system_prompt)
         self.stop_token_ids = stop_token_ids(self.prompts.tokenizer, self.policy_dir)
+        self.max_model_len = context_length(self.policy_dir, cfg)  # the model's own unless the config sets it
         seed = cfg.seed if seed is None else seed
         self.dtype = precision.engine_dtype(cfg.dtype, cuda=precision.cuda_bf16())  # "auto": native bf16, else fp32
         # processed log-probs: of the distribution each token was drawn from (after temperature and top_p), which
         # the trainer reproduces by dividing its logits by the row's temperature (``Trajectories.temperature``)
         kwargs = {"dtype": self.dtype, "enable_prefix_caching": cfg.enable_prefix_caching,
-                  "max_model_len": cfg.max_model_len, "logprobs_mode": "processed_logprobs",
+                  "max_model_len": self.max_model_len, "logprobs_mode": "processed_logprobs",
                   "worker_extension_cls": f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}",
                   "use_tqdm_on_load": sys.stderr.isatty()}  # a bar's redraws would each be a line in a log
         shares = replica_cpus(cfg.replicas)

@@ -33,12 +33,14 @@ Without vLLM, what decides between a swap and a restart:
     >>> import json, tempfile, pathlib
     >>> from posttrain.config import RolloutConfig
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (d / "config.json").write_text(json.dumps({"hidden_size": 128, "torch_dtype": "float32"}))
+    >>> _ = (d / "config.json").write_text(json.dumps({"hidden_size": 128, "torch_dtype": "float32",
+    ...                                                "max_position_embeddings": 256}))
     >>> a = engine_key(str(d), RolloutConfig())
-    >>> _ = (d / "config.json").write_text(json.dumps({"hidden_size": 128, "torch_dtype": "bfloat16"}))
+    >>> _ = (d / "config.json").write_text(json.dumps({"hidden_size": 128, "torch_dtype": "bfloat16",
+    ...                                                "max_position_embeddings": 256}))
     >>> engine_key(str(d), RolloutConfig()) == a        # how the weights are stored does not matter
     True
-    >>> _ = (d / "config.json").write_text(json.dumps({"hidden_size": 256}))
+    >>> _ = (d / "config.json").write_text(json.dumps({"hidden_size": 256, "max_position_embeddings": 256}))
     >>> differences(a, engine_key(str(d), RolloutConfig(max_model_len=128)))
     ['architecture.hidden_size: 128 -> 256', 'engine.max_model_len: 256 -> 128']
 """
@@ -52,6 +54,7 @@ import threading
 from pathlib import Path
 
 from posttrain.config import RolloutConfig
+from posttrain.rollout.context import context_length
 from posttrain.rollout.engine import STORAGE_KEYS, VLLMEngine
 from posttrain.timing import timed
 
@@ -84,7 +87,7 @@ def engine_key(policy_dir: str, cfg: RolloutConfig) -> dict:
     return {
         "architecture": {k: v for k, v in config.items() if k not in STORAGE_KEYS},
         "tokenizer": tokenizer,
-        "engine": {"dtype": cfg.dtype, "max_model_len": cfg.max_model_len,
+        "engine": {"dtype": cfg.dtype, "max_model_len": context_length(policy_dir, cfg),
                    "enable_prefix_caching": cfg.enable_prefix_caching, "replicas": cfg.replicas},
     }
 
