@@ -111,8 +111,10 @@ FAMILY_SMOKE = {"iterations": 1, "rollout": {"replicas": 1, "samples_per_env": 2
                 "admission": {"checks": ["consistency"]}}
 
 
-@pytest.mark.parametrize("family", ["mistral", "qwen2", "llama3"])
-def test_rl_smoke_runs_on_a_users_checkpoint_of_each_family_through_its_chat_template(family, family_policy, tmp_path):
+# One family through pyflyte run (the Flyte wiring is the same for all); each family's prompts, stops and exact
+# tokens through vLLM and the trainer: tests/rollout/test_prompts.py, its agent episodes: tests/agent.
+@pytest.mark.parametrize("family", ["mistral"])
+def test_rl_smoke_runs_on_a_users_checkpoint_of_a_family_through_its_chat_template(family, family_policy, tmp_path):
     """``rl_smoke`` on a tiny checkpoint of the family (``posttrain.training.families``: its own tokenizer, chat
     template and stop ids) and 8 demo envs: every stage runs, v1 is registered, and every rollout row's prompt ids are
     the env's prompt rendered through the checkpoint's own template after the system prompt (``rollout.prompts``)."""
