@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -55,20 +56,20 @@ class CallError:
     name: str = ""  # the tool name the block gave, when it gave one (for the steps table)
 
 
-class CallFormat:
+class CallFormat(ABC):
     """One way of writing tool calls: ``calls`` finds the decoded JSON of each call in a turn's text (or a
     ``CallError``), ``render`` writes one call as the model would, ``parse`` checks the calls against the tools."""
 
     name: ClassVar[str]
     arguments_key: ClassVar[str] = "arguments"  # the key of a call's arguments in its JSON object
 
+    @abstractmethod
     def calls(self, text: str) -> Iterator[tuple[str, object]]:
         """``(raw text, decoded JSON or CallError)`` of each call in ``text``, in order."""
-        raise NotImplementedError
 
+    @abstractmethod
     def render(self, call: Mapping) -> str:
         """``call`` (``{"name", "arguments"}``) as the model writes it."""
-        raise NotImplementedError
 
     def parse(self, text: str, tools: Mapping[str, Sequence[str]]) -> list[ToolCall | CallError]:
         """Every call of ``text``, in order; ``tools`` maps a tool name to its argument names."""
