@@ -24,10 +24,11 @@ from transformers import AutoTokenizer
 from posttrain.agent.envs import score_final_workspaces, task_of
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import ScriptedPolicy, noop_policy
-from posttrain.agent.template import ChatFormat
+from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
 from posttrain.config import AgentConfig, DockerPoolConfig, SandboxConfig, default_policy_dir
 from posttrain.envs.generators.agent_repo import oracle, specs
 from posttrain.envs.tools import tool_specs
+from posttrain.rollout.prompts import own_template
 from posttrain.sandbox import make_sandbox
 
 
@@ -49,12 +50,14 @@ def measure(policy, fmt, envs, box, cfg: AgentConfig) -> dict:
             "agent_steps_per_s": round(steps / (t1 - t0), 1), "scoring_wall_s": round(t2 - t1, 2)}
 
 
-def run_suite(backend: str = "bwrap-warm", tokenizer_dir: str | None = None, noop: bool = True) -> dict:
-    """Oracle (and, with ``noop``, no-op) episodes on every ``agent_repo`` env in sandboxes of ``backend``; the chat
-    format uses the tokenizer in ``tokenizer_dir`` (default: the demo policy's)."""
-    envs = specs()
-    fmt = ChatFormat(AutoTokenizer.from_pretrained(tokenizer_dir or default_policy_dir()),
-                     tool_specs(AgentConfig().tools))
+def run_suite(backend: str = "bwrap-warm", tokenizer_dir: str | None = None, noop: bool = True,
+              limit: int = 0) -> dict:
+    """Oracle (and, with ``noop``, no-op) episodes on every ``agent_repo`` env (the first ``limit``; 0: all) in
+    sandboxes of ``backend``; the chat format uses the tokenizer in ``tokenizer_dir`` (default: the demo policy's) and
+    its chat template, ``AGENT_TEMPLATE`` when it has none (the demo policy is a base model)."""
+    envs = specs()[:limit or None]
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir or default_policy_dir())
+    fmt = ChatFormat(tokenizer, tool_specs(AgentConfig().tools), own_template(tokenizer) or AGENT_TEMPLATE)
     box = make_sandbox(SandboxConfig(backend=backend, docker=DockerPoolConfig(size=4, max_size=len(envs) + 4)))
     cfg = AgentConfig(tool_concurrency=4)
     try:
@@ -70,8 +73,9 @@ def run_suite(backend: str = "bwrap-warm", tokenizer_dir: str | None = None, noo
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", default="bwrap-warm", choices=["bwrap-warm", "bwrap", "docker"])
+    parser.add_argument("--limit", type=int, default=0, help="the first N envs of the suite (0: all)")
     args = parser.parse_args()
-    print(json.dumps(run_suite(args.backend)))
+    print(json.dumps(run_suite(args.backend, limit=args.limit)))
 
 
 if __name__ == "__main__":

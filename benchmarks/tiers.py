@@ -209,7 +209,12 @@ def agent_tier(args: argparse.Namespace) -> None:
     from posttrain.rollout.engine import VLLMEngine
     from posttrain.sandbox import make_sandbox
 
-    cfg = AgentConfig()
+    from transformers import AutoTokenizer
+
+    from posttrain.rollout.prompts import own_template
+
+    # the policy's own chat template; the agent template for a base model (the benchmark recipe has none)
+    cfg = AgentConfig(chat_template="auto" if own_template(AutoTokenizer.from_pretrained(args.agent_policy)) else "agent")
     started = time.perf_counter()
     engine = VLLMEngine(args.agent_policy, RolloutConfig(max_model_len=AGENT_POSITIONS, temperature=cfg.temperature))
     start_s = time.perf_counter() - started
