@@ -301,6 +301,10 @@ class TrainConfig(Validated):
                                    doc="upper bound 1 + clip_eps_high; 0 means clip_eps (DAPO clip-higher: 0.28; GSPO: "
                                        "4e-4)")
     micro_batch_size: int = declare(32, low=1, doc="sequences per forward/backward pass")
+    micro_batch_tokens: int = declare(0, low=0,
+                                      doc="> 0: a micro batch also holds at most this many tokens (its sequences x "
+                                          "the longest, padding included), so memory follows sequence length; 0: by "
+                                          "micro_batch_size alone")
     grad_accum_steps: int = declare(1, low=1,
                                     doc="micro batches per optimizer step (DeepSpeed gradient_accumulation_steps)")
     epochs: int = declare(1, low=1, doc="passes over one iteration's scored rollouts")
@@ -324,6 +328,14 @@ class TrainConfig(Validated):
                                  "logged with each update.")
     gradient_checkpointing: bool = declare(False,
                                            doc="recompute activations in backward: less memory, ~1/3 more compute")
+    lora_rank: int = declare(0, low=0,
+                             doc="> 0: train LoRA adapters of this rank through peft, the model frozen; each version "
+                                 "holds the merged weights (what vLLM serves) and the adapter "
+                                 "(posttrain.training.lora)")
+    lora_alpha: float = declare(0.0, low=0, doc="LoRA scaling numerator (scaling = alpha / rank); 0: twice the rank")
+    lora_targets: list[str] = declare(factory=list,
+                                      doc='module names (or suffixes) LoRA adapts, e.g. ["q_proj", "v_proj"]; empty: '
+                                          "every linear layer but the output head")
     lr_warmup_steps: int = declare(0, low=0,
                                    doc="linear LR warmup over the first N optimizer steps of the run; 0: constant LR")
     carry_train_state: bool = declare(True,

@@ -54,6 +54,7 @@ class RewardStats:
     sandbox_cpu_p99_s: float = 0.0
     sandbox_memory_peak_p50_mb: float = 0.0
     sandbox_memory_peak_max_mb: float = 0.0
+    memory_peak_mb: float = 0.0  # the stage's own processes (posttrain.memory: the task and every process it started)
 
 
 def percentile(values, q: float) -> float:
@@ -127,8 +128,9 @@ def distinct_rewards(scored: pd.DataFrame) -> pd.Series:
     return trainable_rows(scored).groupby("group_id")["reward"].nunique()
 
 
-def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0) -> RewardStats:
-    """The reward stage's summary of its Scored table; ``wall_s``: how long the stage took."""
+def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0, memory_peak_mb: float = 0.0) -> RewardStats:
+    """The reward stage's summary of its Scored table; ``wall_s``: how long the stage took, ``memory_peak_mb``: the
+    most its processes held."""
     usable = trainable_rows(scored)
     cpu = scored.loc[scored["sandbox_cpu_s"] != UNACCOUNTED, "sandbox_cpu_s"]
     peaks = scored.loc[scored["sandbox_memory_peak_mb"] != UNACCOUNTED, "sandbox_memory_peak_mb"]
@@ -148,4 +150,5 @@ def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0) -> RewardStats:
         sandbox_cpu_p99_s=percentile(cpu, 99),
         sandbox_memory_peak_p50_mb=percentile(peaks, 50),
         sandbox_memory_peak_max_mb=float(peaks.max()) if len(peaks) else 0.0,
+        memory_peak_mb=memory_peak_mb,
     )

@@ -24,6 +24,7 @@ from posttrain.agent.tier import chat_format, rollout_agent, rollout_envs
 from posttrain.config import AgentConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.table import envs_from_table
 from posttrain.evaluation.agent import eval_envs, evaluate_agent
+from posttrain.memory import peak_memory
 from posttrain.rollout import live
 from posttrain.sandbox import make_sandbox
 from posttrain.schemas import AgentScored, Envs, EvalResults, Scored, Steps, empty
@@ -60,9 +61,9 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
     evaluates = evaluate and bool(eval_envs(specs, cfg.eval_limit))
     scored, steps, stats = empty(AgentScored), empty(Steps), AgentStats()
     results, eval_steps, eval_stats = empty(EvalResults), empty(Steps), AgentStats()
-    start_s = swap_s = 0.0
+    start_s = swap_s = memory_peak_mb = 0.0
     if rolls_out or evaluates:
-        with engine_lifetime():
+        with engine_lifetime(), peak_memory() as memory:
             policy_dir = policy.download()
             engine, start_s, swap_s = live.acquire_timed(policy_dir, rollout_cfg, version=policy_version)
             fmt, box = chat_format(policy_dir, cfg), make_sandbox(sandbox)
@@ -76,8 +77,9 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
                                                          cfg.envs_per_iteration, cfg.samples_per_env)
             finally:
                 box.close()
+        memory_peak_mb = memory.peak_mb
     stats.engine_start_s, stats.engine_swap_s = start_s, swap_s
-    stats.wall_s = clock.seconds
+    stats.wall_s, stats.memory_peak_mb = clock.seconds, memory_peak_mb
     return AgentSampled(scored=scored, steps=steps, eval_results=results, eval_steps=eval_steps,
                         metrics=agent_metrics(stats, steps),
                         eval_metrics=agent_metrics(eval_stats, eval_steps, prefix="agent_eval"))

@@ -10,6 +10,7 @@ from flytekit import task
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.table import envs_from_table
+from posttrain.memory import peak_memory
 from posttrain.reward import reward_stats, score
 from posttrain.sandbox import make_sandbox
 from posttrain.schemas import Envs, Scored, Trajectories
@@ -26,12 +27,14 @@ Rounds = NamedTuple("Rounds", [("scored", Table[Scored]), ("rollout_metrics", di
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
 def reward(trajectories: Table[Trajectories], envs: Table[Envs], sandbox: SandboxConfig) -> Reward:
     clock = timed()
-    box = make_sandbox(sandbox)
-    try:
-        scored = score(trajectories, envs_from_table(envs), box, sandbox)
-    finally:
-        box.close()
-    return Reward(scored=scored, metrics=reward_metrics(reward_stats(scored, wall_s=clock.seconds)))
+    with peak_memory() as memory:
+        box = make_sandbox(sandbox)
+        try:
+            scored = score(trajectories, envs_from_table(envs), box, sandbox)
+        finally:
+            box.close()
+    stats = reward_stats(scored, wall_s=clock.seconds, memory_peak_mb=memory.peak_mb)
+    return Reward(scored=scored, metrics=reward_metrics(stats))
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("track"))
@@ -41,5 +44,6 @@ def add_round(so_far: Table[Scored], so_far_rollout: dict[str, float], so_far_re
     combined, the reward metrics recomputed over every row (the stage times added up)."""
     joined = Scored.validate(pd.concat([so_far, more], ignore_index=True))
     wall_s = so_far_reward["reward/wall_s"] + more_reward["reward/wall_s"]
+    memory_peak_mb = max(so_far_reward["reward/memory_peak_mb"], more_reward["reward/memory_peak_mb"])
     return Rounds(scored=joined, rollout_metrics=combine_rollouts(so_far_rollout, more_rollout),
-                  reward_metrics=reward_metrics(reward_stats(joined, wall_s=wall_s)))
+                  reward_metrics=reward_metrics(reward_stats(joined, wall_s=wall_s, memory_peak_mb=memory_peak_mb)))

@@ -20,6 +20,7 @@ from flytekit.types.error import FlyteError
 from posttrain.config import EvalConfig, LoopConfig, RolloutConfig
 from posttrain.envs.table import envs_from_table
 from posttrain.evaluation.greedy import decode_eval
+from posttrain.memory import peak_memory
 from posttrain.rollout import live
 from posttrain.rollout.collect import RolloutStats, rollout_with
 from posttrain.rollout.context import context_length
@@ -50,7 +51,7 @@ def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: E
     """
     clock = timed()
     specs = envs_from_table(envs)
-    with engine_lifetime():
+    with engine_lifetime(), peak_memory() as memory:
         policy_dir = policy.download()
         # before an engine starts: every completion fits in the context (rollout's, and the eval's when it decodes)
         context_length(policy_dir, cfg, {"eval.max_new_tokens": eval_cfg.max_new_tokens} if evaluate else None)
@@ -61,7 +62,7 @@ def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: E
         table, stats = (rollout_with(engine, list(specs.values()), cfg, for_iteration, env_ids, seed_offset)
                         if rollout else (empty(Trajectories), RolloutStats()))
     stats.engine_start_s, stats.engine_swap_s, stats.eval_seconds = start_s, swap_s, decode.seconds
-    stats.wall_s = clock.seconds
+    stats.wall_s, stats.memory_peak_mb = clock.seconds, memory.peak_mb
     return Sampled(trajectories=table, metrics=rollout_metrics(stats), eval_trajectories=eval_table,
                    times=sample_times(stats))
 

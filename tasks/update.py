@@ -28,6 +28,7 @@ from flytekitplugins.kfpytorch import Elastic
 from pandera.typing import DataFrame
 
 from posttrain.config import TrainConfig
+from posttrain.memory import peak_memory
 from posttrain.reward import trainable_rows
 from posttrain.schemas import Scored, TrainRows
 from posttrain.timing import timed
@@ -50,8 +51,8 @@ def update(policy: PolicyDir, scored: Table[Scored], cfg: TrainConfig, policy_ve
     """Train on every non-infra-error sample in this process; save the result as policy version ``policy_version``;
     ``metrics``: the update's (``tracking.metrics.train_metrics``), ``train_rows``: the table it trained on.
 
-    ``reference`` is the frozen policy of the KL penalty (the loop's initial policy), downloaded only when
-    ``cfg.kl_coef > 0``.
+    ``reference`` is the loop's initial policy: the frozen policy of the KL penalty and the base a LoRA adapter
+    continues on (``training.lora``), downloaded only when ``cfg.kl_coef > 0`` or ``cfg.lora_rank > 0``.
     """
     return train_version(policy, scored, cfg, policy_version, reference)
 
@@ -111,8 +112,8 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
     working directory."""
     clock = timed()
     rows = with_advantages(scored, cfg)
-    reference_dir = reference.download() if cfg.kl_coef else None
-    with engine_lifetime(release=live_trainer.shutdown):
+    reference_dir = reference.download() if cfg.kl_coef or cfg.lora_rank else None
+    with engine_lifetime(release=live_trainer.shutdown), peak_memory() as memory:
         trainer = live_trainer.acquire(policy.download(), cfg, reference_dir=reference_dir)
         try:
             stats = trainer.train_on(train_samples(trainable_rows(rows)))
@@ -125,7 +126,7 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
             raise
     if cfg.carry_train_state and rank == 0:
         prune_train_states(out, cfg.keep_states)
-    stats = dataclasses.replace(stats, wall_s=clock.seconds)
+    stats = dataclasses.replace(stats, wall_s=clock.seconds, memory_peak_mb=memory.peak_mb)
     metrics = train_metrics(stats, rows, trained_from=policy_version - 1)
     return Update(policy=publish(out), metrics=metrics, train_rows=rows)
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first. A module may import its own layer and the layers below it, never a layer above.
 LAYERS = (
     # foundations: no stage
-    ("declaration", "config", "locations", "precision", "generated", "progress", "schemas", "timing"),
+    ("declaration", "config", "locations", "precision", "generated", "progress", "schemas", "timing", "memory"),
     ("trusted",),  # the programs that run inside sandboxes (standard library only)
     ("sandbox",),  # isolation: backends, sessions, scheduling
     ("envs",),  # the env spec and its vocabularies (tools, assertions, destructive judge), suites, verifiers

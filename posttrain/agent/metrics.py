@@ -77,6 +77,7 @@ class AgentStats:
     engine_start_s: float = 0.0  # the stage waited for a vLLM engine start (0 when the live engine was reused)
     engine_swap_s: float = 0.0  # the stage waited for the live engine's in-place weight swap
     wall_s: float = 0.0  # the whole stage (set by the task)
+    memory_peak_mb: float = 0.0  # the stage's processes, engine and tool sandboxes included (posttrain.memory; task)
 
 
 def agent_stats(scored: pd.DataFrame, steps: pd.DataFrame, seconds: float = 0.0,
@@ -110,7 +111,8 @@ def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent")
     the episodes), ``solve_rate``, ``reward_mean``; per step: ``failed_call_fraction``, ``no_call_fraction`` (turns
     without a call), ``compressed_fraction`` (observations summarized by the context budget), ``calls/<tool>``
     (accepted calls of each tool, per episode); throughput and time: ``tool_calls_per_s``, ``prefix_cache_hit``,
-    ``tokens``, ``seconds``, ``generate_s``, ``engine_start_s``, ``engine_swap_s``, ``wall_s``; in the sandbox
+    ``tokens``, ``seconds``, ``generate_s``, ``engine_start_s``, ``engine_swap_s``, ``wall_s``, ``memory_peak_mb`` (the
+    stage's processes, engine included, when measured: ``posttrain.memory``); in the sandbox
     (``episode_resources``): ``tool_s_mean`` (wall seconds of the tool calls per episode), ``cpu_s_mean`` and
     ``cpu_s_max`` (CPU seconds per episode), ``memory_peak_mb_mean`` and ``memory_peak_mb_max`` (an episode's
     largest peak), over the episodes with a measure (absent when none has one: a backend that does not account).
@@ -128,6 +130,8 @@ def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent")
         **{f"{p}/{name}": float(getattr(stats, name))
            for name in ("seconds", "generate_s", "engine_start_s", "engine_swap_s", "wall_s")},
     }
+    if stats.memory_peak_mb:  # the task measures its processes once, for the rollout's metrics
+        metrics[f"{p}/memory_peak_mb"] = stats.memory_peak_mb
     if len(steps):
         metrics[f"{p}/failed_call_fraction"] = float((~steps["ok"].astype(bool)).mean())
         metrics[f"{p}/no_call_fraction"] = float((steps["error"] == "no_tool_call").mean())

@@ -44,14 +44,17 @@ class RolloutStats:
     eval_seconds: float = 0.0  # greedy eval decoding in the same engine lifetime (``tasks.rollout.sample``)
     wall_s: float = 0.0  # the whole stage, set by the task
     refill_wall_s: float = 0.0  # of wall_s: the dynamic-sampling refill rounds (run after the first one was scored)
+    memory_peak_mb: float = 0.0  # the stage's processes, the engine's included (posttrain.memory), set by the task
 
 
 def combine_stats(a: RolloutStats, b: RolloutStats) -> RolloutStats:
     """The stats of two rollouts of one iteration together (``b``, a dynamic-sampling refill round, joins ``a``):
-    counts and seconds add up (``b``'s wall time also to ``refill_wall_s``), the rates are recomputed over both."""
+    counts and seconds add up (``b``'s wall time also to ``refill_wall_s``), the rates are recomputed over both, the
+    memory peak is the higher one."""
     total = RolloutStats(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(RolloutStats)})
     total.refill_wall_s = a.refill_wall_s + b.wall_s
     total.tokens_per_s = total.tokens / total.seconds if total.seconds > 0 else 0.0
+    total.memory_peak_mb = max(a.memory_peak_mb, b.memory_peak_mb)
     total.truncated_fraction = ((a.truncated_fraction * a.samples + b.truncated_fraction * b.samples) / total.samples
                                 if total.samples else 0.0)
     return total

@@ -14,7 +14,8 @@ regression gate's promotion), ``run_report`` (the evaluation page logged on a ru
 
 What is kept where: each policy version's directory stays where the update wrote it (the Flyte output; with the
 newest training states, ``training.checkpoints``); MLflow gets, per iteration, a reference to it (tags
-``posttrain.policy_uri`` and ``posttrain.policy_weights_sha256``) and, for the versions the iteration evaluated
+``posttrain.policy_uri`` and ``posttrain.policy_weights_sha256``; for a LoRA version also its base's,
+``posttrain.lora_base`` and ``posttrain.lora_base_sha256``) and, for the versions the iteration evaluated
 (an ``eval_results`` table), their weights without the training state, registered as versions of
 ``posttrain-policy`` (``register_policy``): the lineage and the weights that were measured, not every iteration's
 folder.
@@ -54,12 +55,14 @@ import pandas as pd
 
 from posttrain.admission.render import stats_json
 from posttrain.admission.report import admitted_ids
-from posttrain.training.checkpoints import weight_files, weights_digest
+from posttrain.training.checkpoints import read_lora_meta, weight_files, weights_digest
 
 POLICY_MODEL_NAME = "posttrain-policy"
 EVAL_RESULTS = "eval_results"  # the table an iteration that evaluated its version logs (``log_table``)
 POLICY_URI_TAG = "posttrain.policy_uri"  # where an iteration's policy directory lives (a path or URI)
 POLICY_DIGEST_TAG = "posttrain.policy_weights_sha256"  # the digest of its weights (``checkpoints.weights_digest``)
+LORA_BASE_TAG = "posttrain.lora_base"  # a LoRA version's base: where it was (its digest in LORA_BASE_DIGEST_TAG)
+LORA_BASE_DIGEST_TAG = "posttrain.lora_base_sha256"
 RUN_KEY_TAG = "posttrain.run_key"  # the run identity a rerun finds its parent run by
 ADMISSION_KEY_TAG = "posttrain.admission_key"  # which admission result a run made or used (``admission_key``)
 RESUMED_AT_TAG = "posttrain.resumed_at"  # epoch seconds of the latest resume: iteration times count from there
@@ -234,6 +237,10 @@ def log_iteration(parent_run_id: str, iteration: int, metrics: dict[str, float],
     if policy_dir:
         client().set_tag(child, POLICY_URI_TAG, policy_uri or policy_dir)
         client().set_tag(child, POLICY_DIGEST_TAG, weights_digest(policy_dir))
+        lora = read_lora_meta(policy_dir)
+        if lora is not None:  # its adapter goes with the weights (register_policy); the base is named
+            client().set_tag(child, LORA_BASE_TAG, lora["base"])
+            client().set_tag(child, LORA_BASE_DIGEST_TAG, lora["base_sha256"])
     if policy_dir and EVAL_RESULTS in (tables or {}):
         registered = register_policy(child, policy_dir, policy_version)
         client().set_tag(child, "posttrain.registered_version", registered)

@@ -134,6 +134,33 @@ def micro_size(num_samples: int, cfg: TrainConfig, world_size: int = 1) -> int:
     return max(1, min(cfg.micro_batch_size, -(-num_samples // (cfg.min_steps * per_step))))
 
 
+def split_micros(order: Sequence[int], lengths: Sequence[int], max_samples: int, max_tokens: int = 0
+                 ) -> list[list[int]]:
+    """``order`` (sample indices, shuffled) cut into micro batches, keeping the order: at most ``max_samples`` samples
+    each and, when ``max_tokens > 0``, at most that many padded tokens (its samples times its longest sequence,
+    ``lengths[i]`` = prompt + completion tokens of sample ``i``); a sample longer than ``max_tokens`` alone.
+
+    >>> split_micros([0, 1, 2, 3], [10, 10, 30, 10], max_samples=4)
+    [[0, 1, 2, 3]]
+    >>> split_micros([0, 1, 2, 3], [10, 10, 30, 10], max_samples=4, max_tokens=40)
+    [[0, 1], [2], [3]]
+    >>> split_micros([3, 2, 1, 0], [10, 10, 30, 10], max_samples=2)
+    [[3, 2], [1, 0]]
+    """
+    micros: list[list[int]] = []
+    longest = 0
+    for index in order:
+        grown = max(longest, lengths[index])
+        full = micros and (len(micros[-1]) >= max_samples
+                           or (max_tokens > 0 and (len(micros[-1]) + 1) * grown > max_tokens))
+        if not micros or full:
+            micros.append([])
+            grown = lengths[index]
+        micros[-1].append(index)
+        longest = grown
+    return micros
+
+
 def shard_steps(num_micros: int, per_step: int, world_size: int) -> list[list[list[int]]]:
     """The optimizer steps of a data-parallel update: ``[step][rank]`` -> the micro batch indices that rank runs.
 

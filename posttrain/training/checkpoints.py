@@ -56,6 +56,8 @@ EXPORT_DTYPES = ("float32", "bfloat16", "float16")  # the dtypes a checkpoint's 
 TRAIN_STATE = "train_state"  # the subdirectory of a policy version that holds its training state
 STATE_META = "posttrain_state.json"  # in TRAIN_STATE: what the state belongs to (weights digest, optimizer settings)
 PRUNED = "pruned"  # in STATE_META of a pruned state: why it is gone (the rest of the meta says what it was)
+ADAPTER = "adapter"  # the subdirectory of a LoRA version that holds its adapter (``training.lora``)
+LORA_META = "posttrain_lora.json"  # in ADAPTER: the base the adapter was trained on, and its settings
 _TAG = "state"  # DeepSpeed's checkpoint tag: one state per directory
 
 log = logging.getLogger(__name__)
@@ -124,6 +126,13 @@ def _digest(root: Path, files: Iterable[Path]) -> str:
     return h.hexdigest()
 
 
+def read_lora_meta(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The ``posttrain_lora.json`` of a LoRA version's adapter (``base``, ``base_sha256``, ``settings``); None for a
+    version without an adapter."""
+    meta = Path(path) / ADAPTER / LORA_META
+    return json.loads(meta.read_text()) if meta.is_file() else None
+
+
 def read_state_meta(path: str | os.PathLike) -> dict[str, Any] | None:
     """The ``posttrain_state.json`` of a policy dir's training state; None when the dir carries no state (pruned
     states keep theirs, with ``PRUNED`` added)."""
@@ -137,14 +146,16 @@ def state_mismatch(saved: dict[str, Any], expected: dict[str, Any]) -> list[str]
 
 
 def save_train_state(engine: DeepSpeedEngine, policy_dir: str | os.PathLike, meta: dict[str, Any],
-                     client_state: dict[str, Any]) -> Path:
-    """Write ``engine``'s checkpoint and ``client_state`` under ``policy_dir/train_state``, after the weights.
+                     client_state: dict[str, Any], trainable_only: bool = False) -> Path:
+    """Write ``engine``'s checkpoint and ``client_state`` under ``policy_dir/train_state``, after the weights;
+    ``trainable_only`` leaves the frozen weights out (LoRA: the base is not part of the state).
 
     Collective: every rank calls it (each writes its ZeRO partition); rank 0 writes ``STATE_META``: ``meta``
     plus the digest of the weights already saved in ``policy_dir``.
     """
     state_dir = Path(policy_dir) / TRAIN_STATE
-    engine.save_checkpoint(str(state_dir), tag=_TAG, client_state=client_state, save_latest=False)
+    engine.save_checkpoint(str(state_dir), tag=_TAG, client_state=client_state, save_latest=False,
+                           exclude_frozen_parameters=trainable_only)
     if engine.global_rank == 0:
         full = {**meta, "weights_sha256": weights_digest(policy_dir), "optimizer_steps": engine.global_steps}
         (state_dir / STATE_META).write_text(json.dumps(full, indent=2))
@@ -152,8 +163,9 @@ def save_train_state(engine: DeepSpeedEngine, policy_dir: str | os.PathLike, met
 
 
 def load_train_state(engine: DeepSpeedEngine, policy_dir: str | os.PathLike,
-                     expected: dict[str, Any]) -> dict[str, Any] | None:
+                     expected: dict[str, Any], trainable_only: bool = False) -> dict[str, Any] | None:
     """Restore ``policy_dir``'s training state into a freshly built ``engine``; returns its client state.
+    ``trainable_only``: the state was saved without the frozen weights (``save_train_state``).
 
     None, with the reason logged, when the dir carries no state, its state was pruned (``prune_train_states``) or
     does not match ``expected`` (the current optimizer settings) and the weights beside it; the engine is then left
@@ -171,7 +183,8 @@ def load_train_state(engine: DeepSpeedEngine, policy_dir: str | os.PathLike,
     if problems:
         log.warning("training state in %s not restored (%s): fresh optimizer", policy_dir, "; ".join(problems))
         return None
-    path, client_state = engine.load_checkpoint(str(Path(policy_dir) / TRAIN_STATE), tag=_TAG)
+    path, client_state = engine.load_checkpoint(str(Path(policy_dir) / TRAIN_STATE), tag=_TAG,
+                                                load_module_strict=not trainable_only)
     if path is None:
         raise CheckpointError(f"training state in {Path(policy_dir) / TRAIN_STATE} could not be loaded by DeepSpeed")
     log.info("restored the training state of %s (optimizer step %d)", policy_dir, engine.global_steps)

@@ -61,13 +61,23 @@ from posttrain.timing import timed
 from posttrain.training.algorithms import aggregate, check_aggregation, get_policy_loss
 from posttrain.training.algorithms.objective import per_token_objective
 from posttrain.training.algorithms.tis import behavior_mismatch
-from posttrain.training.batching import Batch, accumulation_weights, lockstep, micro_size, pad_batch, shard_steps
+from posttrain.training import lora
+from posttrain.training.batching import (
+    Batch,
+    accumulation_weights,
+    lockstep,
+    micro_size,
+    pad_batch,
+    shard_steps,
+    split_micros,
+)
 from posttrain.training.checkpoints import (
     POLICY_META,
     checkpoint_dtype,
     load_train_state,
     read_state_meta,
     save_train_state,
+    weights_digest,
 )
 from posttrain.training.logprobs import completion_values, place_completion_values, token_entropy, token_logprobs
 
@@ -93,6 +103,7 @@ class TrainStats:
     # at the weights it trains: the first one's before any step)
     behavior_kl: float = 0.0
     wall_s: float = 0.0  # the whole update stage (trainer start, training, save), set by the update task
+    memory_peak_mb: float = 0.0  # the update stage's processes (posttrain.memory), set by the update task
     bf16: bool = False  # whether the update computed in bf16 (TrainConfig.precision, resolved on this hardware)
 
 
@@ -187,6 +198,9 @@ class PolicyTrainer:
         self.policy_dir = Path(policy_dir)
         self.export_dtype = checkpoint_dtype(self.policy_dir)  # what ``save`` writes the weights in
         self.reference_dir = str(reference_dir) if reference_dir is not None else None
+        # the weights the model is built from: the policy's, or under LoRA the base its adapter continues on
+        self.base_dir, adapter_dir, self.base_sha256 = self._lora_sources() if cfg.lora_rank else (self.policy_dir,
+                                                                                                   None, "")
         self.last_saved_state: dict[str, Any] | None = None  # the state meta ``save`` wrote last (single rank)
         self._saved_client_state: dict[str, Any] = {}
         torch.manual_seed(cfg.seed)
@@ -199,21 +213,37 @@ class PolicyTrainer:
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_dir)
         # what fills a batch's padding (masked out of attention and loss): Llama 3 and Mistral tokenizers have no pad
         self.pad_id = next((i for i in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id) if i is not None), 0)
-        model = AutoModelForCausalLM.from_pretrained(self.policy_dir, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(self.base_dir, dtype=torch.float32)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        fp32 = {name: p.detach().clone() for name, p in model.named_parameters()} if self.bf16 else {}
+        if cfg.lora_rank:
+            model = lora.wrap(model, cfg, adapter_dir)
+            if cfg.gradient_checkpointing:
+                model.enable_input_require_grads()  # the frozen embeddings' output must carry grad to the adapters
+        fp32 = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad} \
+            if self.bf16 else {}
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
             config=deepspeed_config(cfg, self.bf16, self.zero_stage), lr_scheduler=self._lr_schedule)
         self._epoch_seed = cfg.seed
-        restored = load_train_state(self.engine, self.policy_dir, self._state_settings()) \
-            if cfg.carry_train_state else None
+        restored = load_train_state(self.engine, self.policy_dir, self._state_settings(),
+                                    trainable_only=bool(cfg.lora_rank)) \
+            if cfg.carry_train_state and (adapter_dir is not None or not cfg.lora_rank) else None
         if restored is None:
             self._restore_master_weights(fp32)
         else:
             self._restore_client_state(restored)
         self.reference = self._load_reference(reference_dir) if cfg.kl_coef else None
+
+    def _lora_sources(self) -> tuple[Path, Path | None, str]:
+        """Under LoRA: the base to build on, the adapter to continue (None: a fresh one) and the base's weights digest.
+        The policy's adapter continues on the reference (the loop's starting checkpoint) when it was trained on it;
+        otherwise a fresh adapter starts on the policy's own weights (``lora.adapter_to_continue``)."""
+        reference_sha256 = weights_digest(self.reference_dir) if self.reference_dir is not None else None
+        adapter_dir = lora.adapter_to_continue(self.policy_dir, reference_sha256, self.cfg)
+        if adapter_dir is not None:
+            return Path(self.reference_dir), adapter_dir, reference_sha256
+        return self.policy_dir, None, weights_digest(self.policy_dir)
 
     def _lr_schedule(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
         """Linear warmup over ``lr_warmup_steps`` (the multiplier is exactly 1.0 without warmup)."""
@@ -223,7 +253,8 @@ class PolicyTrainer:
     def _state_settings(self) -> dict[str, Any]:
         """The settings a carried training state must have been saved under to be restored."""
         return {"zero_stage": self.zero_stage, "bf16": self.bf16, "world_size": self.engine.world_size,
-                "learning_rate": self.cfg.learning_rate, "lr_warmup_steps": self.cfg.lr_warmup_steps}
+                "learning_rate": self.cfg.learning_rate, "lr_warmup_steps": self.cfg.lr_warmup_steps,
+                **lora.settings(self.cfg)}
 
     def _client_state(self) -> dict[str, Any]:
         """What the trainer itself adds to the checkpoint: the next shuffle seed and the torch RNG states."""
@@ -288,9 +319,10 @@ class PolicyTrainer:
         Stats stay device tensors until the update ends, so no micro step waits on the device to report them.
         """
         clock = timed()
+        lengths = [len(s.prompt_token_ids) + len(s.completion_token_ids) for s in samples]
         live = {s.group_id for s in samples if s.advantage != 0.0}
         keep = [i for i, s in enumerate(samples) if s.group_id in live]
-        before = self._score_before_update(samples, keep)
+        before = self._score_before_update(samples, keep, lengths)
         world, rank = self.engine.world_size, self.engine.global_rank
         sums: dict[str, torch.Tensor] = {}
         grad_norms = 0.0
@@ -302,7 +334,7 @@ class PolicyTrainer:
             self._epoch_seed += 1
             order = [keep[i] for i in torch.randperm(len(keep), generator=gen).tolist()]
             size = micro_size(len(order), self.cfg, world)
-            micros = [order[lo : lo + size] for lo in range(0, len(order), size)]
+            micros = split_micros(order, lengths, size, self.cfg.micro_batch_tokens)
             batches = [(micro, self._batch([samples[i] for i in micro])) for micro in micros]
             batches = [(micro, batch) for micro, batch in batches if batch.num_tokens]
             for shards in shard_steps(len(batches), self.cfg.grad_accum_steps, world):
@@ -362,13 +394,14 @@ class PolicyTrainer:
         return logits[:, :-1] / batch.logit_scale.to(device, logits.dtype)[:, None, None]
 
     @torch.no_grad()
-    def _score_before_update(self, samples: Sequence[TrainSample], keep: list[int]) -> PreUpdate:
+    def _score_before_update(self, samples: Sequence[TrainSample], keep: list[int], lengths: list[int]) -> PreUpdate:
         """The trainer's log-probs of the kept samples' completion tokens before any step (with ``tis_cap``) and the
         reference's (with ``kl_coef``); nothing, and no forward, when neither is on.
 
         One forward per micro batch and model, in eval mode, without gradient; the samples are stored per index so
         that every shuffled micro batch of every epoch reuses them. Under data parallelism each rank scores its
-        share of the micro batches (in lockstep) and the ranks exchange the results.
+        share of the micro batches (in lockstep) and the ranks exchange the results. ``lengths``: every sample's
+        prompt + completion tokens (micro batches are cut as the update cuts them, ``batching.split_micros``).
         """
         device, world = self.engine.device, self.engine.world_size
         old: dict[int, torch.Tensor] = {}
@@ -376,7 +409,7 @@ class PolicyTrainer:
         if not self.cfg.tis_cap and self.reference is None:
             return PreUpdate(old, reference)
         self.engine.eval()
-        micros = [keep[lo : lo + self.cfg.micro_batch_size] for lo in range(0, len(keep), self.cfg.micro_batch_size)]
+        micros = split_micros(keep, lengths, self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
         shards = [list(range(len(micros)))[rank::world] for rank in range(world)]
         for index, real in lockstep(shards, self.engine.global_rank) if micros else []:
             batch = self._batch([samples[i] for i in micros[index]])
@@ -468,6 +501,11 @@ class PolicyTrainer:
             out.mkdir(parents=True, exist_ok=True)
             dtype = getattr(torch, self.export_dtype)
             module = self.engine.module
+            if self.cfg.lora_rank:  # the merged weights as the version's, the adapter beside them
+                lora.save_adapter(module, out, {name: w for name, w in state.items() if lora.is_adapter(name)},
+                                  str(self.base_dir), self.base_sha256, self.cfg)
+                state = lora.merged_weights(state, lora.scalings(module), lora.base_weights(self.base_dir))
+                module = module.get_base_model()
             module.save_pretrained(out, state_dict={name: w.to(dtype) for name, w in state.items()},
                                    safe_serialization=True)
             module.config.dtype = self.export_dtype  # save_pretrained recorded the module's (the training precision)
@@ -480,7 +518,8 @@ class PolicyTrainer:
 
             dist.barrier()  # the weights are on disk before the state records their digest
             self._saved_client_state = self._client_state()
-            save_train_state(self.engine, out, self._state_settings(), self._saved_client_state)
+            save_train_state(self.engine, out, self._state_settings(), self._saved_client_state,
+                             trainable_only=bool(self.cfg.lora_rank))
             self.last_saved_state = read_state_meta(out) if self.engine.world_size == 1 else None
         return out
 

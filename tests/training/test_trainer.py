@@ -266,6 +266,22 @@ def test_accumulated_micro_batches_make_the_step_of_one_double_batch(tiny_policy
     assert _one_update(tiny_policy, uneven, micro_batch_size=4, grad_accum_steps=2)[0].steps == 2
 
 
+def test_a_token_budget_cuts_micro_batches_by_length_and_accumulation_keeps_the_step(tiny_policy):
+    """``micro_batch_tokens``: 8 sequences that fit one micro batch of 8 by count are cut by their padded tokens; with
+    accumulation over all of them the optimizer step is the one of the single batch."""
+    samples = _samples(tiny_policy, {"a": [1.0, 0.0], "b": [0.0, 1.0], "c": [1.0, 0.5], "d": [0.0, 1.0]})
+    longest = max(len(s.prompt_token_ids) + len(s.completion_token_ids) for s in samples)
+    one, _, [single] = _one_update(tiny_policy, samples, micro_batch_size=8)
+    budget = 2 * longest  # at most 2 sequences a micro batch, whatever their order: 4 or more micro batches
+    cut, _, grads = _one_update(tiny_policy, samples, micro_batch_size=8, micro_batch_tokens=budget,
+                                grad_accum_steps=8)
+    assert one.steps == cut.steps == 1
+    assert one.num_tokens == cut.num_tokens
+    torch.testing.assert_close(grads[0], single, rtol=1e-4, atol=1e-7)
+    per_step, _, _ = _one_update(tiny_policy, samples, micro_batch_size=8, micro_batch_tokens=budget)
+    assert 4 <= per_step.steps <= 8  # one optimizer step per micro batch
+
+
 def test_gradient_checkpointing_recomputes_the_same_step(tiny_policy):
     samples = _samples(tiny_policy, {"a": [1.0, 0.0, 1.0, 0.0]})
     plain, off, [plain_grad] = _one_update(tiny_policy, samples, micro_batch_size=4)

@@ -40,6 +40,11 @@ def test_smoke_workflow_leaves_parent_and_nested_iteration_runs(smoke_run):
     assert abs(timed - metrics["time/iteration_s"]) < 0.05  # all of it, once
     assert 0.0 <= metrics["eval/pass_at_1"] <= 1.0
     assert metrics["rollout/tokens_per_s"] > 0
+    # each stage's processes: the sample task's include the live engine (a model and its KV cache), the update's the
+    # trainer (a DeepSpeed engine); the reward stage's sandboxes are small programs
+    for stage in ("rollout", "train", "reward"):
+        assert metrics[f"{stage}/memory_peak_mb"] > 100, stage
+    assert metrics["rollout/memory_peak_mb"] > metrics["reward/memory_peak_mb"] / 2
     flipped = {kind: metrics[f"eval/flips/{kind}"] for kind in ("fixed", "broken", "still_passing", "still_failing")}
     assert sum(flipped.values()) + metrics["eval/flips/unverified"] == 12  # v1 vs v0, per eval env (eval.limit 12)
     for curve in ("eval/pass_at_1", "eval/pass_at_1_sampled"):  # greedy and sampled, step = policy version
