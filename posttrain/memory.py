@@ -5,18 +5,68 @@ A stage's figure is what a pod running that stage alone must hold: on a cluster 
 ``pyflyte run`` the live engine and trainer stay in the process between stages, so each stage's peak includes them.
 Resident set sizes are summed over the processes, so pages they share are counted in each (an upper bound).
 
+Before a stage holds a model, ``check_fits`` compares what it will need with what the machine (or the container's
+memory limit) has left, and fails with a message that says what to change: the update's need is
+``update_memory_mb``, its weights, gradients and optimizer state before any activation.
+
 Example:
     >>> with peak_memory(interval=0.01) as memory:
     ...     block = bytearray(64 << 20)   # 64 MiB, touched
     >>> memory.peak_mb >= 64
     True
+    >>> round(update_memory_mb(parameters=494_000_000, trainable=494_000_000, bf16=True))  # 0.5B, full, bf16
+    7538
+    >>> round(update_memory_mb(parameters=494_000_000, trainable=9_000_000, bf16=True))   # LoRA
+    1062
+    >>> check_fits(7538, 4000, "the update of qwen2-0.5b", "set train.lora_rank")
+    Traceback (most recent call last):
+    ...
+    posttrain.memory.NotEnoughMemory: the update of qwen2-0.5b needs ~7.4 GiB, 3.9 GiB available: set train.lora_rank
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import psutil
+
+# cgroup v2, then v1: the container's memory limit and what it uses (a limit above the machine's memory means none)
+_CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                 ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
+
+
+class NotEnoughMemory(MemoryError):
+    """A stage would not fit in the memory left; the message says what it needs, what there is and what to change."""
+
+
+def update_memory_mb(parameters: int, trainable: int, bf16: bool) -> float:
+    """MB the update holds before activations: every parameter's module copy (2 bytes in bf16, 4 in fp32) and, for
+    each trainable one, its gradient (the module's dtype), AdamW's two fp32 moments and, in bf16, DeepSpeed's fp32
+    master copy. Frozen parameters (LoRA's base) hold their module copy only."""
+    module = 2 if bf16 else 4
+    per_trainable = module + 8 + (4 if bf16 else 0)
+    return (parameters * module + trainable * per_trainable) / 2**20
+
+
+def available_mb() -> float:
+    """MB this process may still allocate: the machine's available memory, or less under a container limit."""
+    available = psutil.virtual_memory().available
+    for limit_file, usage_file in _CGROUP_FILES:
+        try:
+            limit, usage = (int(Path(f).read_text().split()[0]) for f in (limit_file, usage_file))
+        except (OSError, ValueError):  # no such cgroup version here, or "max" (no limit)
+            continue
+        available = min(available, max(0, limit - usage))
+        break
+    return available / 2**20
+
+
+def check_fits(needed_mb: float, available: float, what: str, remedy: str) -> None:
+    """Raise ``NotEnoughMemory`` when ``needed_mb`` exceeds ``available`` (MB), naming ``what`` and the ``remedy``."""
+    if needed_mb > available:
+        raise NotEnoughMemory(f"{what} needs ~{needed_mb / 1024:.1f} GiB, {available / 1024:.1f} GiB available: "
+                              f"{remedy}")
 
 
 def tree_rss_mb(process: psutil.Process | None = None) -> float:

@@ -99,6 +99,19 @@ def checkpoint_dtype(path: str | os.PathLike) -> str:
     return dtype
 
 
+def stored_parameters(path: str | os.PathLike) -> int:
+    """Parameters stored in a checkpoint's safetensors files (a tied weight once), read from their headers only."""
+    import math
+
+    from safetensors import safe_open
+
+    total = 0
+    for file in Path(path).glob("*.safetensors"):
+        with safe_open(str(file), "pt") as weights:
+            total += sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+    return total
+
+
 def weight_files(path: str | os.PathLike) -> list[Path]:
     """Every file of a policy dir but its training state: what vLLM, ``from_pretrained`` and MLflow need."""
     root = Path(path)

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from posttrain import precision
+from posttrain import memory, precision
 from posttrain.config import TrainConfig
 from posttrain.timing import timed
 from posttrain.training.algorithms import aggregate, check_aggregation, get_policy_loss
@@ -77,6 +77,7 @@ from posttrain.training.checkpoints import (
     load_train_state,
     read_state_meta,
     save_train_state,
+    stored_parameters,
     weights_digest,
 )
 from posttrain.training.logprobs import completion_values, place_completion_values, token_entropy, token_logprobs
@@ -208,6 +209,7 @@ class PolicyTrainer:
         import torch.distributed as dist
 
         self.zero_stage = zero_stage(cfg, dist.get_world_size())
+        self._check_memory(dist.get_world_size())
         log.info("update: %s (%s), ZeRO stage %d on %d process(es)", self.precision.precision,
                  self.precision.reason, self.zero_stage, dist.get_world_size())
         self.tokenizer = AutoTokenizer.from_pretrained(self.policy_dir)
@@ -234,6 +236,22 @@ class PolicyTrainer:
         else:
             self._restore_client_state(restored)
         self.reference = self._load_reference(reference_dir) if cfg.kl_coef else None
+
+    def _check_memory(self, world_size: int) -> None:
+        """Fail before loading anything when the update's weights, gradients and optimizer state would not fit in the
+        memory left (``posttrain.memory``). One CPU process only: ranks on one node load at once, and a GPU's memory is
+        its own."""
+        if world_size > 1 or torch.cuda.is_available():
+            return
+        parameters = stored_parameters(self.base_dir)
+        kind = f"LoRA rank {self.cfg.lora_rank}" if self.cfg.lora_rank else "full fine-tune"
+        memory.check_fits(
+            memory.update_memory_mb(parameters, 0 if self.cfg.lora_rank else parameters, self.bf16),
+            memory.available_mb(),
+            f"the update of {self.policy_dir} ({parameters / 1e6:.0f}M parameters, {kind}, {self.precision.precision}"
+            f"; before activations)",
+            "train.lora_rank > 0 keeps only the frozen weights and a small adapter's optimizer; or free memory, or "
+            "a machine with more")
 
     def _lora_sources(self) -> tuple[Path, Path | None, str]:
         """Under LoRA: the base to build on, the adapter to continue (None: a fresh one) and the base's weights digest.

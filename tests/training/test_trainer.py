@@ -225,6 +225,15 @@ def test_min_steps_splits_few_learnable_samples_into_that_many_optimizer_steps(t
     assert stats[0].num_tokens == stats[4].num_tokens == sum(len(s.completion_token_ids) for s in samples)
 
 
+def test_an_update_that_cannot_fit_fails_before_loading_and_says_what_to_change(tiny_policy, monkeypatch):
+    from posttrain import memory
+
+    monkeypatch.setattr(memory, "available_mb", lambda: 1.0)  # a machine with 1 MB left
+    with pytest.raises(memory.NotEnoughMemory, match=r"the update of .* needs ~.* GiB, 0\.0 GiB available: "
+                                                     r"train\.lora_rank > 0"):
+        PolicyTrainer(tiny_policy, TrainConfig(precision="fp32"))
+
+
 def test_a_kl_penalty_without_a_reference_fails_before_loading():
     with pytest.raises(ValueError, match="kl_coef > 0 needs reference_dir"):
         PolicyTrainer("/no/such/policy", TrainConfig(kl_coef=0.1))
