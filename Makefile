@@ -10,7 +10,7 @@ AGENT_POLICY ?= .posttrain/agent-policy
 export DS_ACCELERATOR ?= cpu
 export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
 
-.PHONY: install setup policy agent-policy sandbox-image demo demo-agent smoke test test-fast mlflow-ui bench doctor clean
+.PHONY: install setup policy agent-policy sandbox-image demo demo-agent smoke test test-fast mlflow-ui bench gpu-check doctor clean
 .PHONY: package images
 
 # Cluster images and the registration archive (make package; make images). Tags default to the commit.
@@ -84,6 +84,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sandbox.py
 	$(BIN)/python benchmarks/admission.py
 	$(BIN)/python benchmarks/rollout.py
+
+# One rl_loop iteration of a checkpoint at real size (benchmarks/one_iteration.py: stage times, peak memory, bytes,
+# train/behavior_kl = vLLM's log-probs against the trainer's), full fine-tune and LoRA. On a GPU machine (EXTRA=gpu
+# install) vLLM and DeepSpeed take the GPU: POLICY=/path/to/checkpoint make gpu-check. Default: a random Qwen2-0.5B.
+GPU_CHECK_MODES ?= full,lora
+gpu-check: $(STAMP)
+	DS_ACCELERATOR=$${DS_ACCELERATOR:-$$($(BIN)/python -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")} \
+	$(BIN)/python benchmarks/one_iteration.py $(if $(POLICY),--policy $(POLICY)) --modes $(GPU_CHECK_MODES)
 
 doctor: $(STAMP)
 	$(BIN)/posttrain doctor

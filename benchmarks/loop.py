@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 STAGES = ("time/iteration_s", "time/sample_s", "time/rollout_s", "time/engine_swap_s", "time/reward_s",
           "time/update_s", "time/untimed_s")
 TARGETS = {"update_vs_plain": 2.0, "iteration_s": 4.0}
+RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")  # torch.distributed's, per process
 
 
 def loop_config(iterations: int, precision: str) -> dict:
@@ -51,7 +52,9 @@ def run_loop(work: Path, cfg: dict) -> tuple[float, str]:
     """Run ``rl_loop`` with ``cfg`` (a ``--cfg`` dict) into ``work``'s fresh MLflow store; its wall seconds and the
     tracking URI."""
     uri = f"sqlite:///{work}/mlflow.db"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "POSTTRAIN_ARTIFACT_ROOT": (work / "artifacts").as_uri(),
+    # the workflow is its own process group: not this process's, if a trainer here set one up (its port is taken)
+    inherited = {key: value for key, value in os.environ.items() if key not in RENDEZVOUS}
+    env = {**inherited, "MLFLOW_TRACKING_URI": uri, "POSTTRAIN_ARTIFACT_ROOT": (work / "artifacts").as_uri(),
            "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")}
     command = [str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache", "workflows/rl_loop.py",
                "rl_loop", "--cfg", json.dumps(cfg)]

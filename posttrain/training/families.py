@@ -78,32 +78,51 @@ FAMILIES = {
                               "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"), split=LLAMA3_SPLIT),
 }
 
+# Published model shapes (the fields of their config.json), for a random checkpoint of real size: ``shape=`` of
+# ``build_family_checkpoint``. Qwen2-0.5B(-Instruct): 494M parameters, 136M of them the tied embeddings.
+SHAPES = {
+    "qwen2-0.5b": {"family": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                   "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "rope_theta": 1e6,
+                   "max_position_embeddings": 32768, "tie_word_embeddings": True},
+}
+
 
 def build_family_checkpoint(family: str, out_dir: str | os.PathLike, *, hidden_size: int = 64, num_layers: int = 2,
                             max_position_embeddings: int = 1024, bpe_vocab_size: int = 512, seed: int = 0,
-                            texts: Sequence[str] | None = None) -> Path:
-    """Write a tiny random checkpoint of ``family`` (a key of ``FAMILIES``) to ``out_dir`` (replaced) and return it.
+                            texts: Sequence[str] | None = None, shape: str | None = None,
+                            dtype: str = "float32") -> Path:
+    """Write a random checkpoint of ``family`` (a key of ``FAMILIES``) to ``out_dir`` (replaced) and return it: tiny
+    by default, or of a published ``shape`` (a key of ``SHAPES`` of that family; the other size arguments are then
+    ignored), with its weights stored in ``dtype``.
 
-    ``texts``: what a trained BPE learns from (default: the demo suite's train prompts and references).
+    ``texts``: what a trained BPE learns from (default: the demo suite's train prompts and references). A shape's
+    vocabulary beyond the tokenizer's own is filled with reserved special tokens, as the real tokenizers fill theirs.
     """
     if family not in FAMILIES:
         raise ValueError(f"unknown model family {family!r}; known: {list(FAMILIES)}")
+    published = dict(SHAPES[shape]) if shape is not None else {}
+    if published and published.pop("family") != family:
+        raise ValueError(f"shape {shape!r} is not of the {family} family")
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     spec = FAMILIES[family]
     tokenizer = _tokenizer(spec, texts, bpe_vocab_size)
+    if published.get("vocab_size", 0) > len(tokenizer):
+        tokenizer = _padded(tokenizer, published["vocab_size"], spec)
     tokenizer.chat_template = builtin(spec.template)
     ids = {name: tokenizer.convert_tokens_to_ids(name) for name in (spec.eos, *spec.stops)}
     model_type = {"MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}
+    tiny = {"vocab_size": len(tokenizer), "hidden_size": hidden_size, "intermediate_size": 2 * hidden_size,
+            "num_hidden_layers": num_layers, "num_attention_heads": 1, "num_key_value_heads": 1,
+            "head_dim": hidden_size, "max_position_embeddings": max_position_embeddings,
+            "tie_word_embeddings": spec.tied}
     config = AutoConfig.for_model(
-        model_type[spec.architecture], vocab_size=len(tokenizer), hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size, num_hidden_layers=num_layers, num_attention_heads=1,
-        num_key_value_heads=1, head_dim=hidden_size, max_position_embeddings=max_position_embeddings,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=ids[spec.eos], pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=spec.tied, architectures=[spec.architecture], **spec.extra)
+        model_type[spec.architecture], **(published or tiny), bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=ids[spec.eos], pad_token_id=tokenizer.pad_token_id, architectures=[spec.architecture],
+        **spec.extra)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
+    model = AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype))
     model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=list(ids.values()),
                                                pad_token_id=tokenizer.pad_token_id)
     out = Path(out_dir)
@@ -160,6 +179,23 @@ def _bpe(spec: Family, texts: list[str], vocab_size: int):
         tok.post_processor = processors.TemplateProcessing(
             single=f"{spec.bos} $A", pair=f"{spec.bos} $A $B", special_tokens=[(spec.bos, tok.token_to_id(spec.bos))])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=spec.bos, eos_token=spec.eos, pad_token=spec.pad)
+
+
+def _padded(tokenizer, size: int, spec: Family):
+    """``tokenizer`` (a trained BPE) with vocabulary entries no text encodes to (``<|reserved_N|>``: no merge makes
+    them), up to ``size`` ids, as published vocabularies pad theirs. Entries of the BPE model, not added tokens: a
+    tokenizer with 150k added tokens takes minutes to load, one with a 150k-entry vocabulary does not."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    if spec.tokenizer != "bpe":
+        raise ValueError(f"a {spec.tokenizer} tokenizer keeps its own vocabulary ({len(tokenizer)}), not {size}")
+    state = json.loads(tokenizer.backend_tokenizer.to_str())
+    vocab = state["model"]["vocab"]
+    added = len(tokenizer) - len(vocab)  # the added tokens keep the last ids
+    vocab.update({f"<|reserved_{i}|>": i for i in range(len(vocab), size - added)})
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(state)), bos_token=spec.bos,
+                                   eos_token=spec.eos, pad_token=spec.pad)
 
 
 def _demo_texts() -> list[str]:

@@ -85,3 +85,31 @@ def test_builds_are_deterministic_and_unknown_families_refused(tmp_path):
     assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
     with pytest.raises(ValueError, match=r"unknown model family 'gemma'; known: \['mistral', 'qwen2', 'llama3'\]"):
         build_family_checkpoint("gemma", tmp_path / "c")
+
+
+def test_a_published_shape_pads_the_vocabulary_and_stores_its_dtype(tmp_path, monkeypatch):
+    """A shape's vocabulary beyond the trained BPE is filled with entries no text encodes to; the family's tokens
+    and template keep working, the weights are stored in the dtype asked for (the real shapes are the same code at
+    hundreds of millions of parameters: benchmarks/one_iteration.py)."""
+    from transformers import AutoTokenizer
+
+    from posttrain.training import families
+
+    shape = {"family": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+             "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 2048, "tie_word_embeddings": True}
+    monkeypatch.setitem(families.SHAPES, "qwen2-test", shape)
+    path = build_family_checkpoint("qwen2", tmp_path / "p", shape="qwen2-test", dtype="bfloat16")
+    config = json.loads((path / "config.json").read_text())
+    assert (config["vocab_size"], config["hidden_size"], config["dtype"]) == (2048, 32, "bfloat16")
+    tok = AutoTokenizer.from_pretrained(path)
+    assert len(tok) == 2048
+    assert tok.convert_tokens_to_ids("</tool_call>") == 2047  # the added tokens keep the last ids
+    assert tok.convert_ids_to_tokens(600) == "<|reserved_600|>"
+    text = "def f(x):\n    return x + 1<|im_end|>"
+    ids = tok(text).input_ids
+    assert not any(token.startswith("<|reserved_") for token in tok.convert_ids_to_tokens(ids))  # no text makes them
+    assert ids[-1] == tok.eos_token_id and tok.decode(ids) == text
+    assert "<|im_start|>assistant" in tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                                               add_generation_prompt=True)
+    with pytest.raises(ValueError, match="not of the mistral family"):
+        build_family_checkpoint("mistral", tmp_path / "m", shape="qwen2-test")
