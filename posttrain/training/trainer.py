@@ -17,6 +17,9 @@ between updates. A dir without state (v0, a user's checkpoint, a version whose s
 saved under other optimizer settings starts a fresh optimizer from the exported weights (logged).
 ``carry_train_state=False`` turns both off.
 
+With ``lora_rank > 0`` the model is frozen and peft's LoRA adapters train instead (``posttrain.training.lora``): the
+version saved holds the merged weights and the adapter, its training state the adapter's optimizer only.
+
 An optimizer step accumulates ``grad_accum_steps`` micro batches; each micro batch's loss is weighted by its
 share of the step's aggregation denominator (``batching.accumulation_weights``), so the step is the one of a
 single batch of all of them.
@@ -220,8 +223,6 @@ class PolicyTrainer:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if cfg.lora_rank:
             model = lora.wrap(model, cfg, adapter_dir)
-            if cfg.gradient_checkpointing:
-                model.enable_input_require_grads()  # the frozen embeddings' output must carry grad to the adapters
         fp32 = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad} \
             if self.bf16 else {}
         self.engine, _, _, _ = deepspeed.initialize(

@@ -125,6 +125,22 @@ def test_an_adapter_is_continued_only_on_its_own_base_and_settings(lora_v1, tiny
         trainer.close()
 
 
+def test_lora_with_gradient_checkpointing_takes_the_same_step(tiny_policy):
+    """Recomputed activations (non-reentrant checkpointing: no gradient needed at the frozen embeddings) give the
+    adapters the same step: the same loss and gradient norm."""
+    stats = []
+    for checkpointing in (False, True):
+        trainer = PolicyTrainer(tiny_policy, TrainConfig(**LORA, precision="fp32",
+                                                         gradient_checkpointing=checkpointing))
+        try:
+            stats.append(trainer.train_on(_samples(trainer.tokenizer)))
+        finally:
+            trainer.close()
+    assert stats[1].loss == pytest.approx(stats[0].loss, rel=1e-5)
+    assert stats[1].grad_norm == pytest.approx(stats[0].grad_norm, rel=1e-4)
+    assert stats[0].grad_norm > 0
+
+
 def test_vllm_serving_the_merged_version_scores_tokens_as_the_lora_trainer_does(tiny_policy, tmp_path):
     """fp32 on both sides: vLLM's log-probs of its own samples from v1's merged weights are the LoRA trainer's (base
     + adapter) log-probs of the same tokens."""
