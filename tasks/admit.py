@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import asdict
+from pathlib import Path
 from typing import NamedTuple
 
 from flytekit import task
@@ -13,7 +14,7 @@ from pandera.typing import DataFrame
 from posttrain import tracking
 from posttrain.admission import admit
 from posttrain.admission.render import write_report
-from posttrain.config import AdmissionConfig, SandboxConfig
+from posttrain.config import AdmissionConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.suite import suite_digest
 from posttrain.locations import local_copy
 from posttrain.envs.table import envs_to_table
@@ -34,12 +35,24 @@ def fingerprint_suite(suite: str) -> str:
     return suite_digest(local_copy(suite))
 
 
+@task(**stage("track"))
+def admission_rollout(rollout: RolloutConfig, cfg: AdmissionConfig) -> RolloutConfig:
+    """How admission serves and prompts the checkpoints it samples (``weak_policy``, ``strong_policy``,
+    ``learnability_policy`` naming a checkpoint directory): as the run's rollout does (its chat template, system
+    prompt, engine settings). The defaults when it samples none, so that admission's cache does not depend on
+    settings it never uses."""
+    names = (cfg.weak_policy, cfg.strong_policy, cfg.learnability_policy)
+    return rollout if any(name and Path(name).is_dir() for name in names) else RolloutConfig()
+
+
 @task(cache=True, cache_version=CACHE_VERSION, **stage("admit"))
-def admit_suite(suite: str, digest: str, sandbox: SandboxConfig, cfg: AdmissionConfig) -> Admission:
-    """Run the admission checks on every env of ``suite``; only admitted envs reach training."""
+def admit_suite(suite: str, digest: str, sandbox: SandboxConfig, cfg: AdmissionConfig,
+                rollout: RolloutConfig = RolloutConfig()) -> Admission:
+    """Run the admission checks on every env of ``suite``; only admitted envs reach training. ``rollout``: how
+    checkpoint policies are served and prompted (``admission_rollout``)."""
     box = make_sandbox(sandbox)
     try:
-        result = admit(local_copy(suite), box, sandbox, cfg, progress=True)
+        result = admit(local_copy(suite), box, sandbox, cfg, progress=True, rollout=rollout)
     finally:
         box.close()
     return Admission(report=result.report, envs=envs_to_table(result.admitted), details=result.details,
