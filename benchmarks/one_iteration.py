@@ -17,7 +17,7 @@ admission cut to its consistency check) against a fresh MLflow store, and the re
 A random model earns no reward, so the loop's update finds no learnable group and takes no step (it still builds the
 trainer and saves v1 with its state). The update's own cost is therefore also measured on the iteration's real
 samples (its ``scored`` table) with advantages set to +1/-1 within each group: ``PolicyTrainer.train_on`` and
-``save``, as the update task runs them, in this process (``update_with_signal``).
+``save``, as the update task runs them, in a process of its own (``update_with_signal``).
 
 On a GPU machine (``pip install -e ".[gpu]"``, ``DS_ACCELERATOR=cuda``) the same script is ``make gpu-check``: vLLM and
 DeepSpeed take the GPU, and ``train/behavior_kl`` (vLLM's log-probs against the trainer's, k3 per token) is the
@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,6 +105,7 @@ def iteration_report(uri: str, work: Path) -> tuple[dict, Path, str]:
 def update_with_signal(policy: Path, scored_path: str, train: dict) -> dict:
     """The update on the iteration's real samples with +1/-1 advantages alternating within each group: trainer start,
     ``train_on`` and ``save`` timed, the process's peak memory, the bytes saved."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import pandas as pd
 
     from posttrain.config import TrainConfig
@@ -162,8 +165,11 @@ def main() -> None:
         wall_s, uri = run_loop(work, loop_config(policy, args, lora_rank))
         report, _, scored = iteration_report(uri, work)
         train = {"micro_batch_size": args.micro_batch_size, "lora_rank": lora_rank}
+        # in a process of its own: its peak is the update's alone, and its memory is back before the next workflow
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+            with_signal = child.submit(update_with_signal, policy, scored, train).result()
         result["modes"][mode] = {"workflow_wall_s": round(wall_s, 1), "iteration": report,
-                                 "update_with_signal": update_with_signal(policy, scored, train)}
+                                 "update_with_signal": with_signal}
         print(json.dumps({mode: result["modes"][mode]}), flush=True)
     print(json.dumps(result))
 

@@ -5,7 +5,9 @@ starting checkpoints, each into a fresh MLflow store in a temporary folder:
 
 - ``demo``: the demo policy, an fp32 checkpoint: its versions stay fp32;
 - ``bf16``: the same weights stored in bf16 (``config.json`` says ``bfloat16``), as most real checkpoints are: its
-  versions are bf16 files, whatever precision the update computes in.
+  versions are bf16 files, whatever precision the update computes in;
+- ``bf16-lora``: the bf16 checkpoint trained with LoRA (``--lora-rank``, ``train.lora_rank``): its versions hold the
+  merged weights and the adapter, its training states the adapter's optimizer only.
 
 Per iteration k = 1..N (what grows with the number of iterations), read after the run from what it wrote:
 ``local``, the bytes of v_k's policy folder that stay (every file but ``train_state/``: weights, config, tokenizer,
@@ -17,8 +19,9 @@ an iteration that evaluated nothing and one that evaluated its version apart (th
 ``not_evaluated + (evaluated - not_evaluated) / eval.every``).
 
 Bounded, not per iteration, so reported beside it: the training states (``state_bytes``: one version's
-``train_state/``, ~7x the bf16 weights; ``keep_states`` of them stay, however many iterations run; every update
-writes one, so ``written_per_iteration`` = local + state + mlflow is what passes through the disk), and what a run
+``train_state/``, ~7x the bf16 weights for a full fine-tune, the adapter's optimizer under LoRA; ``keep_states`` of
+them stay, however many iterations run; every update writes one, so ``written_per_iteration`` = local + state +
+mlflow is what passes through the disk, ``written_ratio`` over the bf16 weights), and what a run
 logs once (``run_mlflow_bytes``: the parent run's artifacts and iteration 0's, the baseline's weights and eval).
 
     python benchmarks/storage.py                                   # 10 iterations, eval every 10 (the default)
@@ -101,6 +104,7 @@ def summary(measured: dict, bf16_weights: int) -> dict:
             "ratio_by_kind": {kind: round(sum(ratios) / len(ratios), 3) for kind, ratios in by_kind.items() if ratios},
             "state_bytes": state, "states_kept": sum(v["state"] == "kept" for v in versions),
             "written_per_iteration": round(local + mlflow + state),
+            "written_ratio": round((local + mlflow + state) / bf16_weights, 3),
             "run_mlflow_bytes": measured["parent_mlflow_bytes"] + versions[0]["mlflow_bytes"],
             "evaluated": [v["version"] for v in versions if v["evaluated"]],
             "versions": versions}
@@ -110,6 +114,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--eval-every", type=int, default=10, help="eval.every (v0 and the last are always evaluated)")
+    parser.add_argument("--lora-rank", type=int, default=16,
+                        help="train.lora_rank of the bf16-lora run (0: no such run)")
     args = parser.parse_args()
 
     from posttrain.config import default_policy_dir
@@ -118,13 +124,16 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-storage-"))
     demo = Path(main_demo_policy(default_policy_dir()))
     starts = {"demo": str(demo), "bf16": str(bf16_copy(demo, work / "demo-bf16"))}
+    train = {name: {} for name in starts}
+    if args.lora_rank:
+        starts["bf16-lora"], train["bf16-lora"] = starts["bf16"], {"lora_rank": args.lora_rank}
     bf16_weights = sum(p.stat().st_size for p in Path(starts["bf16"]).glob("*.safetensors"))
     cfg = {"iterations": args.iterations, "eval": {"every": args.eval_every},
            "admission": {"checks": ["consistency"]}}
     report = {"config": cfg, "bf16_weights_bytes": bf16_weights, "target": TARGET, "runs": {}}
     for name, policy in starts.items():
         (work / name).mkdir()
-        seconds, uri = run_loop(work / name, {**cfg, "policy": policy})
+        seconds, uri = run_loop(work / name, {**cfg, "policy": policy, "train": train[name]})
         report["runs"][name] = {**summary(measure(uri), bf16_weights), "wall_s": round(seconds, 1)}
         print(f"{name}: {json.dumps({k: v for k, v in report['runs'][name].items() if k != 'versions'})}",
               flush=True)

@@ -37,7 +37,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -145,6 +146,25 @@ def merged_weights(named: Mapping[str, torch.Tensor], scaling: Mapping[str, floa
             weight = weight + scaling[layer] * (b @ a)
         merged[target] = weight
     return merged
+
+
+@contextmanager
+def frozen_left_out(model: torch.nn.Module) -> Iterator[None]:
+    """``model.state_dict()`` without the frozen weights while in the block: what a LoRA training state holds.
+    DeepSpeed's ``exclude_frozen_parameters`` drops frozen parameters by name and misses a weight tied under a second
+    name (Qwen2's ``lm_head`` is its embeddings: 272 MB of a 0.5B model's state); this drops every tensor that is a
+    frozen parameter's storage."""
+    frozen = {p.data_ptr() for p in model.parameters() if not p.requires_grad}
+
+    def drop(module, state_dict, prefix, local_metadata):
+        for key in [k for k, v in state_dict.items() if torch.is_tensor(v) and v.data_ptr() in frozen]:
+            del state_dict[key]
+
+    handle = model._register_state_dict_hook(drop)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def base_weights(base_dir: str | os.PathLike) -> dict[str, torch.Tensor]:

@@ -51,6 +51,7 @@ import json
 import logging
 import os
 import socket
+from contextlib import nullcontext
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -537,8 +538,9 @@ class PolicyTrainer:
 
             dist.barrier()  # the weights are on disk before the state records their digest
             self._saved_client_state = self._client_state()
-            save_train_state(self.engine, out, self._state_settings(), self._saved_client_state,
-                             trainable_only=bool(self.cfg.lora_rank))
+            with lora.frozen_left_out(self.engine.module) if self.cfg.lora_rank else nullcontext():
+                save_train_state(self.engine, out, self._state_settings(), self._saved_client_state,
+                                 trainable_only=bool(self.cfg.lora_rank))
             self.last_saved_state = read_state_meta(out) if self.engine.world_size == 1 else None
         return out
 

@@ -125,6 +125,21 @@ def test_an_adapter_is_continued_only_on_its_own_base_and_settings(lora_v1, tiny
         trainer.close()
 
 
+def test_the_training_state_of_a_tied_model_leaves_every_frozen_weight_out(family_policy, tmp_path):
+    """Qwen2 ties its LM head to its embeddings: the frozen head is not in the state under either name."""
+    qwen2 = family_policy("qwen2")
+    trainer = PolicyTrainer(qwen2, TrainConfig(**LORA, precision="bf16"), reference_dir=qwen2)
+    try:
+        trainer.train_on(_samples(trainer.tokenizer))
+        trainer.save(tmp_path / "v1", metadata={"version": 1})
+        trainable = {name for name, p in trainer.engine.module.named_parameters() if p.requires_grad}
+    finally:
+        trainer.close()
+    [states] = (tmp_path / "v1" / TRAIN_STATE).rglob("*model_states.pt")
+    module = torch.load(states, map_location="cpu", weights_only=False)["module"]
+    assert set(module) == trainable
+
+
 def test_lora_with_gradient_checkpointing_takes_the_same_step(tiny_policy):
     """Recomputed activations (non-reentrant checkpointing: no gradient needed at the frozen embeddings) give the
     adapters the same step: the same loss and gradient norm."""
@@ -144,16 +159,17 @@ def test_lora_with_gradient_checkpointing_takes_the_same_step(tiny_policy):
 def test_vllm_serving_the_merged_version_scores_tokens_as_the_lora_trainer_does(tiny_policy, tmp_path):
     """fp32 on both sides: vLLM's log-probs of its own samples from v1's merged weights are the LoRA trainer's (base
     + adapter) log-probs of the same tokens."""
-    from posttrain.rollout import live
+    from posttrain.rollout.engine import VLLMEngine
 
     cfg = TrainConfig(**LORA, precision="fp32")
     trainer = PolicyTrainer(tiny_policy, cfg, reference_dir=tiny_policy)
     try:
         trainer.train_on(_samples(trainer.tokenizer))
         v1 = trainer.save(tmp_path / "v1", metadata={"version": 1})
-        engine = live.acquire(str(v1), RolloutConfig(replicas=1, dtype="float32"), version=1)
-        (request,) = engine.request_outputs([PROMPT], {"n": 4, "temperature": 1.0, "max_tokens": 24, "logprobs": 0,
-                                                        "seed": 0})
+        # an engine of its own (fp32): the process's live engine, in the suite's default dtype, stays for other tests
+        with VLLMEngine(str(v1), RolloutConfig(replicas=1, dtype="float32"), version=1) as engine:
+            (request,) = engine.request_outputs([PROMPT], {"n": 4, "temperature": 1.0, "max_tokens": 24,
+                                                            "logprobs": 0, "seed": 0})
         model = trainer.engine.module.eval()
         for sample in request.outputs:
             ids = list(sample.token_ids)
