@@ -341,10 +341,15 @@ class TrainConfig(Validated):
     carry_train_state: bool = declare(True,
                                       doc="save optimizer, LR schedule and RNG beside each version; the next update "
                                           "resumes")
+    state_every: int = declare(0, low=0,
+                               doc="write the full training state (~7x the bf16 weights) with every N-th version; "
+                                   "the others record only what replays their update (their samples, RNG and a "
+                                   "weights digest: posttrain.training.replay). 0: every version where each update "
+                                   "is a process of its own (a cluster's task pods, data parallel), none in a local "
+                                   "single-process run, whose live trainer carries the state")
     keep_states: int = declare(2, check=must(lambda keep: keep == 0 or keep >= 2, "0 (keep all) or >= 2"),
-                               doc="the newest versions whose training state (~7x the bf16 weights) is kept; each "
-                                   "update prunes older ones' (their weights stay). 2: what a rerun after a kill "
-                                   "resumes from; 0: keep all")
+                               doc="the newest written training states kept; each update prunes older ones' (their "
+                                   "weights stay). 2: what a rerun after a kill resumes from; 0: keep all")
     max_grad_norm: float = declare(1.0, low=0, doc="global gradient-norm clip before each optimizer step (0: off)")
     advantage_eps: float = declare(1e-6, low=0, doc="added to the group std before dividing")
     seed: int = declare(0, doc="seeds the shuffle of samples into micro batches and torch's RNG")

@@ -5,8 +5,10 @@ resuming the optimizer from ``policy``'s ``train_state/`` when it carries one (v
 local run, from the live trainer's memory when it saved ``policy`` itself (``posttrain.training.live``);
 3. save the next policy version: the HF weights vLLM loads (in the model's own dtype), and beside them in
 ``train_state/`` the optimizer, LR schedule and RNG that the next update resumes from
-(``TrainConfig.carry_train_state``); the version records where its parent lives, and the states of versions older
-than the newest ``TrainConfig.keep_states`` are pruned (``checkpoints.prune_train_states``: their weights stay).
+(``TrainConfig.carry_train_state``) -- or, for a version that does not write its state (``writes_state``:
+``TrainConfig.state_every``), what replays this update from the newest state written before it
+(``training.replay``); the version records where its parent lives, and written states older than the newest
+``TrainConfig.keep_states`` are pruned (``checkpoints.prune_train_states``: their weights stay).
 
 Data parallel (``train.nnodes`` x ``train.nproc_per_node`` > 1): ``update_parallel``, a torch elastic task. Each rank
 writes what it owns (rank 0 the weights, every rank its ZeRO partition) in its own working directory -- on a
@@ -119,7 +121,8 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
             stats = trainer.train_on(train_samples(trainable_rows(rows)))
             out = Path(current_context().working_directory) / f"policy-v{policy_version}"
             parent = policy.remote_source or os.path.abspath(policy.path)
-            trainer.save(out, metadata={"version": policy_version, PARENT: parent})
+            trainer.save(out, metadata={"version": policy_version, PARENT: parent},
+                         write_state=writes_state(cfg, policy_version, trainer.engine.world_size))
             rank = trainer.engine.global_rank
         except BaseException:
             live_trainer.discard(trainer)
@@ -129,6 +132,24 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
     stats = dataclasses.replace(stats, wall_s=clock.seconds, memory_peak_mb=memory.peak_mb)
     metrics = train_metrics(stats, rows, trained_from=policy_version - 1)
     return Update(policy=publish(out), metrics=metrics, train_rows=rows)
+
+
+def writes_state(cfg: TrainConfig, policy_version: int, world_size: int) -> bool:
+    """Whether the update that writes ``policy_version`` writes its full training state (else a replay record).
+
+    ``cfg.state_every`` N > 0: every N-th version. 0: where the next update would have to rebuild the state anyway --
+    every version when each update is a process of its own (a cluster's task pods; data parallel ranks, which
+    torch elastic starts per update) -- and none in a local single-process run, whose live trainer carries the
+    state from update to update and a rerun after a kill replays it.
+
+    >>> writes_state(TrainConfig(state_every=3), 6, 1), writes_state(TrainConfig(state_every=3), 7, 1)
+    (True, False)
+    >>> writes_state(TrainConfig(), 1, world_size=2)
+    True
+    """
+    if cfg.state_every:
+        return policy_version % cfg.state_every == 0
+    return world_size > 1 or not FlyteContextManager.current_context().execution_state.is_local_execution()
 
 
 def publish(local: Path) -> FlyteDirectory:

@@ -10,8 +10,10 @@ ZeRO stage) plus ``posttrain_state.json``, which records what the state belongs 
 beside it and the settings that shape the optimizer. The next update restores the state only when all of those
 match (``state_mismatch``); otherwise, or without the subdirectory (v0, a user's checkpoint), it starts a fresh
 optimizer and logs why. vLLM and ``from_pretrained`` read only the top-level files, so the subdirectory is inert
-to them. Its size is about 7x the bf16 weights (fp32 master copy + two fp32 Adam moments + the module), so only the
-newest states are kept (``prune_train_states``): each version records the one it was trained from (``parent`` in
+to them. Its size is about 7x the bf16 weights (fp32 master copy + two fp32 Adam moments + the module), so a version
+may record instead only what replays the update that wrote it (``save_replay``: its samples, RNG and master-weights
+digest; ``WRITTEN`` false; ``training.replay`` rebuilds the state from the newest written one), and only the
+newest written states are kept (``prune_train_states``): each version records the one it was trained from (``parent`` in
 ``posttrain_policy.json``), and after an update saves v_n the states of v_{n-keep} .. v_1 are pruned: their weights
 stay (lineage; they may be evaluated or rolled back to), their ``train_state/`` keeps only its
 ``posttrain_state.json``, marked ``pruned``. An update from a pruned version starts a fresh optimizer from the
@@ -56,6 +58,8 @@ EXPORT_DTYPES = ("float32", "bfloat16", "float16")  # the dtypes a checkpoint's 
 TRAIN_STATE = "train_state"  # the subdirectory of a policy version that holds its training state
 STATE_META = "posttrain_state.json"  # in TRAIN_STATE: what the state belongs to (weights digest, optimizer settings)
 PRUNED = "pruned"  # in STATE_META of a pruned state: why it is gone (the rest of the meta says what it was)
+WRITTEN = "written"  # in STATE_META: False when the state itself was not written, only what replays it (REPLAY)
+REPLAY = "replay.pt"  # in TRAIN_STATE of a version whose state was not written: its samples and RNG (training.replay)
 ADAPTER = "adapter"  # the subdirectory of a LoRA version that holds its adapter (``training.lora``)
 LORA_META = "posttrain_lora.json"  # in ADAPTER: the base the adapter was trained on, and its settings
 _TAG = "state"  # DeepSpeed's checkpoint tag: one state per directory
@@ -175,6 +179,48 @@ def save_train_state(engine: DeepSpeedEngine, policy_dir: str | os.PathLike, met
     return state_dir
 
 
+def save_replay(policy_dir: str | os.PathLike, meta: dict[str, Any], replay: dict[str, Any], master_sha256: str,
+                optimizer_steps: int) -> Path:
+    """Record, instead of the training state, what replays the update that wrote ``policy_dir``: ``replay`` (the
+    samples it trained on and the RNG after it, ``REPLAY``) and ``STATE_META`` with ``WRITTEN`` false, ``meta``,
+    the weights digest and ``master_sha256`` (``master_digest`` of the weights the update ended with), against
+    which a replay checks that it reached the same weights. Rank 0 only; a few KB to MB where the state is GBs.
+    """
+    import torch
+
+    state_dir = Path(policy_dir) / TRAIN_STATE
+    state_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(replay, state_dir / REPLAY)
+    full = {**meta, "weights_sha256": weights_digest(policy_dir), "optimizer_steps": optimizer_steps,
+            WRITTEN: False, "master_sha256": master_sha256}
+    (state_dir / STATE_META).write_text(json.dumps(full, indent=2))
+    return state_dir
+
+
+def state_written(meta: dict[str, Any]) -> bool:
+    """Whether the training state a ``STATE_META`` describes was written (possibly pruned since), rather than
+    recorded for replay (``save_replay``)."""
+    return meta.get(WRITTEN, True)
+
+
+def master_digest(weights: dict[str, Any]) -> str:
+    """SHA-256 over the names and exact bytes of ``weights`` (name -> tensor): whether two trainers hold the same
+    master weights, bit for bit.
+
+    >>> import torch
+    >>> master_digest({"w": torch.ones(2)}) == master_digest({"w": torch.ones(2)}) != master_digest({"w": torch.zeros(2)})
+    True
+    """
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        tensor = weights[name].detach().cpu().contiguous()
+        h.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        h.update(tensor.reshape(-1).view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
 def load_train_state(engine: DeepSpeedEngine, policy_dir: str | os.PathLike,
                      expected: dict[str, Any], trainable_only: bool = False) -> dict[str, Any] | None:
     """Restore ``policy_dir``'s training state into a freshly built ``engine``; returns its client state.
@@ -192,6 +238,10 @@ def load_train_state(engine: DeepSpeedEngine, policy_dir: str | os.PathLike,
         log.warning("training state of %s was pruned (%s): fresh optimizer from its exported weights", policy_dir,
                     saved[PRUNED])
         return None
+    if not state_written(saved):
+        log.warning("training state of %s was not written (train.state_every) and not replayed: fresh optimizer "
+                    "from its exported weights", policy_dir)
+        return None
     problems = state_mismatch(saved, {**expected, "weights_sha256": weights_digest(policy_dir)})
     if problems:
         log.warning("training state in %s not restored (%s): fresh optimizer", policy_dir, "; ".join(problems))
@@ -205,14 +255,17 @@ def load_train_state(engine: DeepSpeedEngine, policy_dir: str | os.PathLike,
 
 
 def prune_train_states(policy_dir: str | os.PathLike, keep: int) -> list[str]:
-    """Prune the training states of ``policy_dir``'s ancestors but the newest ``keep`` versions (``policy_dir``, a
-    version v_n just saved, counts as the first); returns where the states were pruned, newest first.
+    """Prune the written training states of ``policy_dir``'s ancestors but the newest ``keep`` (``policy_dir``, a
+    version v_n just saved, counts as the first when its state was written); returns where the states were pruned,
+    newest first.
 
     The ancestors are found through each version's ``PARENT`` (a local path or a URI of any fsspec filesystem, as the
     update's input was handed to it) and are this loop's versions only: v_{n-1} .. v_1, never v0, the loop's starting
     checkpoint. A state is pruned by marking its ``STATE_META`` (``PRUNED``), then deleting every other file of
-    ``train_state/``; the walk stops at the first ancestor already pruned (a later update pruned everything older;
-    the files an interrupted pruning left are deleted again) or carrying no state. ``keep=0`` keeps every state.
+    ``train_state/``. Versions whose state was not written (``save_replay``) are passed over and keep their replay
+    record: a rerun replays them from the newest written state before them, which ``keep`` >= 2 keeps. The walk
+    stops at the first ancestor already pruned (a later update pruned everything older; the files an interrupted
+    pruning left are deleted again) or carrying no state. ``keep=0`` keeps every state.
 
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -231,20 +284,25 @@ def prune_train_states(policy_dir: str | os.PathLike, keep: int) -> list[str]:
     if keep == 0:
         return []
     uri = str(policy_dir)
-    meta = _read_json(uri, POLICY_META) or {}
+    meta = read_json_at(uri, POLICY_META) or {}
     newest = int(meta.get("version", 0))
     reason = f"keep_states={keep} when v{newest} was saved"
+    own = read_json_at(uri, f"{TRAIN_STATE}/{STATE_META}")
+    kept = int(own is not None and state_written(own))
     pruned = []
-    for depth in range(1, newest):  # the ancestors v_{n-1} .. v_1
+    for _ in range(1, newest):  # the ancestors v_{n-1} .. v_1
         uri = meta.get(PARENT, "")
         if not uri:
             break
-        meta = _read_json(uri, POLICY_META) or {}
-        if depth < keep:
-            continue
-        state = _read_json(uri, f"{TRAIN_STATE}/{STATE_META}")
+        meta = read_json_at(uri, POLICY_META) or {}
+        state = read_json_at(uri, f"{TRAIN_STATE}/{STATE_META}")
         if state is None:
             break
+        if not state_written(state):
+            continue
+        if kept < keep and PRUNED not in state:
+            kept += 1
+            continue
         _prune_state(uri, None if PRUNED in state else {**state, PRUNED: reason})
         if PRUNED in state:
             break
@@ -254,7 +312,7 @@ def prune_train_states(policy_dir: str | os.PathLike, keep: int) -> list[str]:
     return pruned
 
 
-def _read_json(uri: str, relative: str) -> dict[str, Any] | None:
+def read_json_at(uri: str, relative: str) -> dict[str, Any] | None:
     """A JSON file of the policy dir at ``uri`` (any fsspec filesystem); None when there is none."""
     import fsspec
 

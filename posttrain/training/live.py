@@ -2,13 +2,14 @@
 
 A local ``pyflyte run`` (and a test, or a benchmark) runs the update of every iteration in one process. Building a
 ``PolicyTrainer`` for each of them loads the weights, initializes DeepSpeed and reads back the training state the
-previous update had just written (``train_state/``: ~3.5x the fp32 weights). ``acquire`` skips all of that when the
+previous update had just written (``train_state/``: ~3.5x the fp32 weights) or replays. ``acquire`` skips all of that when the
 update starts from exactly the version the live trainer saved last: the version's recorded state (its
 ``posttrain_state.json``: the digest of the weights beside it, the optimizer step, the settings) equals the one the
 trainer wrote, and the config and reference are the same. The trainer then continues from its memory, with the
 random state put back to what it saved, so the result is the one a rebuilt trainer restoring that state would get
-(tested bit for bit). Any other start builds a new trainer (closing the old one). Each version is still saved with
-its full state: a resumed run, or a task pod on a cluster, rebuilds from disk.
+(tested bit for bit). Any other start builds a new trainer (closing the old one) with the version's state, restored
+or replayed (``training.replay.rebuild``): a resumed run, or a task pod on a cluster, rebuilds from disk. Which
+versions write their full state is ``TrainConfig.state_every``'s choice (``tasks/update.py``).
 
 Example (``policy_dir`` a version written by a trainer of this process with ``TrainConfig()``):
     >>> from posttrain.config import TrainConfig
@@ -27,6 +28,7 @@ import threading
 
 from posttrain.config import TrainConfig
 from posttrain.training.checkpoints import read_state_meta
+from posttrain.training.replay import rebuild
 from posttrain.training.trainer import PolicyTrainer
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ def acquire(policy_dir: str | os.PathLike, cfg: TrainConfig,
             log.info("update continues the live trainer from %s (no reload)", policy_dir)
             return _live
         _close_live()
-        _live = PolicyTrainer(policy_dir, cfg, reference_dir=reference_dir)
+        _live = rebuild(policy_dir, cfg, reference_dir=reference_dir)
         return _live
 
 

@@ -65,7 +65,7 @@ from posttrain.timing import timed
 from posttrain.training.algorithms import aggregate, check_aggregation, get_policy_loss
 from posttrain.training.algorithms.objective import per_token_objective
 from posttrain.training.algorithms.tis import behavior_mismatch
-from posttrain.training import lora
+from posttrain.training import lora, records
 from posttrain.training.batching import (
     Batch,
     accumulation_weights,
@@ -79,7 +79,9 @@ from posttrain.training.checkpoints import (
     POLICY_META,
     checkpoint_dtype,
     load_train_state,
+    master_digest,
     read_state_meta,
+    save_replay,
     save_train_state,
     stored_parameters,
     weights_digest,
@@ -208,6 +210,7 @@ class PolicyTrainer:
                                                                                                    None, "")
         self.last_saved_state: dict[str, Any] | None = None  # the state meta ``save`` wrote last (single rank)
         self._saved_client_state: dict[str, Any] = {}
+        self._trained_on: list[TrainSample] = []  # the last ``train_on``'s samples: what a replay record holds
         torch.manual_seed(cfg.seed)
         _init_distributed()
         import torch.distributed as dist
@@ -230,7 +233,7 @@ class PolicyTrainer:
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
             config=deepspeed_config(cfg, self.bf16, self.zero_stage), lr_scheduler=self._lr_schedule)
         self._epoch_seed = cfg.seed
-        restored = load_train_state(self.engine, self.policy_dir, self._state_settings(),
+        restored = load_train_state(self.engine, self.policy_dir, self.state_settings(),
                                     trainable_only=bool(cfg.lora_rank)) \
             if cfg.carry_train_state and (adapter_dir is not None or not cfg.lora_rank) else None
         if restored is None:
@@ -270,7 +273,7 @@ class PolicyTrainer:
         warmup = self.cfg.lr_warmup_steps
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_factor(step, warmup))
 
-    def _state_settings(self) -> dict[str, Any]:
+    def state_settings(self) -> dict[str, Any]:
         """The settings a carried training state must have been saved under to be restored."""
         return {"zero_stage": self.zero_stage, "bf16": self.bf16, "world_size": self.engine.world_size,
                 "learning_rate": self.cfg.learning_rate, "lr_warmup_steps": self.cfg.lr_warmup_steps,
@@ -339,6 +342,7 @@ class PolicyTrainer:
         Stats stay device tensors until the update ends, so no micro step waits on the device to report them.
         """
         clock = timed()
+        self._trained_on = list(samples)
         lengths = [len(s.prompt_token_ids) + len(s.completion_token_ids) for s in samples]
         live = {s.group_id for s in samples if s.advantage != 0.0}
         keep = [i for i, s in enumerate(samples) if s.group_id in live]
@@ -506,17 +510,20 @@ class PolicyTrainer:
             weights[name] = (param if full is None else full).detach().to("cpu", torch.float32).clone()
         return weights
 
-    def save(self, out_dir: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
+    def save(self, out_dir: str | os.PathLike, metadata: dict[str, Any] | None = None,
+             write_state: bool = True) -> Path:
         """Write the master weights, cast to the checkpoint's dtype (``export_dtype``), as an HF safetensors dir
         (+ tokenizer, + ``POLICY_META`` if given); its ``config.json`` records that dtype.
 
         The fp32 master copy, which keeps the small updates bf16 rounding would erase, goes with the training state
         (``carry_train_state``: to ``out_dir/train_state``), where the next update restores it from; vLLM casts the
-        weights on load (``RolloutConfig.dtype``). Every rank must call this (the gathers and the state are
-        collective); rank 0 writes the HF files.
+        weights on load (``RolloutConfig.dtype``). ``write_state=False`` records instead what replays this update
+        (``checkpoints.save_replay``: the samples, the RNG, the master weights' digest; ``training.replay``). Every
+        rank must call this (the gathers and the state are collective); rank 0 writes the HF files.
         """
         out = Path(out_dir)
         state = self.master_weights()
+        reached = master_digest(state) if self.cfg.carry_train_state and not write_state else ""
         if self.engine.global_rank == 0:
             out.mkdir(parents=True, exist_ok=True)
             dtype = getattr(torch, self.export_dtype)
@@ -538,9 +545,14 @@ class PolicyTrainer:
 
             dist.barrier()  # the weights are on disk before the state records their digest
             self._saved_client_state = self._client_state()
-            with lora.frozen_left_out(self.engine.module) if self.cfg.lora_rank else nullcontext():
-                save_train_state(self.engine, out, self._state_settings(), self._saved_client_state,
-                                 trainable_only=bool(self.cfg.lora_rank))
+            if write_state:
+                with lora.frozen_left_out(self.engine.module) if self.cfg.lora_rank else nullcontext():
+                    save_train_state(self.engine, out, self.state_settings(), self._saved_client_state,
+                                     trainable_only=bool(self.cfg.lora_rank))
+            elif self.engine.global_rank == 0:
+                record = {"samples": records.pack(self._trained_on),
+                          "client_state": self._saved_client_state}
+                save_replay(out, self.state_settings(), record, reached, self.engine.global_steps)
             self.last_saved_state = read_state_meta(out) if self.engine.world_size == 1 else None
         return out
 
@@ -548,6 +560,15 @@ class PolicyTrainer:
         """Continue after ``save`` as a trainer rebuilt from that version would: the optimizer, schedule and
         weights are already the saved ones; put back the random state saved with them (``training.live``)."""
         self._restore_client_state(self._saved_client_state)
+
+    def replay(self, samples: Sequence[TrainSample], client_state: dict[str, Any]) -> str:
+        """Redo an update a replay record (``save_replay``) describes: train on its ``samples``, then take the RNG
+        (``client_state``) its trainer saved and continued from; returns the ``master_digest`` reached
+        (``training.replay`` checks it against the version's)."""
+        self.train_on(samples)
+        self._saved_client_state = client_state
+        self._restore_client_state(self._saved_client_state)
+        return master_digest(self.master_weights())
 
     def close(self) -> None:
         """Release the engine (optimizer state, ZeRO buffers, hooks); the trainer is unusable afterwards."""

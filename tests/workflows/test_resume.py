@@ -6,10 +6,12 @@ what the killed run had not finished, attaches to the killed run's MLflow parent
 versions), and ends with the uninterrupted run's trajectories, weights and optimizer state. Each execution gets its
 own Flyte local cache (``HOME``: flytekit keeps it in ``~/.flyte/local-cache``) and MLflow store.
 
-Storage on the way (``train.keep_states`` 2): the update of v3 resumes from v2's state and prunes v1's, so a third,
-identical run finds cached outputs that point at a version whose state is gone, and takes everything from the cache.
-MLflow holds the weights of the evaluated versions (v0, v3) and no training state; the versions are read where the
-updates wrote them, as their iteration runs reference them.
+Storage on the way (``train.state_every`` 3): v1 and v2 write no training state, only what replays their updates
+(``posttrain.training.replay``), so the rerun's update of v3 rebuilds v2's state by replaying v1's and v2's updates
+from v0 -- and must still end bit for bit where the uninterrupted run ends, optimizer state included (v3 writes
+its full state). A third, identical run takes everything from the cache. MLflow holds the weights of the evaluated
+versions (v0, v3) and no training state; the versions are read where the updates wrote them, as their iteration
+runs reference them.
 
 While they run, both print one line per policy version logged and per evaluation (``posttrain.tracking.run_lines``);
 the rerun prints what the killed run had logged again, from the store, marked resumed.
@@ -34,13 +36,13 @@ import pandas as pd
 import pytest
 import torch
 
-from posttrain.training.checkpoints import PRUNED
+from posttrain.training.checkpoints import PRUNED, REPLAY, state_written
 from tests import ROOT, launch_env, mlflow_store
 
 ITERATIONS = 3
 CONFIG = {"iterations": ITERATIONS,
           "rollout": {"replicas": 1, "samples_per_env": 4, "envs_per_iteration": 4, "max_new_tokens": 32},
-          "train": {"micro_batch_size": 16}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
+          "train": {"micro_batch_size": 16, "state_every": 3}, "eval": {"limit": 4, "max_new_tokens": 32, "samples": 2},
           "admission": {"checks": ["consistency"]}}
 MODEL = "posttrain-policy"
 RESUMED = "  (resumed: logged by an earlier execution)"
@@ -153,8 +155,10 @@ def weights(policy: Path) -> dict[str, torch.Tensor]:
 
 
 def optimizer_state(policy: Path) -> dict:
+    """DeepSpeed's checkpoint files of ``policy``'s training state: the optimizer's state is in ``*optim_states.pt``
+    under ZeRO 1-3, in ``mp_rank_*_model_states.pt`` (with the module, the step counts and the RNG) under ZeRO-0."""
     return {f.name: torch.load(f, map_location="cpu", weights_only=False)
-            for f in sorted((policy / "train_state").rglob("*optim_states.pt"))}
+            for f in sorted((policy / "train_state").rglob("*_states.pt"))}
 
 
 @pytest.mark.e2e
@@ -239,14 +243,16 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
           f"{steps}")
     assert update_size > 0
     assert weight_difference <= 1e-6
-    assert optimizer_difference <= 1e-6
+    assert optimizer_state(final_res) and optimizer_difference <= 1e-6
     assert 0 < steps[0] < steps[1] < steps[2] == steps[3]  # v3's optimizer continued v2's steps: the state was carried
     assert json.loads((final_res / "posttrain_policy.json").read_text())["parent"] == str(v2)
 
-    # 5. storage: v1's state was pruned (its weights stay), v2's and v3's kept; MLflow has v3's weights, no state
-    assert [PRUNED in state for state in states] == [True, False, False, False]
-    assert sorted(p.name for p in (v1 / "train_state").iterdir()) == ["posttrain_state.json"]
-    assert (v1 / "model.safetensors").is_file()
+    # 5. storage: v1 and v2 hold a replay record, not a state; v3 its state; MLflow has v3's weights, no state
+    assert [state_written(state) for state in states] == [False, False, True, True]
+    assert not any(PRUNED in state for state in states)
+    for version in (v1, v2):
+        assert sorted(p.name for p in (version / "train_state").iterdir()) == ["posttrain_state.json", REPLAY]
+        assert (version / "model.safetensors").is_file()
     [final_version] = [v for v in versions if v.tags["policy_version"] == str(ITERATIONS)]
     logged = Path(resumed.client().download_artifacts(final_version.run_id, "policy", str(tmp_path / "final")))
     assert not (logged / "train_state").exists()
@@ -272,7 +278,7 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
     assert [line.split("  ")[0] for line in rerun_lines[4:]] == ["v3", "v3 eval"], rerun_lines
     assert not any(line.endswith(RESUMED) for line in rerun_lines[4:])
 
-    # 7. a finished run run again takes every stage from the cache, v1's pruned version included
+    # 7. a finished run run again takes every stage from the cache
     resumed.run("again.log")
     again = cache_events(resumed.root / "again.log")
     assert again and all(event == "hit" for _, event in again), again
