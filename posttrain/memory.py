@@ -7,7 +7,9 @@ Resident set sizes are summed over the processes, so pages they share are counte
 
 Before a stage holds a model, ``check_fits`` compares what it will need with what the machine (or the container's
 memory limit) has left, and fails with a message that says what to change: the update's need is
-``update_memory_mb``, its weights, gradients and optimizer state before any activation.
+``update_memory_mb``, its weights, gradients and optimizer state before any activation. A local run checks once
+before it starts (``tasks/preflight.py``) that the update fits beside the live engines (``engine_memory_mb``), which
+stay alive through it; the update checks again when it loads (a cluster pod checks its own).
 
 Example:
     >>> with peak_memory(interval=0.01) as memory:
@@ -48,6 +50,12 @@ def update_memory_mb(parameters: int, trainable: int, bf16: bool) -> float:
     module = 2 if bf16 else 4
     per_trainable = module + 8 + (4 if bf16 else 0)
     return (parameters * (module + 4) + trainable * per_trainable + (parameters - trainable) * 4) / 2**20
+
+
+def engine_memory_mb(parameters: int, bf16: bool, kv_cache_gib: float) -> float:
+    """MB one CPU vLLM engine holds at least: its weights in its dtype and its KV cache (``VLLM_CPU_KVCACHE_SPACE``).
+    A floor: its runtime comes on top (~1.9 GB per engine measured at 0.5B: benchmarks/one_iteration.py)."""
+    return parameters * (2 if bf16 else 4) / 2**20 + kv_cache_gib * 1024
 
 
 def available_mb() -> float:

@@ -40,6 +40,7 @@ from posttrain.evaluation.greedy import evaluates
 from posttrain.schemas import Envs
 from tasks.admit import admission_rollout, admit_suite, fingerprint_suite
 from tasks.policy import PolicyDir, prepare_policy
+from tasks.preflight import check_memory
 from tasks.rollout import release_engines, warm_engine
 from tasks.tables import Table
 from tasks.track import finish_tracking, log_baseline, log_iteration, start_tracking
@@ -97,7 +98,8 @@ def rl_loop(cfg: LoopConfig = LoopConfig()) -> PolicyDir:
     """Admit the suite, then run the RL iterations; returns the final policy directory."""
     policy = prepare_policy(policy=cfg.policy)
     digest = fingerprint_suite(suite=cfg.suite)
-    warm_engine(policy=policy, cfg=cfg.rollout, suite_digest=digest)  # locally: vLLM starts while admission runs
+    fits = check_memory(policy=policy, cfg=cfg)  # locally: the update must fit beside the engines, checked first
+    fits >> warm_engine(policy=policy, cfg=cfg.rollout, suite_digest=digest)  # vLLM starts while admission runs
     admission = admit_suite(suite=cfg.suite, digest=digest, sandbox=cfg.sandbox, cfg=cfg.admission,
                             rollout=admission_rollout(rollout=cfg.rollout, cfg=cfg.admission))
     run_id = start_tracking(cfg=cfg, report=admission.report, suite_digest=digest, policy=policy)

@@ -167,3 +167,22 @@ def test_a_record_that_does_not_reproduce_gives_a_fresh_optimizer_on_the_version
     assert state["global_steps"] == 0
     exported = load_file(v2 / "model.safetensors")
     assert all(torch.equal(weights[n], t.float()) for n, t in exported.items())
+
+
+@pytest.mark.unit
+def test_a_local_single_process_run_writes_no_state_and_every_other_update_does():
+    from tasks.update import writes_state
+
+    assert [writes_state(TrainConfig(state_every=3), v, 1) for v in range(1, 7)] == [False, False, True] * 2
+    assert writes_state(TrainConfig(), 1, world_size=1)  # outside a local Flyte execution: as a task pod
+    assert writes_state(TrainConfig(), 1, world_size=2)  # data parallel: ranks are started anew per update
+    from flytekit import FlyteContextManager
+    from flytekit.core.context_manager import ExecutionState
+
+    context = FlyteContextManager.current_context()
+    local = context.with_execution_state(context.execution_state.with_params(
+        mode=ExecutionState.Mode.LOCAL_WORKFLOW_EXECUTION))
+    with FlyteContextManager.with_context(local):
+        assert not writes_state(TrainConfig(), 1, world_size=1)  # the live trainer carries it
+        assert writes_state(TrainConfig(), 1, world_size=2)
+        assert writes_state(TrainConfig(state_every=1), 1, world_size=1)
