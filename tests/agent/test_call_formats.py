@@ -77,7 +77,8 @@ def test_a_turn_in_another_format_calls_nothing():
 ])
 def test_malformed_calls_of_each_format_become_error_observations(call_format, text, fragment):
     [error] = parse_calls(text, ALLOWED, call_format)
-    assert isinstance(error, CallError) and error.message.startswith("error: ")
+    assert isinstance(error, CallError)
+    assert error.message.startswith("error: ")
     assert fragment in error.message
 
 
@@ -86,7 +87,8 @@ def test_the_format_end_of_turn_and_stops_come_from_the_familys_template(family,
     fmt = family_fmt(family)
     eos = fmt.tokenizer.eos_token
     assert fmt.calls.name == FORMAT_OF[family]
-    assert fmt.closing.strip() == eos and fmt.stop == [eos]  # each family's template closes a turn with its EOS
+    assert fmt.closing.strip() == eos
+    assert fmt.stop == [eos]  # each family's template closes a turn with its EOS
     assert fmt.tokenizer.convert_tokens_to_ids(eos) in stop_token_ids(fmt.tokenizer, str(family_policy(family)))
 
 
@@ -112,7 +114,8 @@ def test_mistral_puts_a_space_before_the_assistants_text(family_fmt):
     task = [{"role": "user", "content": "Fix calc.py."}]
     answer = fmt.render([*task, {"role": "assistant", "content": "Done."}])
     assert answer == fmt.render(task, add_generation_prompt=True) + " Done." + fmt.closing
-    assert fmt.closing == "</s>" and fmt.observation_text(["ok"]) == '[TOOL_RESULTS] {"content": "ok"}[/TOOL_RESULTS]'
+    assert fmt.closing == "</s>"
+    assert fmt.observation_text(["ok"]) == '[TOOL_RESULTS] {"content": "ok"}[/TOOL_RESULTS]'
 
 
 def test_a_format_can_be_named_for_a_template_that_renders_no_calls(family_fmt):

@@ -65,7 +65,8 @@ def test_episodes_on_a_family_checkpoint_are_exactly_the_tokens_the_engine_saw(f
     for task, e in zip(tasks, episodes):
         first, *later = e.turns
         assert first.text == call_text + fmt.closing  # the call in the family's format, closed by its template
-        assert [(s.tool, s.ok) for s in first.steps] == [("bash", True)] and first.observations == ["hi\n"]
+        assert [(s.tool, s.ok) for s in first.steps] == [("bash", True)]
+        assert first.observations == ["hi\n"]
         # the context the engine continued from is the template's rendering of the structured conversation
         call = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": CALL}]}
         rendered = fmt.render([*task.messages(), call, {"role": "tool", "content": "hi\n"}], add_generation_prompt=True)

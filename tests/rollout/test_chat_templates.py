@@ -61,7 +61,9 @@ def test_each_template_writes_its_familys_markers_and_tool_call_format(name, exp
 @pytest.mark.parametrize("name", NAMES)
 def test_without_a_system_message_or_tools_only_the_turns_are_rendered(name, family_policy):
     text = render(name, family_policy, [{"role": "user", "content": "Hi"}], add_generation_prompt=True)
-    assert "system" not in text and "Tools" not in text and "functions" not in text
+    assert "system" not in text
+    assert "Tools" not in text
+    assert "functions" not in text
     assert text.count("Hi") == 1
 
 

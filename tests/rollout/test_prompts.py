@@ -37,7 +37,8 @@ def test_auto_without_a_template_is_the_raw_prompt_encoded_as_vllm_encodes_text(
 def test_a_built_in_template_on_a_tokenizer_without_one_keeps_its_bos_once():
     tok = demo_tokenizer()
     [ids] = PromptFormat(tok, "chatml").encode([PROMPT])
-    assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
+    assert ids[0] == tok.bos_token_id
+    assert ids.count(tok.bos_token_id) == 1
     assert tok.decode(ids[1:]) == f"<|im_start|>user\n{PROMPT}<|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -54,7 +55,8 @@ def test_auto_renders_through_the_familys_own_template_to_one_bos(family, family
     [ids] = fmt.encode([PROMPT])
     if FAMILIES[family].bos:  # the template writes BOS and the tokenizer adds one on encode: still one
         assert text.startswith(tok.bos_token)
-        assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
+        assert ids[0] == tok.bos_token_id
+        assert ids.count(tok.bos_token_id) == 1
     else:
         assert tok.bos_token_id is None
     assert ids == tok(text, add_special_tokens=False).input_ids  # the text's own tokens, special markers whole
@@ -75,7 +77,8 @@ def test_a_system_prompt_is_a_shared_prefix_of_every_prompt(family, family_polic
 
 @pytest.mark.unit
 def test_the_config_names_the_template_choices():
-    assert RolloutConfig().chat_template == "auto" and RolloutConfig().system_prompt == ""
+    assert RolloutConfig().chat_template == "auto"
+    assert RolloutConfig().system_prompt == ""
     with pytest.raises(ConfigError, match=r"rollout.chat_template='vicuna': must be one of \['auto', 'none', 'chatml'"):
         RolloutConfig(chat_template="vicuna")
 
@@ -143,7 +146,8 @@ def test_the_stop_ids_are_the_tokenizers_eos_and_every_eos_of_generation_config(
     spec = FAMILIES[family]
     assert tok.convert_ids_to_tokens(ids) == sorted((spec.eos, *spec.stops), key=tok.convert_tokens_to_ids)
     listed = json.loads((path / "generation_config.json").read_text())["eos_token_id"]
-    assert isinstance(listed, list) and set(listed) | {tok.eos_token_id} == set(ids)
+    assert isinstance(listed, list)
+    assert set(listed) | {tok.eos_token_id} == set(ids)
     assert sampling_params(1, 1, 1.0, 8, stop_token_ids=ids)["stop_token_ids"] == ids
     assert stop_token_ids(tok) == [tok.eos_token_id]  # no policy dir: the tokenizer's EOS alone
 

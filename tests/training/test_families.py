@@ -39,7 +39,8 @@ def test_a_family_checkpoint_has_its_architecture_tokens_template_and_stops(fami
 
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "# Write add_1(x).\n"}]
     text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-    assert "Be brief." in text and text.index("Be brief.") < text.index("# Write add_1(x).")
+    assert "Be brief." in text
+    assert text.index("Be brief.") < text.index("# Write add_1(x).")
     bos = FAMILIES[family].bos
     if bos:  # the BOS is the template's first token, and plain encoding adds it too
         assert text.startswith(bos)
@@ -82,7 +83,8 @@ def test_builds_are_deterministic_and_unknown_families_refused(tmp_path):
     b = build_family_checkpoint("qwen2", tmp_path / "b", seed=3)
     assert (a / "tokenizer.json").read_text() == (b / "tokenizer.json").read_text()
     wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
-    assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
+    assert wa.keys() == wb.keys()
+    assert all((wa[k] == wb[k]).all() for k in wa)
     with pytest.raises(ValueError, match=r"unknown model family 'gemma'; known: \['mistral', 'qwen2', 'llama3'\]"):
         build_family_checkpoint("gemma", tmp_path / "c")
 
@@ -108,7 +110,8 @@ def test_a_published_shape_pads_the_vocabulary_and_stores_its_dtype(tmp_path, mo
     text = "def f(x):\n    return x + 1<|im_end|>"
     ids = tok(text).input_ids
     assert not any(token.startswith("<|reserved_") for token in tok.convert_ids_to_tokens(ids))  # no text makes them
-    assert ids[-1] == tok.eos_token_id and tok.decode(ids) == text
+    assert ids[-1] == tok.eos_token_id
+    assert tok.decode(ids) == text
     assert "<|im_start|>assistant" in tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
                                                                add_generation_prompt=True)
     with pytest.raises(ValueError, match="not of the mistral family"):

@@ -120,7 +120,8 @@ def test_an_adapter_is_continued_only_on_its_own_base_and_settings(lora_v1, tiny
         assert trainer.base_dir == lora_v1["v1"]
         assert trainer.engine.global_steps == 0
         stats = trainer.train_on(_samples(trainer.tokenizer))
-        assert stats.steps == 1 and math.isfinite(stats.loss)
+        assert stats.steps == 1
+        assert math.isfinite(stats.loss)
     finally:
         trainer.close()
 

@@ -92,7 +92,8 @@ def test_a_remote_version_is_downloaded_and_a_local_one_read_where_it_is(tmp_pat
     fs.pipe_file(f"/replay-{tmp_path.name}/v1/model.safetensors", b"weights")
     remote = f"memory:///replay-{tmp_path.name}/v1"
     copied = local_copy(remote, tmp_path / "record", f"{TRAIN_STATE}/{REPLAY}")
-    assert copied.read_bytes() == b"record" and copied.is_relative_to(tmp_path)
+    assert copied.read_bytes() == b"record"
+    assert copied.is_relative_to(tmp_path)
     whole = local_copy(remote, tmp_path / "base")
     assert sorted(p.relative_to(whole).as_posix() for p in whole.rglob("*") if p.is_file()) == \
         ["model.safetensors", f"{TRAIN_STATE}/{REPLAY}"]
@@ -162,7 +163,8 @@ def test_a_record_that_does_not_reproduce_gives_a_fresh_optimizer_on_the_version
         weights = rebuilt.master_weights()
     finally:
         rebuilt.close()
-    assert "replaying the update that wrote" in caplog.text and "reached other weights" in caplog.text
+    assert "replaying the update that wrote" in caplog.text
+    assert "reached other weights" in caplog.text
     assert f"fresh optimizer from the exported weights of {v2}" in caplog.text
     assert state["global_steps"] == 0
     exported = load_file(v2 / "model.safetensors")

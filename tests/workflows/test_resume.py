@@ -243,7 +243,8 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
           f"{steps}")
     assert update_size > 0
     assert weight_difference <= 1e-6
-    assert optimizer_state(final_res) and optimizer_difference <= 1e-6
+    assert optimizer_state(final_res)
+    assert optimizer_difference <= 1e-6
     assert 0 < steps[0] < steps[1] < steps[2] == steps[3]  # v3's optimizer continued v2's steps: the state was carried
     assert json.loads((final_res / "posttrain_policy.json").read_text())["parent"] == str(v2)
 
@@ -281,7 +282,8 @@ def test_killed_run_resumes_from_the_cache_and_ends_where_an_uninterrupted_run_e
     # 7. a finished run run again takes every stage from the cache
     resumed.run("again.log")
     again = cache_events(resumed.root / "again.log")
-    assert again and all(event == "hit" for _, event in again), again
+    assert again, again
+    assert all(event == "hit" for _, event in again), again
 
 
 @pytest.mark.integration

@@ -138,7 +138,8 @@ def test_rl_smoke_runs_on_a_users_checkpoint_of_a_family_through_its_chat_templa
 
     runs = client.search_runs([client.get_experiment_by_name("posttrain").experiment_id])
     iteration_1 = next(r for r in runs if r.data.tags.get("posttrain.iteration") == "1")
-    assert "eval/pass_at_1" in iteration_1.data.metrics and "train/loss" in iteration_1.data.metrics
+    assert "eval/pass_at_1" in iteration_1.data.metrics
+    assert "train/loss" in iteration_1.data.metrics
     assert {v.tags.get("policy_version") for v in client.search_model_versions("name='posttrain-policy'")} == {"0", "1"}
     scored = pd.read_parquet(client.download_artifacts(iteration_1.info.run_id, "tables/scored.parquet",
                                                        str(tmp_path)))
