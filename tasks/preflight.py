@@ -50,15 +50,15 @@ def check_memory(policy: PolicyDir, cfg: LoopConfig) -> None:
     need = run_memory_mb(parameters, bool(cfg.train.lora_rank), bf16, engines,
                          precision.engine_dtype(cfg.rollout.dtype) == "bfloat16", kv_cache_gib)
     kind = f"LoRA rank {cfg.train.lora_rank}" if cfg.train.lora_rank else "full fine-tune"
+    available = memory.available_mb()
     memory.check_fits(
-        need, memory.available_mb(),
+        need, available,
         f"this run ({cfg.policy}: {parameters / 1e6:.0f}M parameters; the update, {kind}, "
         f"{'bf16' if bf16 else 'fp32'}, beside {engines} vLLM engine(s) with {kv_cache_gib:g} GiB of KV cache each, "
         "which stay alive through it; before activations)",
         "train.lora_rank > 0 keeps only the frozen weights and a small adapter's optimizer; rollout.replicas 1 runs "
         "one engine; or free memory, or a machine with more")
-    log.info("memory check: the run needs at least %.1f GiB, %.1f GiB available", need / 1024,
-             memory.available_mb() / 1024)
+    log.info("memory check: the run needs at least %.1f GiB, %.1f GiB available", need / 1024, available / 1024)
 
 
 def run_memory_mb(parameters: int, lora: bool, bf16: bool, engines: int, engine_bf16: bool,

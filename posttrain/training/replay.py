@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from posttrain.config import TrainConfig
+from posttrain.locations import local_copy
 from posttrain.training import records
 from posttrain.training.checkpoints import (
     PARENT,
@@ -88,51 +88,33 @@ def rebuild(policy_dir: str | os.PathLike, cfg: TrainConfig,
     if not versions:
         return PolicyTrainer(policy_dir, cfg, reference_dir=reference_dir)
     # a downloaded base stays for the trainer's life (a LoRA trainer reads its base weights again when it saves)
-    trainer = PolicyTrainer(local_copy(base, Path(tempfile.mkdtemp(prefix="posttrain-replay-base-"))), cfg,
-                            reference_dir=reference_dir)
-    with tempfile.TemporaryDirectory(prefix="posttrain-replay-") as scratch:
-        try:
-            _replay(trainer, versions, Path(scratch))
-        except ReplayError as error:
-            trainer.close()
-            log.warning("%s: fresh optimizer from the exported weights of %s", error, policy_dir)
-            return PolicyTrainer(policy_dir, cfg, reference_dir=reference_dir)
-        except BaseException:
-            trainer.close()
-            raise
+    trainer = PolicyTrainer(local_copy(base), cfg, reference_dir=reference_dir)
+    try:
+        _replay(trainer, versions)
+    except ReplayError as error:
+        trainer.close()
+        log.warning("%s: fresh optimizer from the exported weights of %s", error, policy_dir)
+        return PolicyTrainer(policy_dir, cfg, reference_dir=reference_dir)
+    except BaseException:
+        trainer.close()
+        raise
     return trainer
 
 
-def _replay(trainer: PolicyTrainer, versions: list[tuple[str, dict[str, Any]]], scratch: Path) -> None:
+def _replay(trainer: PolicyTrainer, versions: list[tuple[str, dict[str, Any]]]) -> None:
     """Replay each of ``versions`` on ``trainer`` (built on the version before the first), raising ``ReplayError``
     at the first that cannot be reproduced."""
     import torch
 
     expected = trainer.state_settings()
-    for n, (where, state) in enumerate(versions):
+    for where, state in versions:
         problems = state_mismatch(state, expected)
         if problems:
             raise ReplayError(f"{where} was trained under other settings ({'; '.join(problems)})")
-        record = torch.load(local_copy(where, scratch / f"record-{n}", f"{TRAIN_STATE}/{REPLAY}"),
-                            map_location="cpu", weights_only=True)
+        record = torch.load(Path(local_copy(f"{where}/{TRAIN_STATE}")) / REPLAY, map_location="cpu",
+                            weights_only=True)
         reached = trainer.replay(records.unpack(record["samples"]), record["client_state"])
         if reached != state["master_sha256"]:
             raise ReplayError(f"replaying the update that wrote {where} reached other weights (not bit for bit "
                               "reproducible here: another thread count, device or library version?)")
         log.info("replayed the update that wrote %s (optimizer step %d)", where, trainer.engine.global_steps)
-
-
-def local_copy(uri: str, into: Path, relative: str = "") -> Path:
-    """The file or directory ``relative`` of the version at ``uri`` on this machine: where it is for a local path,
-    else downloaded (any fsspec filesystem) into ``into``."""
-    import fsspec
-    from fsspec.implementations.local import LocalFileSystem
-
-    fs, root = fsspec.core.url_to_fs(uri)
-    source = f"{root.rstrip('/')}/{relative}".rstrip("/")
-    if isinstance(fs, LocalFileSystem):
-        return Path(source)
-    target = into / relative if relative else into
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fs.get(source, str(target), recursive=not relative)
-    return target

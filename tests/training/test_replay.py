@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from pathlib import Path
 
 import fsspec
 import pytest
 import torch
 
 from posttrain.config import TrainConfig
+from posttrain.locations import local_copy
 from posttrain.training.checkpoints import (
     PARENT,
     POLICY_META,
@@ -31,7 +33,7 @@ from posttrain.training.checkpoints import (
     read_state_meta,
     state_written,
 )
-from posttrain.training.replay import ReplayError, local_copy, rebuild, replay_chain
+from posttrain.training.replay import ReplayError, rebuild, replay_chain
 from tests.training.test_checkpoints import _assert_same, _chain, _files, _optimizer_state, _samples
 
 CFG = TrainConfig(micro_batch_size=4, learning_rate=1e-3, lr_warmup_steps=4)
@@ -86,18 +88,16 @@ def test_the_chain_runs_back_to_the_newest_written_state_or_the_start(tmp_path):
 
 
 @pytest.mark.unit
-def test_a_remote_version_is_downloaded_and_a_local_one_read_where_it_is(tmp_path):
+def test_a_remote_versions_record_and_base_are_fetched_and_a_local_one_read_where_it_is(tmp_path):
     fs = fsspec.filesystem("memory")
     fs.pipe_file(f"/replay-{tmp_path.name}/v1/{TRAIN_STATE}/{REPLAY}", b"record")
     fs.pipe_file(f"/replay-{tmp_path.name}/v1/model.safetensors", b"weights")
     remote = f"memory:///replay-{tmp_path.name}/v1"
-    copied = local_copy(remote, tmp_path / "record", f"{TRAIN_STATE}/{REPLAY}")
-    assert copied.read_bytes() == b"record"
-    assert copied.is_relative_to(tmp_path)
-    whole = local_copy(remote, tmp_path / "base")
+    assert (Path(local_copy(f"{remote}/{TRAIN_STATE}")) / REPLAY).read_bytes() == b"record"  # as _replay reads it
+    whole = Path(local_copy(remote))  # as rebuild fetches its base
     assert sorted(p.relative_to(whole).as_posix() for p in whole.rglob("*") if p.is_file()) == \
         ["model.safetensors", f"{TRAIN_STATE}/{REPLAY}"]
-    assert local_copy(str(tmp_path / "base"), tmp_path / "unused") == tmp_path / "base"
+    assert local_copy(str(tmp_path)) == str(tmp_path)
 
 
 @pytest.fixture(params=["full", "lora"])
