@@ -218,6 +218,16 @@ class SandboxConfig(Validated):
                                      doc="not started this long after submission: an infra error; 0 means no limit")
     hang_grace_s: float = declare(120.0, low=0,
                                   doc="a backend still silent this long past a deadline is reported hung (infra)")
+    deprioritise_long: bool = declare(True,
+                                      doc="while a short execution runs, running long ones yield the CPU: their "
+                                          "cgroup's CPU weight drops to long_cpu_share of its own, and comes back "
+                                          "when no short one runs (posttrain.sandbox.priority; bwrap, warm bwrap, "
+                                          "the Docker pool with a local daemon)")
+    long_cpu_share: float = declare(0.01, low=0, open_low=True, high=1,
+                                    doc="a yielding long execution's CPU weight, as a fraction of its own")
+    deprioritise_max: float = declare(0.5, low=0,
+                                      doc="a long execution yields for at most this fraction of its deadline in all, "
+                                          "then keeps its weight to its end")
     workspace_mb: int = declare(64, low=1,
                                 doc="Limits every backend applies besides timeout_s and memory_mb. Size cap of the "
                                     "writable workspace (/work) of one execution or session.")

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from posttrain.sandbox.priority import CpuPriority
 
 
 @dataclass
@@ -41,6 +44,8 @@ class Execution:
     tier: str = ""  # scheduling tier: "short", "long", or "" (decided from ``timeout_s`` by the scheduler)
     queue_timeout_s: float | None = None  # give up (infra error) if not started this long after submission
     trusted_files: dict[str, str] = field(default_factory=dict)  # read-only at /trusted
+    # set by the scheduler on a long-tier job: the backend lets it weight the execution's cgroup (``priority.py``)
+    priority: CpuPriority | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,12 @@ instances, message-queue bytes, ...). Not as root, bwrap runs as us, and every s
 Limits: each execution gets its own cgroup (``cgroup.py``, where the host allows: root, cgroup v1 or v2) that caps
 the whole process tree together: memory (``memory_mb`` plus the sizes of the tmpfs mounts, whose pages and inodes
 are charged to it; no swap; past it the kernel OOM-kills, reported as ``extra["oom_killed"]``), tasks, and CPU time
-(``cpus`` cores); what the execution used (CPU seconds, peak memory: ``ExecutionResult.cpu_s``, ``memory_peak_mb``)
-is read from it before it is removed, and counts bwrap's own process and the files written to its tmpfs mounts
-too. Inside the sandbox ``prlimit`` sets per-process limits on top (so ``RLIMIT_NPROC`` counts only
-this sandbox's processes): address space from ``memory_mb``, CPU seconds from the timeout, processes, file size,
-open files, no core dumps. Where cgroups are unavailable only these per-process limits hold (logged once).
+(``cpus`` cores); a long execution's CPU weight drops in it while short ones run (``priority.py``). What the
+execution used (CPU seconds, peak memory: ``ExecutionResult.cpu_s``, ``memory_peak_mb``) is read from it before it
+is removed, and counts bwrap's own process and the files written to its tmpfs mounts too. Inside the sandbox
+``prlimit`` sets per-process limits on top (so ``RLIMIT_NPROC`` counts only this sandbox's processes): address space
+from ``memory_mb``, CPU seconds from the timeout, processes, file size, open files, no core dumps. Where cgroups are
+unavailable only these per-process limits hold (logged once).
 The writable tmpfs mounts (``/work``, ``/tmp``, ``/dev/shm``) cap their inodes as well as their size, one per 4 KB
 of it (``tmpfs_inodes``): empty files cost kernel memory (an inode and a dentry, ~1 KB each) that no size cap
 counts and a cgroup charges only in part (527,347 of them once took +525 MB of slab through a 256 MB execution).
@@ -275,7 +276,7 @@ class BwrapSandbox(SandboxBackend):
             mounts = self._mounts([WORKDIR, "/tmp", "/dev/shm"] if workspace else ["/tmp", "/dev/shm"], owner)
         except OSError as exc:
             if group:
-                group.remove()
+                self._drop_group(execution, group)
             if own_lease:
                 own_lease.release()
             return RawRun(exit_code=None, stdout=CappedBuffer(0), stderr=CappedBuffer(0), start_ms=_ms_since(t0),
@@ -302,7 +303,7 @@ class BwrapSandbox(SandboxBackend):
             for fd in (in_w, out_r, err_r, status_r, started_r):
                 os.close(fd)
             if group:
-                group.remove()
+                self._drop_group(execution, group)
             if mounts:
                 mounts.release()
             if own_lease:
@@ -342,7 +343,7 @@ class BwrapSandbox(SandboxBackend):
             oom_killed = group is not None and group.oom_killed()
             usage = group.usage() if group else Usage()  # bwrap has exited, and its sandbox with it
             if group:
-                group.remove()
+                self._drop_group(execution, group)
             if mounts:
                 mounts.release()
             if own_lease:  # bwrap has exited, and the cgroup (where there is one) is empty
@@ -365,10 +366,21 @@ class BwrapSandbox(SandboxBackend):
 
     def _group(self, execution: Execution) -> cgroup.ExecutionGroup | None:
         """The execution's cgroup, or None where the host has none for us; its memory cap is ``memory_cap``;
-        bwrap's own process outside the sandbox is one more task."""
+        bwrap's own process outside the sandbox is one more task. A long execution's CPU priority weights it from
+        now on (``priority.py``) until ``_drop_group``."""
         if self.aggregate_limits != "cgroup":
             return None
-        return cgroup.ExecutionGroup.create(self.memory_cap(execution), self.max_processes + 1, self.cpus)
+        group = cgroup.ExecutionGroup.create(self.memory_cap(execution), self.max_processes + 1, self.cpus)
+        if execution.priority is not None:
+            execution.priority.attach(group)
+        return group
+
+    @staticmethod
+    def _drop_group(execution: Execution, group: cgroup.ExecutionGroup) -> None:
+        """Remove the execution's cgroup (made by ``_group``), out of its CPU priority's hands first."""
+        if execution.priority is not None:
+            execution.priority.detach(group)
+        group.remove()
 
     def _mounts(self, paths: list[str], owner: tuple[int, int] | None) -> HostMounts | None:
         """The execution's writable mounts at ``paths``, made on the host (owned by ``owner``) with their inodes

@@ -8,7 +8,9 @@ the sandbox's init, the program and everything it starts) in one cgroup per cont
   kernel objects behind files and inodes it creates), with swap disabled; past the cap the kernel reclaims, then
   OOM-kills a process of the group (``oom_killed()`` says so) or the allocation fails;
 - processes: ``pids.max`` counts every task (threads too), so a fork loop stops there;
-- CPU: a CFS quota of ``cpus`` cores (``cpus=1.0``: at most one core's time per period, however many threads).
+- CPU: a CFS quota of ``cpus`` cores (``cpus=1.0``: at most one core's time per period, however many threads);
+  its weight against sibling groups (``set_cpu_weight``) is what the scheduler lowers for a long execution while
+  short ones run (``priority.py``).
 
 A group may hold groups of its own (``nest``), each with its own limits under the group's: a warm slot keeps its
 trusted zygote in one and each execution in another, so that an execution's OOM kill picks among its own
@@ -78,6 +80,8 @@ PARENT_PREFIX = "posttrain-"  # our parent group: posttrain-<pid>-<start time>-<
 _PARENT_NAME = re.compile(rf"^{PARENT_PREFIX}(\d+)-(\d+)-(\d+)$")
 HOST_LEAF = "posttrain-host"  # v2: where this process moves itself so that its old cgroup can enable controllers
 CFS_PERIOD_US = 100_000
+CPU_WEIGHT_FILE = {1: "cpu.shares", 2: "cpu.weight"}  # a group's CPU weight against its siblings, by cgroup version
+CPU_WEIGHT_RANGE = {1: (2, 262144), 2: (1, 10000)}  # what the kernel takes (a new group has 1024 on v1, 100 on v2)
 MIB = 1 << 20
 SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 
@@ -342,7 +346,8 @@ def limits_unavailable_reason() -> str:
 class Cgroup:
     """One cgroup, read: its processes and what they used. ``dirs``: controller -> the group's directory in that
     controller's hierarchy (on v2 every controller maps to the same one). An ``ExecutionGroup`` is one we made; a
-    pooled container's (``docker/host_view.py``) is Docker's, and only read."""
+    pooled container's (``docker/host_view.py``) is Docker's: read, and its CPU weight lowered while a long execution
+    yields to short ones (``priority.py``), then set back."""
 
     def __init__(self, version: int, dirs: dict[str, Path]):
         self.version = version
@@ -354,6 +359,17 @@ class Cgroup:
 
     def _subtree(self) -> list[Path]:
         return [path for top in CgroupHost.unique(self.dirs) for path in _subtree(top)]
+
+    def cpu_weight(self) -> int | None:
+        """The group's CPU weight against its sibling groups: v1 ``cpu.shares`` (a new group's: 1024), v2
+        ``cpu.weight`` (100); None where unreadable (the group is gone)."""
+        return _number(self.dirs["cpu"] / CPU_WEIGHT_FILE[self.version])
+
+    def set_cpu_weight(self, weight: int) -> None:
+        """Set the group's CPU weight (``cpu_weight``), clamped to what the kernel takes: when every CPU is busy,
+        sibling groups get CPU time in proportion to their weights; an idle CPU goes to whoever wants it."""
+        low, high = CPU_WEIGHT_RANGE[self.version]
+        _write(self.dirs["cpu"] / CPU_WEIGHT_FILE[self.version], str(min(high, max(low, weight))))
 
     def oom_killed(self) -> bool:
         """Whether the kernel OOM-killed a process of the group because the group hit its memory cap."""

@@ -15,6 +15,13 @@ reported; program failures are never retried. Results carry ``queue_ms`` (waitin
 backend getting an isolated environment ready) and ``run_ms``, plus ``extra["tier"]``, ``extra["slot"]`` and
 ``extra["attempts"]``.
 
+Long work yields the CPU to short work (``priority.py``): reserved slots keep short jobs from waiting for a *slot*,
+but running long jobs would still share the cores with them. So while a short-tier job runs, every running long-tier
+job's cgroup gets ``long_cpu_share`` of its CPU weight (the kernel then gives a short execution the core it wants,
+the long ones what is left), and its weight back when no short job runs; each long job yields for at most
+``deprioritise_max`` of its deadline in all. Results of long jobs whose cgroup was weighted carry
+``extra["deprioritised_s"]`` (``deprioritise_long=False``: none of this).
+
 The process-wide scheduler (``default_scheduler()``) is what ``run_many`` and sessions use; ``make_sandbox(cfg)``
 applies ``cfg``'s scheduling fields to it. If the caller's thread is interrupted (an exception while waiting), the
 batch's queued jobs are cancelled; running ones end at their deadlines and clean up after themselves.
@@ -36,10 +43,11 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from posttrain.sandbox.base import Execution, ExecutionResult, Sandbox
+from posttrain.sandbox.priority import CpuPriority
 
 SHORT, LONG = "short", "long"
 MONITOR_PERIOD_S = 0.1
@@ -55,7 +63,7 @@ class _Batch:
 @dataclass(eq=False)
 class _Job:
     seq: int
-    fn: Callable[[], object]
+    fn: Callable[[CpuPriority | None], object]  # given the job's CPU priority (long jobs that yield), or None
     infra: Callable[[str], object]  # builds the result reported when the job expires or hangs
     timeout_s: float
     tier: str
@@ -65,13 +73,15 @@ class _Job:
     future: Future = field(default_factory=Future)
     started: float | None = None
     slot: str = ""
+    priority: CpuPriority | None = None
 
 
 class Scheduler:
     """Thread-safe; one thread per running job (no idle threads), one monitor thread while work exists."""
 
     def __init__(self, max_concurrency: int = 16, long_slots: int = 0, short_timeout_s: float = 30.0,
-                 queue_timeout_s: float = 0.0, hang_grace_s: float = 120.0):
+                 queue_timeout_s: float = 0.0, hang_grace_s: float = 120.0, deprioritise_long: bool = True,
+                 long_cpu_share: float = 0.01, deprioritise_max: float = 0.5):
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._batches: dict[int, _Batch] = {}
@@ -79,19 +89,29 @@ class Scheduler:
         self._running = {SHORT: 0, LONG: 0}  # occupied slots by slot kind
         self._monitor: threading.Thread | None = None
         self.configure(max_concurrency=max_concurrency, long_slots=long_slots, short_timeout_s=short_timeout_s,
-                       queue_timeout_s=queue_timeout_s, hang_grace_s=hang_grace_s)
+                       queue_timeout_s=queue_timeout_s, hang_grace_s=hang_grace_s,
+                       deprioritise_long=deprioritise_long, long_cpu_share=long_cpu_share,
+                       deprioritise_max=deprioritise_max)
 
     def configure(self, *, max_concurrency: int, long_slots: int = 0, short_timeout_s: float = 30.0,
-                  queue_timeout_s: float = 0.0, hang_grace_s: float = 120.0) -> "Scheduler":
-        """Change the limits; running jobs keep their slots, new dispatches follow the new limits."""
+                  queue_timeout_s: float = 0.0, hang_grace_s: float = 120.0, deprioritise_long: bool = True,
+                  long_cpu_share: float = 0.01, deprioritise_max: float = 0.5) -> "Scheduler":
+        """Change the limits; running jobs keep their slots (and CPU priorities), new dispatches follow the new
+        limits."""
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency={max_concurrency}: must be at least 1")
+        if not 0 < long_cpu_share <= 1:
+            raise ValueError(f"long_cpu_share={long_cpu_share}: must be in (0, 1]")
+        if deprioritise_max < 0:
+            raise ValueError(f"deprioritise_max={deprioritise_max}: must be at least 0")
         with self._cond:
             self.max_concurrency = max_concurrency
             wanted = long_slots or max(1, max_concurrency // 2)
             self.long_slots = max_concurrency if max_concurrency == 1 else min(wanted, max_concurrency - 1)
             self.short_timeout_s, self.queue_timeout_s = short_timeout_s, queue_timeout_s
             self.hang_grace_s = hang_grace_s
+            self.deprioritise_long, self.long_cpu_share = deprioritise_long, long_cpu_share
+            self.deprioritise_max = deprioritise_max
             self._dispatch()
         return self
 
@@ -106,15 +126,18 @@ class Scheduler:
         """Queue one execution; the future's result is its ``ExecutionResult`` (never an exception)."""
         timeout_s = float(getattr(execution, "timeout_s", 0) or 0)
         queue_timeout = getattr(execution, "queue_timeout_s", None)
-        return self._submit(lambda: run_one(sandbox, execution, start_retries, retry_delay_s),
+        return self._submit(lambda priority: run_one(sandbox, replace(execution, priority=priority) if priority
+                                                     else execution, start_retries, retry_delay_s),
                             lambda msg: ExecutionResult(exit_code=None, infra_error=msg,
                                                         extra={"backend": getattr(sandbox, "name", "?")}),
                             timeout_s, self.tier_of(timeout_s, getattr(execution, "tier", "")), queue_timeout,
                             _batch or _Batch(cap=concurrency or float("inf")))
 
-    def call(self, fn: Callable[[], object], *, timeout_s: float, infra: Callable[[str], object],
-             tier: str = "") -> object:
-        """Run ``fn`` in a slot of the right tier and return what it returns (session steps use this).
+    def call(self, fn: Callable[[CpuPriority | None], object], *, timeout_s: float,
+             infra: Callable[[str], object], tier: str = "") -> object:
+        """Run ``fn(priority)`` in a slot of the right tier and return what it returns (session steps use this);
+        ``priority`` is the job's ``CpuPriority`` (a long job that yields to short ones: hand it to the backend as
+        ``Execution.priority``), else None.
 
         ``infra(message)`` builds the value returned instead if the job expires in the queue or hangs."""
         job_future = self._submit(fn, infra, timeout_s, self.tier_of(timeout_s, tier), None,
@@ -160,6 +183,8 @@ class Scheduler:
         job = _Job(seq=next(self._seq), fn=fn, infra=infra, timeout_s=timeout_s, tier=tier, batch=batch,
                    submitted=now, queue_deadline=now + queue_timeout if queue_timeout else None)
         with self._cond:
+            if tier == LONG and self.deprioritise_long:
+                job.priority = CpuPriority(self.long_cpu_share, self.deprioritise_max * timeout_s)
             self._batches[id(batch)] = batch
             batch.queues[tier].append(job)
             self._dispatch()
@@ -186,6 +211,7 @@ class Scheduler:
             elif long_free > 0 and (long_job or short_job):
                 job, slot = long_job or short_job, LONG
             else:
+                self._reweigh()
                 return
             job.batch.queues[job.tier].popleft()
             job.batch.in_flight += 1
@@ -195,14 +221,20 @@ class Scheduler:
             threading.Thread(target=self._work, args=(job,), name=f"sandbox-{job.tier}-{job.seq}",
                              daemon=True).start()
 
+    def _reweigh(self) -> None:
+        """Running long jobs yield the CPU while a short job runs, and get it back when none does (lock held)."""
+        short_running = any(job.tier == SHORT for job in self._running_jobs)
+        for job in self._running_jobs:
+            if job.priority is not None:
+                job.priority.lower() if short_running else job.priority.restore()
+
     def _work(self, job: _Job) -> None:
         try:
-            result = job.fn()
+            result = job.fn(job.priority)
         except BaseException as exc:  # noqa: BLE001 - a job must always produce a result
             result = job.infra(f"scheduler job raised {type(exc).__name__}: {exc}")
         self._annotate(job, result)
-        _complete(job, result)
-        with self._cond:
+        with self._cond:  # the slot (and the CPU it held the long jobs off) is given back before the caller hears
             self._running[job.slot] -= 1
             self._running_jobs.discard(job)
             job.batch.in_flight -= 1
@@ -210,13 +242,15 @@ class Scheduler:
                 self._batches.pop(id(job.batch), None)
             self._dispatch()
             self._cond.notify_all()
+        _complete(job, result)
 
     def _annotate(self, job: _Job, result) -> None:
         if isinstance(result, ExecutionResult) or hasattr(result, "extra"):
             queue_ms = ((job.started or job.submitted) - job.submitted) * 1000
             if isinstance(result, ExecutionResult):
                 result.queue_ms = queue_ms
-            result.extra.update(tier=job.tier, slot=job.slot, queue_ms=round(queue_ms, 3))
+            result.extra.update(tier=job.tier, slot=job.slot, queue_ms=round(queue_ms, 3),
+                                **(job.priority.record() if job.priority else {}))
 
     def _ensure_monitor(self) -> None:
         if self._monitor is None or not self._monitor.is_alive():
@@ -239,6 +273,8 @@ class Scheduler:
                 for job in self._running_jobs:
                     if not job.future.done() and now - job.started > job.timeout_s + self.hang_grace_s:
                         hung.append(job)
+                    if job.priority is not None:
+                        job.priority.enforce_limit()
                 idle = not self._running_jobs and not any(q for b in self._batches.values()
                                                          for q in b.queues.values())
                 if idle:
@@ -297,4 +333,5 @@ def configure_from(scheduler: Scheduler, cfg) -> Scheduler:
     """Apply a ``SandboxConfig``'s scheduling fields to ``scheduler``."""
     return scheduler.configure(max_concurrency=cfg.global_concurrency, long_slots=cfg.long_slots,
                                short_timeout_s=cfg.short_timeout_s, queue_timeout_s=cfg.queue_timeout_s,
-                               hang_grace_s=cfg.hang_grace_s)
+                               hang_grace_s=cfg.hang_grace_s, deprioritise_long=cfg.deprioritise_long,
+                               long_cpu_share=cfg.long_cpu_share, deprioritise_max=cfg.deprioritise_max)

@@ -12,7 +12,8 @@ An operation that fails raises ``SessionError``, whose ``infra_error`` says whet
 a missing file, a workspace over its size): the caller's outcome. Every operation is one ``StepLog`` entry
 (command, exit code, duration, bytes of output, truncated and timed-out flags, CPU seconds and peak memory) in
 ``log``; output is cut to ``output_bytes`` per stream with ``base.truncate``'s marker. Steps go through the
-process-wide scheduler, so sessions share its concurrency limit with batches (long steps take long slots).
+process-wide scheduler, so sessions share its concurrency limit with batches (long steps take long slots, and yield
+the CPU to short work: ``priority.py``).
 
 Backends subclass ``SandboxSession`` and implement ``_exec`` (run argv in the workspace, return a ``RawRun``) and
 ``_release``. Get one from a backend: ``make_sandbox("bwrap").session()`` or ``make_sandbox("docker").session()``.
@@ -35,7 +36,7 @@ import logging
 import shlex
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from posttrain.sandbox.base import Execution, ExecutionResult, SandboxStartError, Usage
@@ -215,7 +216,8 @@ class SandboxSession:
                 raise SessionError("the session is closed", infra_error="the session is closed")
             t0 = time.monotonic()
             if self._scheduler is not None:
-                raw = self._scheduler.call(lambda: self._guarded(execution, stdin, kind != "run"),
+                raw = self._scheduler.call(lambda priority: self._guarded(replace(execution, priority=priority),
+                                                                          stdin, kind != "run"),
                                            timeout_s=execution.timeout_s, tier=execution.tier, infra=_infra_run)
             else:
                 raw = self._guarded(execution, stdin, kind != "run")

@@ -17,7 +17,9 @@ tmpfs mounts), tasks and CPU. So an OOM kill during a run picks among the execut
 zygote (whose ``oom_score_adj`` cannot be lowered without CAP_SYS_RESOURCE), and is the program's outcome (exit
 137, ``extra["oom_killed"]``); and no execution inherits a cap, or memory still charged, from the one before. The
 zygote's group caps no memory: it runs trusted code only, and the files it writes for a run are bounded by the
-workspace size (which is all the program could rewrite there without a charge of its own).
+workspace size (which is all the program could rewrite there without a charge of its own). A long execution's CPU
+weight is lowered on the slot's group while short ones run (``priority.py``): weights count among sibling groups,
+and the slots' groups are the siblings; the slot gets its own weight back before it serves again.
 What an execution used (``cpu_s``, ``memory_peak_mb``) is its own group's, read before the group is removed (a
 reused slot's next execution starts from zero): the CPU time and the memory the program charged from the moment it
 joined. Not in it: the pages it shares with the zygote until it writes them (copy on write), the files the executor
@@ -64,6 +66,7 @@ from posttrain.sandbox.backend import Prepared
 from posttrain.sandbox.base import Execution, ExecutionResult, SandboxStartError, tmpfs_inodes
 from posttrain.sandbox.bwrap import CHILD_PID, BwrapSandbox, _kill_group, _ms_since, runtime_missing
 from posttrain.sandbox.capture import CappedBuffer, RawRun, pump_pipes
+from posttrain.sandbox.priority import weighted
 from posttrain.sandbox.uids import UidLease
 from posttrain.sandbox.workspace import BASE_ENV, RUNTIMES, TRUSTED_DIR, WORKDIR, memfd, rlimits, runtime_of
 
@@ -105,7 +108,8 @@ class WarmBwrapSandbox(BwrapSandbox):
             return self._infra(f"warm bwrap slot failed to start: {exc}", t0)
         healthy = False
         try:
-            raw = slot.run(execution, prepared, t0)
+            with weighted(execution.priority, slot.group):  # the slot's: weights count among the slots' groups
+                raw = slot.run(execution, prepared, t0)
             healthy = slot.healthy()
         finally:
             self._release(slot, healthy)

@@ -187,6 +187,10 @@ def test_caller_interrupted_while_waiting_cancels_the_rest_of_its_batch():
 def test_configure_validates_and_splits_slots():
     with pytest.raises(ValueError, match="max_concurrency=0"):
         Scheduler(max_concurrency=0)
+    with pytest.raises(ValueError, match="long_cpu_share=0"):
+        Scheduler(long_cpu_share=0)
+    with pytest.raises(ValueError, match="deprioritise_max=-1"):
+        Scheduler(deprioritise_max=-1)
     assert Scheduler(max_concurrency=1).long_slots == 1
     assert Scheduler(max_concurrency=8).long_slots == 4
     assert Scheduler(max_concurrency=4, long_slots=9).long_slots == 3  # at least one slot stays short-only

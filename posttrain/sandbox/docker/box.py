@@ -3,7 +3,8 @@
 A ``Box`` is what the pool hands out (``pool.DockerPool.acquire``) and what a session holds (``session.py``). It
 runs one program at a time (``run``: the memory limit follows the execution, the OOM count is read before and
 after, and with the host's view what the run used: the container's CPU seconds and memory peak over the run, the
-agent's part included) and is cleaned by ``reset``: the agent kills every other process, empties ``/tmp``,
+agent's part included; a long execution's CPU weight lowered on the container's cgroup while short ones run,
+``priority.py``) and is cleaned by ``reset``: the agent kills every other process, empties ``/tmp``,
 ``/dev/shm``, IPC, ``/trusted`` (and ``/work`` when ``full``) and checks it is as it started (no process, nothing a
 program inherits changed), then, with the host's view of the container (``host_view.py``), the host checks from
 outside that only the agent is left. The pool decides what happens to a box that fails its reset or whose run says
@@ -30,6 +31,7 @@ from posttrain.sandbox.cgroup import UsageMeter
 from posttrain.sandbox.docker.agent_client import AgentChannel, AgentClosed, agent_reset, agent_run
 from posttrain.sandbox.docker.container import oom_kills
 from posttrain.sandbox.docker.host_view import HostView
+from posttrain.sandbox.priority import weighted
 from posttrain.sandbox.uids import UidLease
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,9 @@ class Box:
         limits = {"cpu": [cpu, cpu + 1], **self.rlimits}
         meter = UsageMeter(self.view.group) if self.view else None  # the container's, from here on
         try:
-            raw = agent_run(self.channel, self.next_id(), execution, argv, env, archive, trusted, stdin, limits, t0,
-                            on_overdue=self.view.kill_all if self.view else None)
+            with weighted(execution.priority, self.view.group if self.view else None):
+                raw = agent_run(self.channel, self.next_id(), execution, argv, env, archive, trusted, stdin, limits,
+                                t0, on_overdue=self.view.kill_all if self.view else None)
             if meter:
                 raw.usage = meter.usage()
         finally:
