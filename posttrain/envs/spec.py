@@ -67,6 +67,10 @@ class EnvSpec:
     limits: Limits = declare(factory=Limits, doc="per-execution sandbox limits")
     min_gap: float = declare(0.0, low=0, high=1,
                              doc="required strong-minus-weak pass-rate gap for admission's discriminative-power check")
+    reward: dict = declare(factory=dict, doc=(
+        "reward layers composing the verifier's named signals with weights and gates: ``{layers: [{signal: compiles, "
+        "gate: true}, {signal: tests, weight: 0.9}, {signal: lint, weight: 0.1}]}``; empty: the verifier's own reward "
+        "(docs/env-spec.md, Reward layers)"))
     evaluation: dict = declare(factory=dict, doc=(
         "dual-track evaluation assertions, ``result:`` and ``behavior:`` lists: ``{result: [tests_pass, "
         "no_regression], behavior: [{used_tool: <tool>}, {max_steps: N}, no_destructive_command]}``; "

@@ -28,6 +28,7 @@ from posttrain.envs.assertions import evaluation_problems
 from posttrain.envs.spec import CHOICES, EnvSpec, Limits
 from posttrain.envs.tools import TOOLS
 from posttrain.envs.verifiers import VERIFIERS, get_verifier
+from posttrain.envs.verifiers.reward_layers import layers_problems, signal_problems
 
 DOCUMENT = "<document>"  # the field named when the file as a whole is the problem
 
@@ -47,7 +48,8 @@ class Rejection:
     field: str
     reason: str
     code: str  # unreadable | malformed_yaml | missing_field | unknown_field | wrong_type | unknown_value
-    #          | out_of_range | invalid_verifier | invalid_oracle | invalid_evaluation | duplicate_id
+    #          | out_of_range | invalid_verifier | invalid_oracle | invalid_evaluation | invalid_reward
+    #          | duplicate_id
     env_id: str = ""  # the spec's id when the file got far enough to have one
 
     def __str__(self) -> str:
@@ -148,7 +150,8 @@ def _check_fields(data: dict) -> list[tuple[str, str, str]]:
                          "unknown_value"))
     for f in fields(EnvSpec):
         problems += _out_of_bounds(f.name, data[f.name], rule_of(f)) if f.name in data and interval(rule_of(f)) else []
-    return problems + _check_limits(data.get("limits", {})) + _check_oracle(data) + _check_evaluation(data)
+    return problems + _check_limits(data.get("limits", {})) + _check_oracle(data) + _check_evaluation(data) + \
+        [(field, reason, "invalid_reward") for field, reason in layers_problems(data.get("reward", {}))]
 
 
 def _check_evaluation(data: dict) -> list[tuple[str, str, str]]:
@@ -214,9 +217,13 @@ def _load_file(path: Path) -> tuple[EnvSpec | None, list[Rejection]]:
     if problems:
         return None, [Rejection(file, name, reason, code, env_id) for name, reason, code in problems]
     spec = EnvSpec(**{**data, "limits": Limits(**data.get("limits", {})), "source": file})
-    problems = get_verifier(spec.verifier_kind).validate(spec)
+    verifier = get_verifier(spec.verifier_kind)
+    problems = verifier.validate(spec)
     if problems:
         return None, [Rejection(file, name, reason, "invalid_verifier", env_id) for name, reason in problems]
+    problems = signal_problems(spec, verifier)  # the layers name signals this env's verifier measures
+    if problems:
+        return None, [Rejection(file, name, reason, "invalid_reward", env_id) for name, reason in problems]
     return spec, []
 
 

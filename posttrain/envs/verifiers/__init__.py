@@ -3,7 +3,8 @@
 Kinds: ``python_tests`` (return values compared on the host), ``python_asserts`` (assert-style tests, one child
 process each), ``workspace_tests`` (a solution edits a workspace, then trusted tests run against it), and the
 host-only ``numeric`` (extracted values and formulas) and ``scene`` (geometric constraints), which never start a
-sandbox: their answers are data, not code.
+sandbox: their answers are data, not code. ``verify_many`` gives each verdict the reward of its env's reward layers,
+when the env declares any (``reward_layers``).
 
 Example:
     >>> from posttrain.config import SandboxConfig
@@ -30,6 +31,7 @@ from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import numeric, python_asserts, python_tests, scene, workspace_tests
 from posttrain.envs.verifiers.base import Verdict, Verifier
+from posttrain.envs.verifiers.reward_layers import layered
 from posttrain.sandbox import run_many
 
 log = logging.getLogger(__name__)
@@ -67,7 +69,8 @@ def verify_many(specs_and_solutions: Sequence[tuple[EnvSpec, str]], sandbox, cfg
     in input order; sandbox failures come back as verdicts with ``excluded`` set, after ``cfg.start_retries``
     retries. One pair's failure is that pair's alone: a verifier that raises scoring one result (its bug; output it
     cannot parse is already the solution's failure) gives that pair an excluded verdict naming the error, and the
-    others keep theirs.
+    others keep theirs. An env with reward layers (``spec.reward``) gets its verdicts' rewards composed from their
+    signals (``reward_layers.layered``), the on-demand signals its layers name computed here.
     """
     verdicts: list[Verdict | None] = [None] * len(specs_and_solutions)
     jobs = []  # (input index, spec, verifier, nonce, execution) of the sandboxed pairs
@@ -86,7 +89,7 @@ def verify_many(specs_and_solutions: Sequence[tuple[EnvSpec, str]], sandbox, cfg
         except Exception as error:  # noqa: BLE001 - our bug, not the solution's: flag it, never fail the batch
             log.exception("%s verifier raised scoring %s", verifier.kind, spec.id)
             verdicts[index] = _raised(verifier, error)
-    return verdicts
+    return [_layered(spec, solution, verdict) for (spec, solution), verdict in zip(specs_and_solutions, verdicts)]
 
 
 def _score_on_host(verifier: Verifier, spec: EnvSpec, solution: str) -> Verdict:
@@ -94,6 +97,16 @@ def _score_on_host(verifier: Verifier, spec: EnvSpec, solution: str) -> Verdict:
     try:
         return verifier.score_on_host(spec, solution)
     except Exception as error:  # noqa: BLE001 - our bug, not the solution's: flag it, never score it 0
+        return _raised(verifier, error)
+
+
+def _layered(spec: EnvSpec, solution: str, verdict: Verdict) -> Verdict:
+    """``reward_layers.layered``, with an on-demand signal that raises (our bug) reported as an excluded verdict."""
+    verifier = get_verifier(spec.verifier_kind)
+    try:
+        return layered(spec, solution, verdict, verifier)
+    except Exception as error:  # noqa: BLE001 - our bug, not the solution's: flag it, never score it 0
+        log.exception("reward layers of %s raised", spec.id)
         return _raised(verifier, error)
 
 

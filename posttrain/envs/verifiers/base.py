@@ -14,7 +14,8 @@ Example:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Callable, NamedTuple
 
@@ -43,6 +44,9 @@ class Verdict:
     # per test, in the order of ``Verifier.test_labels``: "" where it passed, else why it failed (verifiers that
     # report tests one by one and label them; empty otherwise)
     failures: tuple[str, ...] = ()
+    # what the verifier measured, by name, each in [0, 1] (``Verifier.signals``): what an env's reward layers compose
+    # (``reward_layers``); empty for an infra failure
+    signals: dict[str, float] = field(default_factory=dict)
 
     @property
     def excluded(self) -> bool:
@@ -189,6 +193,11 @@ def reference_as_is(spec: EnvSpec) -> str:
     return spec.reference
 
 
+def every_signal_measured(spec: EnvSpec) -> dict[str, str]:
+    """Default ``unmeasured``: the verdicts of every env carry every signal of the kind."""
+    return {}
+
+
 def no_spec_problems(spec: EnvSpec) -> Problems:
     """Default ``check_spec`` / ``check_config``: nothing beyond the config's declared types."""
     return []
@@ -236,6 +245,13 @@ class Verifier:
     in ``config``. ``test_sources``, ``vacuous_tests``, ``agent_only``, ``own_files`` and ``solution_language``
     read the raw ``spec.verifier`` mapping defensively instead: admission may ask them about any spec (one of
     another kind, or one whose config failed validation), and they answer from whatever is well-formed in it.
+
+    Reward layers (``reward_layers``; an env's ``reward:`` composes these):
+
+    - ``signals``: every signal the kind's verdicts may carry (``Verdict.signals``), name -> what it measures.
+    - ``unmeasured(spec)`` -> the signals a valid spec's verdicts lack, name -> why (none).
+    - ``on_demand``: signals computed only when a layer names them, name -> ``(spec, solution)`` -> (value, note:
+      why it is below 1, or ""); ``verify_many`` calls them after scoring (none).
     """
 
     kind: str
@@ -257,6 +273,9 @@ class Verifier:
     solution_language: Callable[[EnvSpec], str] = runtime_language
     reference_program: Callable[[EnvSpec], str] = reference_as_is
     entry_point_names: Callable[[EnvSpec], tuple[str, ...]] = entry_point_only
+    signals: Mapping[str, str] = field(default_factory=dict)
+    unmeasured: Callable[[EnvSpec], dict[str, str]] = every_signal_measured
+    on_demand: Mapping[str, Callable[[EnvSpec, str], tuple[float, str]]] = field(default_factory=dict)
 
     def validate(self, spec: EnvSpec) -> Problems:
         """Problems with a spec's verifier config, as (field, reason) pairs; empty when valid. The suite loader

@@ -22,7 +22,8 @@ Spec config::
       formula_rel_tol: 0.01            # optional (default: rel_tol), formula_abs_tol likewise
 
 Reward = checks passed / checks (one per field, one per formula whose fields are right); ``detail`` gives the
-reason of each failure.
+reason of each failure. Signals (``SIGNALS``, for reward layers): ``fields`` and ``formulas``, the fractions of each
+kind of check passed; the reward is their mean weighted by how many checks of each kind there are.
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -35,8 +36,9 @@ Example:
     >>> score_on_host(spec, extract_solution('Answer: {"revenue": 200, "profit": 50, "margin": 0.25}')).passed
     True
     >>> v = score_on_host(spec, '{"revenue": 200, "profit": 50, "margin": 0.3}')
-    >>> v.tests_passed, v.tests_total, v.detail
-    (2, 4, 'margin: got 0.3, expected 0.25; formula margin = profit / revenue: 0.3 != 0.25')
+    >>> v.tests_passed, v.tests_total, v.detail, v.signals
+    (2, 4, 'margin: got 0.3, expected 0.25; formula margin = profit / revenue: 0.3 != 0.25', \
+{'fields': 0.6666666666666666, 'formulas': 0.0})
     >>> v = score_on_host(spec, '{"revenue": 7, "profit": 7, "margin": 1}')  # holds, but says nothing
     >>> v.tests_passed, v.detail.split("; ")[-1]
     (0, 'formula margin = profit / revenue: holds, but not credited while margin, profit, revenue are wrong')
@@ -274,6 +276,22 @@ def _number(value) -> float | None:
     return None
 
 
+SIGNALS = {
+    "fields": "the fraction of the fields right (present, a number, within tolerance)",
+    "formulas": "the fraction of the formulas credited: they hold for the extracted values and every field they "
+                "name is right",
+}
+
+
+def unmeasured(spec: EnvSpec) -> dict[str, str]:
+    """``formulas`` of a valid spec that declares none."""
+    return {} if parse(NumericConfig, spec.verifier).formulas else {"formulas": "it declares no formulas"}
+
+
+def _signals(fields_right: int, fields: int, formulas_credited: int, formulas: int) -> dict[str, float]:
+    return {"fields": fields_right / fields, **({"formulas": formulas_credited / formulas} if formulas else {})}
+
+
 def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
     """Check every field and every formula of the answer; reward is the fraction of checks passed."""
     config = parse(NumericConfig, spec.verifier)
@@ -282,7 +300,8 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
     answer = _json_object(solution[:MAX_ANSWER_CHARS].strip())
     if answer is None:
         return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=total,
-                       detail="answer is not a JSON object of field values")
+                       detail="answer is not a JSON object of field values",
+                       signals=_signals(0, len(fields), 0, len(formulas)))
     got: dict[str, float] = {}
     wrong: set[str] = set(fields)  # until a field is found right
     failures: list[str] = []
@@ -318,9 +337,11 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
             failures.append(f"formula {text}: holds, but not credited while {', '.join(named)} "
                             f"{'is' if len(named) == 1 else 'are'} wrong")
     passed = total - len(failures)
+    fields_right = len(fields) - len(wrong)
     detail = "; ".join(failures) if failures else f"{total}/{total} checks passed"
     return Verdict(reward=passed / total, passed=not failures, compiled=True, tests_passed=passed,
-                   tests_total=total, detail=detail[:1000])
+                   tests_total=total, detail=detail[:1000],
+                   signals=_signals(fields_right, len(fields), passed - fields_right, len(formulas)))
 
 
 _PROMPT_NUMBER = re.compile(r"(?<![\w.])[-+]?\$?\d[\d,]*(?:\.\d+)?")
@@ -404,5 +425,5 @@ def mutants(spec: EnvSpec) -> list[str]:
 VERIFIER = Verifier(kind="numeric", config=NumericConfig, extract_solution=extract_solution,
                     build_execution=host_only("numeric"), score=host_only("numeric"), probes=probes,
                     mutants=mutants, needs_sandbox=False, score_on_host=score_on_host, check_config=check_config,
-                    solution_language=answer_is_data)
+                    solution_language=answer_is_data, signals=SIGNALS, unmeasured=unmeasured)
 validate = VERIFIER.validate

@@ -150,5 +150,6 @@ VERIFIER = Verifier(kind="python_asserts", config=PythonAssertsConfig, extract_s
                     mutants=PROGRAMS.mutants,
                     check_spec=python_common.spec_checks("python_asserts", OWN_FILES), own_files=lambda spec: OWN_FILES,
                     test_sources=test_sources, reference_program=PROGRAMS.reference_program,
-                    entry_point_names=entry_point_names)
+                    entry_point_names=entry_point_names, signals=python_common.SIGNALS,
+                    on_demand={"lint": PROGRAMS.lint})
 validate = VERIFIER.validate

@@ -9,6 +9,8 @@
   reserved for the harness); ``CompletePrompt``: their shared ``complete_prompt`` config field.
 - ``shown(value, chars)``: a short text of a value a harness record carried (the program may have forged it: any
   size, any depth); never raises.
+- ``SIGNALS``: what both kinds' verdicts measure for reward layers (``counted_verdict`` sets ``compiles`` and
+  ``tests``; ``Programs.lint`` computes ``lint`` on demand).
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -22,6 +24,8 @@ Example:
     [((1,), 2)]
     >>> sorted(python_probes(spec))[:4]
     ['always-equal object', 'empty program', 'exit inside the call', 'fake pass lines']
+    >>> Programs(PythonTestsConfig).lint(spec, "    return y + 1\\n")   # pyflakes reads prompt + solution here
+    (0.0, "line 6: undefined name 'y'")
 """
 
 from __future__ import annotations
@@ -36,12 +40,19 @@ from typing import Annotated, Callable
 from posttrain.envs import mutation
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers.base import Problems, Verdict, sandbox_fields
+from posttrain.envs.verifiers.lint import pyflakes_signal
 from posttrain.envs.verifiers.typed_config import Rule, clip, parse
 from posttrain.sandbox.base import ExecutionResult
 
 MAX_MUTANTS = mutation.DEFAULT_LIMIT
 CompletePrompt = Annotated[bool, Rule(doc="if the solution does not define entry_point, run prompt + solution "
                                           "(HumanEval-style prompts that end in a signature and docstring)")]
+SIGNALS = {
+    "compiles": "1 when the program compiled in the sandbox (the harness got past compiling it), else 0",
+    "tests": "the fraction of the tests passed: the kind's own reward",
+    "lint": "1 when pyflakes finds nothing in the program the harness runs (prompt + solution with "
+            "complete_prompt), else 0; parsed on the host, never run, only for envs whose layers name it",
+}
 
 
 def spec_checks(kind: str, own_files: frozenset[str]) -> Callable[[EnvSpec], Problems]:
@@ -101,6 +112,10 @@ class Programs:
     def mutants(self, spec: EnvSpec, limit: int = MAX_MUTANTS) -> list[str]:
         """Single-point AST mutants of the reference program (operators, comparisons, constants +-1, returns)."""
         return mutation.python_mutants(self.reference_program(spec), limit)
+
+    def lint(self, spec: EnvSpec, solution: str) -> tuple[float, str]:
+        """The ``lint`` signal of ``solution`` (``lint.pyflakes_signal`` of the program it runs as)."""
+        return pyflakes_signal(self.program_for(spec, solution))
 
 
 _EXAMPLE = re.compile(r"^\s*(?:>>>\s*)?(?P<call>{name}\(.*\))\s*(?:==|➞|->|=>|returns|should return)"
@@ -213,4 +228,4 @@ def counted_verdict(result: ExecutionResult, passed: int, total: int, compiled: 
     """The verdict of ``passed`` out of ``total`` host-judged tests of one execution."""
     return Verdict(reward=passed / total, passed=passed == total, compiled=compiled, tests_passed=passed,
                    tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out, detail=detail,
-                   **sandbox_fields(result))
+                   signals={"compiles": float(compiled), "tests": passed / total}, **sandbox_fields(result))

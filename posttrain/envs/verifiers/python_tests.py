@@ -169,5 +169,6 @@ VERIFIER = Verifier(kind="python_tests", config=PythonTestsConfig, extract_solut
                     build_execution=build_execution, score=score, probes=python_common.python_probes,
                     mutants=PROGRAMS.mutants,
                     check_spec=python_common.spec_checks("python_tests", OWN_FILES), own_files=lambda spec: OWN_FILES,
-                    reference_program=PROGRAMS.reference_program)
+                    reference_program=PROGRAMS.reference_program, signals=python_common.SIGNALS,
+                    on_demand={"lint": PROGRAMS.lint})
 validate = VERIFIER.validate

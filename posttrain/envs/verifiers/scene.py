@@ -8,7 +8,10 @@ object with missing or ill-typed keys, fails every check and ``detail`` says why
 Counts gate the rest: a constraint on some types is credited only while every ``count`` on those types holds, and a
 scene-wide one (``inside_bounds``, ``no_overlap``, ``supported``) only while every ``count`` holds. Otherwise they
 would hold vacuously: "every lamp on a table" is true of a scene without lamps, "no overlap" of an empty one, and
-the empty scene earned most of the reward. Degenerate scenes (empty, one stray box) earn 0.
+the empty scene earned most of the reward. Degenerate scenes (empty, one stray box) earn 0. Signals (``SIGNALS``, for
+reward layers): ``counts`` and ``constraints``, the fractions of the count constraints that hold and of the others
+credited; the reward is their mean weighted by how many constraints of each kind there are. A layer
+``{signal: counts, gate: true}`` makes every count a gate of the whole reward.
 
 Spec config::
 
@@ -42,8 +45,8 @@ Example:
     >>> score_on_host(spec, good).passed
     True
     >>> v = score_on_host(spec, good.replace("[0, 0, 1]", "[0.5, 0, 0]"))
-    >>> v.tests_passed, v.detail
-    (3, 'no_overlap: a and b overlap')
+    >>> v.tests_passed, v.detail, v.signals
+    (3, 'no_overlap: a and b overlap', {'counts': 1.0, 'constraints': 0.6666666666666666})
 """
 
 from __future__ import annotations
@@ -270,6 +273,26 @@ def check(constraint: Constraint, boxes: list[Box], lo, hi, tol: float) -> str:
     raise ValueError(f"unknown constraint type {kind!r}")  # pragma: no cover - validate refused it
 
 
+SIGNALS = {
+    "counts": "the fraction of the count constraints that hold",
+    "constraints": "the fraction of the other constraints credited: they hold and so does every count they depend "
+                   "on (the types they name; every count for inside_bounds, no_overlap, supported)",
+}
+
+
+def unmeasured(spec: EnvSpec) -> dict[str, str]:
+    """``constraints`` of a valid spec whose constraints are all counts."""
+    if any(c.type != "count" for c in parse(SceneConfig, spec.verifier).constraints):
+        return {}
+    return {"constraints": "every constraint is a count"}
+
+
+def _signals(constraints: list[Constraint], credited: list[bool]) -> dict[str, float]:
+    counts = [ok for c, ok in zip(constraints, credited) if c.type == "count"]
+    others = [ok for c, ok in zip(constraints, credited) if c.type != "count"]
+    return {"counts": sum(counts) / len(counts), **({"constraints": sum(others) / len(others)} if others else {})}
+
+
 def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
     """Check every constraint; a scene that does not parse fails them all, with the reasons."""
     config = parse(SceneConfig, spec.verifier)
@@ -278,11 +301,12 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
     boxes, errors = parse_scene(solution)
     if errors:
         return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=total,
-                       detail="scene does not parse: " + "; ".join(errors[:5]))
+                       detail="scene does not parse: " + "; ".join(errors[:5]),
+                       signals=_signals(constraints, [False] * total))
     lo, hi = config.bounds.min, config.bounds.max
     reasons = [check(c, boxes, lo, hi, config.tolerance) for c in constraints]
     miscounted = {c.object_type for c, reason in zip(constraints, reasons) if c.type == "count" and reason}
-    failures = []
+    failures, credited = [], []
     for c, reason in zip(constraints, reasons):
         wrong = sorted(gate_types(c, constraints) & miscounted)
         if not reason and wrong:
@@ -291,9 +315,11 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
         if reason:
             label = f"{c.type}({c.object_type})" if c.type in ("count", "size") else c.type
             failures.append(f"{label}: {reason}")
+        credited.append(not reason)
     passed = total - len(failures)
     return Verdict(reward=passed / total, passed=not failures, compiled=True, tests_passed=passed, tests_total=total,
-                   detail=("; ".join(failures) if failures else f"{total}/{total} constraints satisfied")[:1000])
+                   detail=("; ".join(failures) if failures else f"{total}/{total} constraints satisfied")[:1000],
+                   signals=_signals(constraints, credited))
 
 
 SCENE_WIDE = ("inside_bounds", "no_overlap", "supported")
@@ -397,5 +423,5 @@ def mutants(spec: EnvSpec, limit: int = 24) -> list[str]:
 VERIFIER = Verifier(kind="scene", config=SceneConfig, extract_solution=extract_solution,
                     build_execution=host_only("scene"), score=host_only("scene"), probes=probes, mutants=mutants,
                     needs_sandbox=False, score_on_host=score_on_host, check_config=check_config,
-                    solution_language=answer_is_data)
+                    solution_language=answer_is_data, signals=SIGNALS, unmeasured=unmeasured)
 validate = VERIFIER.validate

@@ -33,7 +33,8 @@ fails; ``passed`` iff every test passes. A guard is behaviour the untouched work
 must keep (SWE-bench's PASS_TO_PASS; the targets are its FAIL_TO_PASS): crediting it would pay for doing nothing,
 and breaking it is a regression, not partial progress. Admission checks the labels against the untouched workspace
 (``workspace_admission.test_labels``, read off the ``untouched workspace`` probe's per-test ``Verdict.failures``): each
-guard passes there, each target fails. A spec whose tests are all guards is invalid.
+guard passes there, each target fails. A spec whose tests are all guards is invalid. Signals (``SIGNALS``, for reward
+layers): ``tests`` over the targets and ``guards`` over the guards; the reward is ``tests`` gated on ``guards``.
 
 Strength: a test with ``stdout`` is a value comparison decided on the host; an exit-code-only test that runs
 workspace code can be passed by code that exits 0 early, so use those only for checks that run trusted code
@@ -112,6 +113,30 @@ def reward(passed: list[bool], guards: list[bool]) -> float:
         return 0.0
     targets = [ok for ok, guard in zip(passed, guards) if not guard]
     return sum(targets) / len(targets) if targets else float(all(passed))
+
+
+SIGNALS = {
+    "tests": "the fraction of the target tests (no guard) passed",
+    "guards": "the fraction of the guard tests passed; the kind's own reward is tests gated on guards reaching 1",
+}
+
+
+def signals(passed: list[bool], guards: list[bool]) -> dict[str, float]:
+    """The verdict's signals (``SIGNALS``): ``tests`` over the targets, ``guards`` over the guards (when there are
+    any); arguments as for ``reward``.
+
+    >>> signals([True, True, False], [True, False, False]), signals([True, False], [False, False])
+    ({'tests': 0.5, 'guards': 1.0}, {'tests': 0.5})
+    """
+    targets = [ok for ok, guard in zip(passed, guards) if not guard]
+    kept = [ok for ok, guard in zip(passed, guards) if guard]
+    return {"tests": sum(targets) / len(targets), **({"guards": sum(kept) / len(kept)} if kept else {})}
+
+
+def unmeasured(spec: EnvSpec) -> dict[str, str]:
+    """``guards`` of a valid spec none of whose tests is a guard."""
+    guarded = any(test.guard for test in parse(WorkspaceTestsConfig, spec.verifier).tests)
+    return {} if guarded else {"guards": "no test has guard: true"}
 
 
 def extract_solution(completion: str) -> str:
@@ -200,14 +225,16 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     else:
         detail = f"{passed}/{total} tests passed" + (" (timed out)" if result.timed_out else "")
         detail += f"; {failures[0]}" if failures else ""
-    return Verdict(reward=reward(ok, [test.guard for test in tests]), passed=passed == total, compiled=compiled,
+    guards = [test.guard for test in tests]
+    return Verdict(reward=reward(ok, guards), passed=passed == total, compiled=compiled,
                    tests_passed=passed, tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out,
-                   detail=detail, failures=tuple(why), **sandbox_fields(result))
+                   detail=detail, failures=tuple(why), signals=signals(ok, guards), **sandbox_fields(result))
 
 
 VERIFIER = Verifier(kind="workspace_tests", config=WorkspaceTestsConfig, extract_solution=extract_solution,
                     build_execution=build_execution, score=score, probes=probes, mutants=mutants,
                     check_config=check_config, test_sources=test_sources, vacuous_tests=vacuous_tests,
                     test_labels=test_labels,
-                    agent_only=agent_only, own_files=own_files, solution_language=solution_language)
+                    agent_only=agent_only, own_files=own_files, solution_language=solution_language,
+                    signals=SIGNALS, unmeasured=unmeasured)
 validate = VERIFIER.validate
