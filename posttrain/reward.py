@@ -16,15 +16,23 @@ nothing was measured), summed up in ``RewardStats.sandbox_cpu_p50_s``, ``..._p99
 and ``..._max_mb`` (the ``sandbox/*`` metrics: ``sandbox/cpu_p50_s``, ...), over the rows with a measure:
     >>> df = pd.DataFrame({"env_id": "e", "completion": ["a", "b", "c"], "group_id": "g", "reward": [1.0, 0.0, 0.0],
     ...                    "infra_error": "", "timed_out": False, "sandbox_ms": [30.0, 40.0, 0.0],
-    ...                    "sandbox_cpu_s": [0.02, 0.3, -1.0], "sandbox_memory_peak_mb": [3.5, 104.0, -1.0]})
+    ...                    "sandbox_cpu_s": [0.02, 0.3, -1.0], "sandbox_memory_peak_mb": [3.5, 104.0, -1.0],
+    ...                    "signals": "{}"})
     >>> stats = reward_stats(df)
     >>> stats.sandbox_cpu_p50_s, stats.sandbox_memory_peak_max_mb, stats.sandbox_p50_ms
     (0.16, 104.0, 30.0)
+
+What the rewards were made of: each row's verdict signals (``signals``, a JSON object; ``Verdict.signals``), their
+means over the usable rows that carry each in ``RewardStats.layer`` (the ``reward/layer/<signal>`` metrics):
+    >>> layer_means(pd.DataFrame({"signals": ['{"tests": 1.0, "lint": 0.0}', '{"tests": 0.5}', '{}'],
+    ...                           "infra_error": ["", "", "gone"]}))
+    {'lint': 0.0, 'tests': 0.75}
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -55,6 +63,7 @@ class RewardStats:
     sandbox_memory_peak_p50_mb: float = 0.0
     sandbox_memory_peak_max_mb: float = 0.0
     memory_peak_mb: float = 0.0  # the stage's own processes (posttrain.memory: the task and every process it started)
+    layer: dict[str, float] = field(default_factory=dict)  # per signal, its mean over the usable rows (layer_means)
 
 
 def percentile(values, q: float) -> float:
@@ -92,6 +101,7 @@ def score(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: Sandbox
     scored["sandbox_ms"] = [float(v.sandbox_ms) for v in verdicts]
     scored["sandbox_cpu_s"] = [measured(v.sandbox_cpu_s) for v in verdicts]
     scored["sandbox_memory_peak_mb"] = [measured(v.sandbox_memory_peak_mb) for v in verdicts]
+    scored["signals"] = [json.dumps(v.signals, sort_keys=True) for v in verdicts]
     return Scored.validate(scored)
 
 
@@ -128,6 +138,13 @@ def distinct_rewards(scored: pd.DataFrame) -> pd.Series:
     return trainable_rows(scored).groupby("group_id")["reward"].nunique()
 
 
+def layer_means(scored: pd.DataFrame) -> dict[str, float]:
+    """Per signal (the ``signals`` column's names, sorted), its mean over the usable rows that carry it: what the
+    rewards were made of, one number per layer and iteration."""
+    rows = pd.DataFrame([json.loads(text) for text in trainable_rows(scored)["signals"]])
+    return {name: float(rows[name].mean()) for name in sorted(rows.columns)}
+
+
 def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0, memory_peak_mb: float = 0.0) -> RewardStats:
     """The reward stage's summary of its Scored table; ``wall_s``: how long the stage took, ``memory_peak_mb``: the
     most its processes held."""
@@ -151,4 +168,5 @@ def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0, memory_peak_mb: floa
         sandbox_memory_peak_p50_mb=percentile(peaks, 50),
         sandbox_memory_peak_max_mb=float(peaks.max()) if len(peaks) else 0.0,
         memory_peak_mb=memory_peak_mb,
+        layer=layer_means(scored),
     )

@@ -57,6 +57,14 @@ def measured_or_unaccounted(values: pd.Series) -> pd.Series:
     return (values >= 0) | (values == UNACCOUNTED)
 
 
+def _is_signals(text: str) -> bool:
+    try:
+        signals = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(signals, dict) and all(type(v) in (int, float) and 0.0 <= v <= 1.0 for v in signals.values())
+
+
 def empty(model: type[pa.DataFrameModel]) -> pd.DataFrame:
     """A validated table of ``model`` without rows (e.g. the eval decode of a version that is not evaluated)."""
     return model.validate(pd.DataFrame(columns=list(model.to_schema().columns)))
@@ -138,10 +146,15 @@ class Scored(Trajectories):
     sandbox_ms: Series[float] = pa.Field(ge=0.0)
     sandbox_cpu_s: Series[float]  # what the verification's program used (docs/sandboxes.md); UNACCOUNTED: no
     sandbox_memory_peak_mb: Series[float]  # sandbox ran (a host-only verifier), or the backend does not account
+    signals: Series[str]  # JSON object: the verdict's signals, name -> value in [0, 1] (reward layers compose them)
 
     @pa.check("sandbox_cpu_s", "sandbox_memory_peak_mb")
     def sandbox_usage_measured_or_unaccounted(cls, values):
         return measured_or_unaccounted(values)
+
+    @pa.check("signals")
+    def signals_are_json_objects_of_fractions(cls, values):
+        return values.map(_is_signals)
 
 
 EVAL_DECODINGS = ("greedy", "sampled")

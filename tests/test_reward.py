@@ -1,8 +1,10 @@
-"""The reward stage's ``score``: every completion gets its env's verdict (with what its program used); copies of one
-completion share one run."""
+"""The reward stage's ``score``: every completion gets its env's verdict (with what its program used and the signals
+its reward was made of); copies of one completion share one run."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shutil
 
 import pandas as pd
@@ -13,6 +15,7 @@ from posttrain.envs.suite import load_suite
 from posttrain.reward import reward_stats, score
 from posttrain.sandbox import make_sandbox
 from posttrain.schemas import UNACCOUNTED
+from posttrain.tracking.metrics import reward_metrics
 from tests.sandbox.cases import ALLOCATE_100MB, usage_unaccounted
 
 pytestmark = [pytest.mark.integration,
@@ -62,3 +65,21 @@ def test_each_verification_carries_what_its_program_used_and_the_stats_sum_it_up
     assert plain.sandbox_memory_peak_mb < 40 < 100 < heavy.sandbox_memory_peak_mb, (plain, heavy)
     assert stats.sandbox_memory_peak_max_mb == heavy.sandbox_memory_peak_mb
     assert stats.sandbox_cpu_p50_s == pytest.approx((plain.sandbox_cpu_s + heavy.sandbox_cpu_s) / 2)
+
+
+def test_each_row_carries_its_signals_and_the_metrics_log_each_layer_mean():
+    a = [env for env in load_suite(DEMO_SUITE).envs if env.split == "train"][0]
+    linted = dataclasses.replace(a, id="t/linted", reward={"layers": [{"signal": "tests", "weight": 0.9},
+                                                                       {"signal": "lint", "weight": 0.1}]})
+    unused = "import os\n" + a.reference
+    cfg = SandboxConfig()
+    with make_sandbox(cfg) as box:
+        scored = score(trajectories([(a.id, a.reference), (linted.id, unused), (linted.id, a.reference)]),
+                       {a.id: a, linted.id: linted}, box, cfg)
+    assert [json.loads(text) for text in scored["signals"]] == [
+        {"compiles": 1.0, "tests": 1.0}, {"compiles": 1.0, "lint": 0.0, "tests": 1.0},
+        {"compiles": 1.0, "lint": 1.0, "tests": 1.0}]
+    assert scored["reward"].tolist() == pytest.approx([1.0, 0.9, 1.0])
+    metrics = reward_metrics(reward_stats(scored))
+    layers = {name: value for name, value in metrics.items() if name.startswith("reward/layer/")}
+    assert layers == {"reward/layer/compiles": 1.0, "reward/layer/lint": 0.5, "reward/layer/tests": 1.0}

@@ -14,7 +14,7 @@ Example (one solved episode of two turns, one episode cut at max_steps after a t
     >>> import pandas as pd
     >>> scored = pd.DataFrame({"group_id": ["g", "g"], "sample_idx": [0, 1], "finish_reason": ["submit", "max_steps"],
     ...                        "verifier_reward": [1.0, 0.0], "reward": [1.0, 0.0], "infra_error": ["", ""],
-    ...                        "tokens": [30, 40]})
+    ...                        "tokens": [30, 40], "signals": ['{"guards": 1.0, "tests": 1.0}', '{"tests": 0.0}']})
     >>> steps = pd.DataFrame({"group_id": "g", "sample_idx": [0, 0, 0, 1], "turn": [0, 0, 1, 0],
     ...                       "tool": ["bash", "read_file", "submit", ""], "ok": [False, True, True, False],
     ...                       "error": ["", "", "", "no_tool_call"], "duration_ms": [500.0, 100.0, 0.0, 0.0],
@@ -29,19 +29,20 @@ Example (one solved episode of two turns, one episode cut at max_steps after a t
     >>> m = agent_metrics(stats, steps)
     >>> m["agent/steps_mean"], m["agent/tool_calls_mean"], m["agent/finish/submit"], m["agent/failed_call_fraction"]
     (1.5, 1.5, 0.5, 0.5)
-    >>> m["agent/calls/bash"], m["agent/no_call_fraction"]
-    (0.5, 0.25)
+    >>> m["agent/calls/bash"], m["agent/no_call_fraction"], m["agent/layer/tests"], m["agent/layer/guards"]
+    (0.5, 0.25, 0.5, 1.0)
     >>> m["agent/cpu_s_mean"], m["agent/memory_peak_mb_max"], m["agent/tool_s_mean"]  # episode 1 ran no program
     (0.75, 40.0, 0.3)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from posttrain.agent.episode import FINISH_REASONS
+from posttrain.reward import layer_means
 from posttrain.schemas import UNACCOUNTED
 
 EPISODE = ["group_id", "sample_idx"]
@@ -78,6 +79,7 @@ class AgentStats:
     engine_swap_s: float = 0.0  # the stage waited for the live engine's in-place weight swap
     wall_s: float = 0.0  # the whole stage (set by the task)
     memory_peak_mb: float = 0.0  # the stage's processes, engine and tool sandboxes included (posttrain.memory; task)
+    layer: dict[str, float] = field(default_factory=dict)  # per verdict signal, its mean over the usable episodes
 
 
 def agent_stats(scored: pd.DataFrame, steps: pd.DataFrame, seconds: float = 0.0,
@@ -101,15 +103,16 @@ def agent_stats(scored: pd.DataFrame, steps: pd.DataFrame, seconds: float = 0.0,
         tokens=int(scored["tokens"].sum()), prompt_tokens=prompt, cached_tokens=cached,
         prefix_cache_hit=cached / prompt if prompt else 0.0,
         tool_s=round(float(steps["duration_ms"].sum()) / 1000, 6), generate_s=generate_s, seconds=seconds,
-        tool_calls_per_s=tool_calls / seconds if seconds > 0 else 0.0)
+        tool_calls_per_s=tool_calls / seconds if seconds > 0 else 0.0, layer=layer_means(episodes))
     return stats
 
 
 def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent") -> dict[str, float]:
     """MLflow metrics of one batch of episodes (``prefix``: ``agent`` for the rollout, e.g. ``agent_eval`` for the
     greedy eval). Per episode: ``steps_mean`` (model turns), ``tool_calls_mean``, ``finish/<reason>`` (fraction of
-    the episodes), ``solve_rate``, ``reward_mean``; per step: ``failed_call_fraction``, ``no_call_fraction`` (turns
-    without a call), ``compressed_fraction`` (observations summarized by the context budget), ``calls/<tool>``
+    the episodes), ``solve_rate``, ``reward_mean``, ``layer/<signal>`` (each verdict signal's mean over the episodes
+    without an infra error: what the rewards were made of); per step: ``failed_call_fraction``, ``no_call_fraction``
+    (turns without a call), ``compressed_fraction`` (observations summarized by the context budget), ``calls/<tool>``
     (accepted calls of each tool, per episode); throughput and time: ``tool_calls_per_s``, ``prefix_cache_hit``,
     ``tokens``, ``seconds``, ``generate_s``, ``engine_start_s``, ``engine_swap_s``, ``wall_s``, ``memory_peak_mb`` (the
     stage's processes, engine included, when measured: ``posttrain.memory``); in the sandbox
@@ -130,6 +133,7 @@ def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent")
         **{f"{p}/{name}": float(getattr(stats, name))
            for name in ("seconds", "generate_s", "engine_start_s", "engine_swap_s", "wall_s")},
     }
+    metrics.update({f"{p}/layer/{name}": value for name, value in stats.layer.items()})
     if stats.memory_peak_mb:  # the task measures its processes once, for the rollout's metrics
         metrics[f"{p}/memory_peak_mb"] = stats.memory_peak_mb
     if len(steps):

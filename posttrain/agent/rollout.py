@@ -104,7 +104,8 @@ def rollout_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence
             "shaping": json.dumps(terms), "compiled": bool(v.compiled), "tests_passed": int(v.tests_passed),
             "tests_total": int(v.tests_total), "exit_code": -1 if v.exit_code is None else int(v.exit_code),
             "timed_out": bool(v.timed_out), "infra_error": infra, "sandbox_ms": float(v.sandbox_ms),
-            "sandbox_cpu_s": measured(v.sandbox_cpu_s), "sandbox_memory_peak_mb": measured(v.sandbox_memory_peak_mb)}
+            "sandbox_cpu_s": measured(v.sandbox_cpu_s), "sandbox_memory_peak_mb": measured(v.sandbox_memory_peak_mb),
+            "signals": json.dumps(v.signals, sort_keys=True)}
     verdict_columns = pd.DataFrame([per_episode[key] for key in zip(rows.group_id, rows.sample_idx)],
                                    index=rows.index)
     scored = pd.concat([rows, verdict_columns], axis=1)

@@ -41,12 +41,21 @@ Metrics = dict[str, float]
 
 
 def stage_metrics(stage: str, stats) -> Metrics:
-    """A stage's stats dataclass as ``<stage>/<field>`` metrics (floats); a field's own ``<stage>_`` prefix is dropped
-    and the reward stage's ``sandbox_*`` fields go under ``sandbox/`` (``sandbox_p50_ms`` -> ``sandbox/p50_ms``)."""
+    """A stage's stats dataclass as ``<stage>/<field>`` metrics (floats); a field's own ``<stage>_`` prefix is dropped,
+    the reward stage's ``sandbox_*`` fields go under ``sandbox/`` (``sandbox_p50_ms`` -> ``sandbox/p50_ms``) and a
+    mapping field gives one metric per key (``layer`` -> ``reward/layer/tests``, ``reward/layer/lint``...).
+
+    >>> stage_metrics("reward", RewardStats(samples=2, layer={"tests": 0.5}))["reward/layer/tests"]
+    0.5
+    """
     metrics = {}
     for key, value in asdict(stats).items():
         group = "sandbox" if key.startswith("sandbox_") else stage
-        metrics[f"{group}/{key.removeprefix(group + '_')}"] = float(value)
+        name = f"{group}/{key.removeprefix(group + '_')}"
+        if isinstance(value, dict):
+            metrics.update({f"{name}/{part}": float(v) for part, v in value.items()})
+        else:
+            metrics[name] = float(value)
     return metrics
 
 

@@ -17,7 +17,7 @@ Example:
     ...        "behavior_logprobs": "[-0.1, -0.2]", "temperature": 0.6, "steps": 1, "tool_calls": 0, "finish_reason": "stop",
     ...        "tokens": 2, "reward": 1.0, "compiled": True, "tests_passed": 1, "tests_total": 1, "exit_code": 0,
     ...        "timed_out": False, "infra_error": "", "sandbox_ms": 5.0, "sandbox_cpu_s": 0.02,
-    ...        "sandbox_memory_peak_mb": 3.5}
+    ...        "sandbox_memory_peak_mb": 3.5, "signals": '{"tests": 1.0}'}
     >>> scored = pd.DataFrame([row, {**row, "sample_idx": 1, "reward": 0.0},
     ...                        {**row, "sample_idx": 2, "infra_error": "sandbox did not start"}])
     >>> rows = with_advantages(scored, TrainConfig(advantage_eps=0.0))

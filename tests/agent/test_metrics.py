@@ -32,7 +32,7 @@ def episode(group: str, sample: int, finish: str, verifier: float, reward: float
             infra: str = "") -> list[dict]:
     return [{"env_id": group.split("/", 1)[1], "group_id": group, "sample_idx": sample, "window": w,
              "finish_reason": finish, "verifier_reward": verifier, "reward": reward, "infra_error": infra,
-             "tokens": tokens // windows} for w in range(windows)]
+             "tokens": tokens // windows, "signals": json.dumps({"tests": verifier})} for w in range(windows)]
 
 
 @pytest.fixture
@@ -95,6 +95,7 @@ def test_metrics_have_the_loop_names_and_per_episode_values(tables):
         "agent/calls/bash": 2 / 5, "agent/calls/edit_file": 1 / 5, "agent/calls/read_file": 1 / 5,
         "agent/calls/submit": 2 / 5}
     assert (m["agent/engine_swap_s"], m["agent/wall_s"], m["agent/engine_start_s"]) == (0.02, 9.0, 0.0)
+    assert m["agent/layer/tests"] == 0.5  # per episode, not per window; the infra episode left out (else 0.4)
     assert all(isinstance(v, float) for v in m.values())
     assert set(agent_metrics(stats, steps, prefix="agent_eval")) == {k.replace("agent/", "agent_eval/", 1) for k in m}
 

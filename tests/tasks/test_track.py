@@ -56,7 +56,7 @@ def scored() -> pd.DataFrame:
              "prompt_token_ids": "[1]", "completion_token_ids": "[2]", "behavior_logprobs": "[-1.0]", "temperature": 1.0, "steps": 1,
              "tool_calls": 0, "finish_reason": "stop", "tokens": 1, "reward": r, "compiled": True, "tests_passed": 0,
              "tests_total": 1, "exit_code": 0, "timed_out": False, "infra_error": "", "sandbox_ms": 3.0,
-             "sandbox_cpu_s": 0.01, "sandbox_memory_peak_mb": 3.0}
+             "sandbox_cpu_s": 0.01, "sandbox_memory_peak_mb": 3.0, "signals": "{}"}
             for g, rewards in (("a", [1.0, 0.0]), ("b", [0.0, 0.0])) for i, r in enumerate(rewards)]
     return Scored.validate(pd.DataFrame(rows))
 

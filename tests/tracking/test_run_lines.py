@@ -38,7 +38,7 @@ def scored(rewards: dict[str, list[float]], infra: dict[str, list[str]] | None =
     """A scored rollout: per group (one env each) its samples' rewards and infra errors."""
     rows = [{"env_id": g, "group_id": g, "reward": r, "infra_error": (infra or {}).get(g, [""] * len(rs))[i],
              "timed_out": False, "sandbox_ms": 5.0, "sandbox_cpu_s": 0.01, "sandbox_memory_peak_mb": 3.0,
-             "completion": f"{g}{i}"}
+             "signals": "{}", "completion": f"{g}{i}"}
             for g, rs in rewards.items() for i, r in enumerate(rs)]
     return pd.DataFrame(rows)
 

@@ -39,7 +39,8 @@ def scored_table(groups: int = 6, per_group: int = 4, seed: int = 0) -> pd.DataF
                          "behavior_logprobs": json.dumps([-5.5] * len(completion)), "temperature": 1.0, "steps": 1, "tool_calls": 0,
                          "finish_reason": "length", "tokens": len(completion), "reward": float((g + i) % 2),
                          "compiled": True, "tests_passed": 0, "tests_total": 1, "exit_code": 0, "timed_out": False,
-                         "infra_error": "", "sandbox_ms": 1.0, "sandbox_cpu_s": 0.01, "sandbox_memory_peak_mb": 3.0})
+                         "infra_error": "", "sandbox_ms": 1.0, "sandbox_cpu_s": 0.01, "sandbox_memory_peak_mb": 3.0,
+                         "signals": "{}"})
     return Scored.validate(pd.DataFrame(rows))
 
 

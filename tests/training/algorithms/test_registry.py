@@ -155,7 +155,7 @@ def _scored(rewards, groups, infra_errors) -> pd.DataFrame:
             "prompt_token_ids": "[1, 5]", "completion_token_ids": "[7, 2]", "behavior_logprobs": "[-0.1, -0.2]",
             "temperature": 0.6, "steps": 1, "tool_calls": 0, "finish_reason": "stop", "tokens": 2, "compiled": True, "tests_passed": 1,
             "tests_total": 1, "exit_code": 0, "timed_out": False, "sandbox_ms": 1.0, "sandbox_cpu_s": 0.01,
-            "sandbox_memory_peak_mb": 3.0}
+            "sandbox_memory_peak_mb": 3.0, "signals": "{}"}
     return pd.DataFrame([{**base, "reward": r, "group_id": g, "infra_error": e}
                          for r, g, e in zip(rewards, groups, infra_errors)], index=[7, 3, 5, 1, 0])
 
