@@ -62,6 +62,9 @@ REASON_CODES: dict[str, dict[str, str]] = {
                                       "with exactly their (string) arguments, or a non-agent env has one",
         "consistency.invalid_evaluation": "the `evaluation` assertions name an unknown track, assertion or tool, or "
                                           "a value that does not fit (e.g. `max_steps: 0`)",
+        "consistency.invalid_reward": "the `reward` layers do not fit their shape (e.g. a gate with a weight, a "
+                                      "signal twice) or name a signal the env's verifier does not measure for it "
+                                      "(e.g. `formulas` of a `numeric` env without formulas)",
         "consistency.entry_point_not_in_prompt": "the entry point is not named in the prompt",
         "consistency.entry_point_mismatch": "the (Python) reference does not define the entry point",
         "consistency.entry_point_not_in_reference": "the entry point is not named in the reference (non-Python "
@@ -74,6 +77,9 @@ REASON_CODES: dict[str, dict[str, str]] = {
     },
     "solvability": {
         "solvability.reference_failed": "the reference does not pass its own tests; the detail says why",
+        "solvability.reference_below_full_reward": "the reference passes every test but earns less than reward 1 "
+                                                   "under the env's `reward` layers (a gate or a layer, e.g. `lint`, "
+                                                   "it fails): no solution could meet them",
         "solvability.oracle_failed": "the env's `oracle`, run as a scripted agent episode in a sandbox session, did "
                                      "not solve it (reward below 1); the detail gives the verifier's verdict",
     },

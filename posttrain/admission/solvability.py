@@ -1,5 +1,7 @@
 """The solvability and reproducibility checks: the reference passes (and, for an agent env, so does its oracle
-episode: ``admission.agent_episodes``), and the reference passes the same way every time.
+episode: ``admission.agent_episodes``) with full reward, and the reference passes the same way every time. Full
+reward is what an env's reward layers add (``reward_layers``): a reference that passes every test but fails a gate or
+a layer (lint) shows layers no solution can meet; without layers, passing is full reward.
 
 Runs of the reference are compared by ``fingerprint`` (a reference that returns time- or randomness-dependent
 values is flaky). Reason codes: ``admission.reasons``.
@@ -14,6 +16,9 @@ Example:
     ['solvability.ok', 'solvability.oracle_failed']
     >>> solvability_row("e/1", bad, agent=True, oracle=ok).code
     'solvability.reference_failed'
+    >>> linted = Verdict(reward=0.9, passed=True, compiled=True, tests_passed=8, tests_total=8, detail="8/8 ...")
+    >>> solvability_row("e/1", linted).code
+    'solvability.reference_below_full_reward'
 """
 
 from __future__ import annotations
@@ -31,13 +36,17 @@ def fingerprint(verdict: Verdict) -> tuple:
 
 
 def solvability_row(env_id: str, reference: Verdict, agent: bool = False, oracle: Verdict | None = None) -> CheckRow:
-    """The reference must pass and, for an ``agent`` env, its oracle episode too (``oracle``: the verdict on the
-    episode's final workspace); an infra failure is reported as such."""
+    """The reference must pass with full reward and, for an ``agent`` env, its oracle episode too (``oracle``: the
+    verdict on the episode's final workspace); an infra failure is reported as such."""
     if reference.excluded:
         return CheckRow(env_id, "solvability", False, INFRA, reference.infra_error)
     if not reference.passed:
         return CheckRow(env_id, "solvability", False, "solvability.reference_failed",
                         f"reference: {reference.detail}", reference.reward)
+    if reference.reward < 1.0:
+        return CheckRow(env_id, "solvability", False, "solvability.reference_below_full_reward",
+                        f"reference: reward {reference.reward:.3g} under the env's reward layers: {reference.detail}",
+                        reference.reward)
     if not agent:
         return CheckRow(env_id, "solvability", True, "solvability.ok", f"reference: {reference.detail}",
                         reference.reward)

@@ -1,6 +1,7 @@
 """Admission end to end in real (warm) bubblewrap sandboxes: a sample of every demo shape is admitted by every check
 (the whole suite: in the smoke run, ``tests/workflows/test_rl_loop.py``);
 learnability, policy failures and check selection behave; hostile solutions earn nothing they did not compute;
+reward layers are admitted like the verifier's own reward;
 sandbox failures are reported as infra; the CLI writes the same report files as the workflow."""
 
 from __future__ import annotations
@@ -101,6 +102,34 @@ def test_learnability_is_reported_or_filtered_and_checks_can_be_chosen(sandbox, 
     codes = always.details[always.details["check"] == "learnability"]["code"]
     assert set(codes) == {"learnability.solved"}
     assert always.admitted == []
+
+
+def test_reward_layers_are_checked_when_loaded_against_the_reference_and_against_degenerate_answers(sandbox,
+                                                                                                   tmp_path):
+    lint = {"signal": "lint", "weight": 0.1}
+    files = {  # name -> (reference prepended with, layers)
+        "lint_light": ("", [{"signal": "compiles", "gate": True}, {"signal": "tests", "weight": 0.9}, lint]),
+        "lint_heavy": ("", [{"signal": "tests", "weight": 0.8}, {"signal": "lint", "weight": 0.2}]),
+        "unlinted_reference": ("import os\n", [{"signal": "tests", "weight": 0.9}, lint]),
+        "misspelt": ("", [{"signal": "tests"}, {"signal": "lnt"}]),
+    }
+    for name, (prefix, layers) in files.items():
+        data = demo_spec_data("add_2")
+        data.update(id=f"t/{name}", reference=prefix + data["reference"], reward={"layers": layers})
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    result = admit(tmp_path, sandbox, CFG, AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]))
+    details = result.details.set_index(["env_id", "check"])
+    assert [spec.id for spec in result.admitted] == ["t/lint_light"], report_text(result.report)
+    # doing nothing meets lint: 0.2 of the reward for the empty program is more than max_probe_reward (0.1 is not)
+    assert details.loc[("t/lint_heavy", "anti_hacking"), "code"] == "anti_hacking.probe_rewarded:empty answer"
+    assert "empty answer (reward 0.20" in details.loc[("t/lint_heavy", "anti_hacking"), "detail"]
+    unlinted = details.loc[("t/unlinted_reference", "solvability")]
+    assert unlinted["code"] == "solvability.reference_below_full_reward"
+    assert unlinted["value"] == pytest.approx(0.9)
+    assert "lint: line 1: 'os' imported but unused" in unlinted["detail"]
+    misspelt = result.details[result.details["code"] == "consistency.invalid_reward"]
+    assert len(misspelt) == 1
+    assert f"{tmp_path / 'misspelt.yaml'}: reward.layers[1].signal: unknown signal 'lnt'" in misspelt["detail"].iloc[0]
 
 
 def test_a_policy_that_cannot_sample_is_infra_not_the_envs_fault(sandbox, small_suite):
