@@ -17,7 +17,7 @@ and ``..._max_mb`` (the ``sandbox/*`` metrics: ``sandbox/cpu_p50_s``, ...), over
     >>> df = pd.DataFrame({"env_id": "e", "completion": ["a", "b", "c"], "group_id": "g", "reward": [1.0, 0.0, 0.0],
     ...                    "infra_error": "", "timed_out": False, "sandbox_ms": [30.0, 40.0, 0.0],
     ...                    "sandbox_cpu_s": [0.02, 0.3, -1.0], "sandbox_memory_peak_mb": [3.5, 104.0, -1.0],
-    ...                    "signals": "{}"})
+    ...                    "signals": "{}", "tests_passed": [1, 0, 0], "tests_total": 1})
     >>> stats = reward_stats(df)
     >>> stats.sandbox_cpu_p50_s, stats.sandbox_memory_peak_max_mb, stats.sandbox_p50_ms
     (0.16, 104.0, 30.0)
@@ -41,7 +41,7 @@ from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.sandbox import Sandbox
-from posttrain.schemas import UNACCOUNTED, Scored, measured
+from posttrain.schemas import UNACCOUNTED, Scored, all_tests_passed, measured
 
 
 @dataclass
@@ -154,7 +154,7 @@ def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0, memory_peak_mb: floa
     return RewardStats(
         samples=len(scored),
         reward_mean=float(usable["reward"].mean()) if len(usable) else 0.0,
-        pass_rate=float((usable["reward"] >= 1.0).mean()) if len(usable) else 0.0,
+        pass_rate=float(all_tests_passed(usable).mean()) if len(usable) else 0.0,
         infra_errors=int((scored["infra_error"] != "").sum()),
         timeouts=int(scored["timed_out"].sum()),
         sandbox_p50_ms=percentile(scored["sandbox_ms"].tolist(), 50),

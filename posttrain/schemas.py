@@ -57,6 +57,17 @@ def measured_or_unaccounted(values: pd.Series) -> pd.Series:
     return (values >= 0) | (values == UNACCOUNTED)
 
 
+def all_tests_passed(scored: pd.DataFrame) -> pd.Series:
+    """Per row of a Scored table, the verdict's ``passed``: every test passed (``tests_passed == tests_total > 0``).
+    What pass rates, solve rates and pass@k count, rather than ``reward >= 1``: an env's reward layers may withhold
+    reward from a solution whose tests all pass (a lint layer) or give it in part (docs/env-spec.md, Reward layers).
+
+    >>> all_tests_passed(pd.DataFrame({"tests_passed": [3, 2, 0], "tests_total": [3, 3, 0]})).tolist()
+    [True, False, False]
+    """
+    return (scored["tests_total"] > 0) & (scored["tests_passed"] == scored["tests_total"])
+
+
 def _is_signals(text: str) -> bool:
     try:
         signals = json.loads(text)

@@ -4,17 +4,18 @@ and the MLflow metrics the loop logs per iteration (``agent_metrics``).
 Counting rules: an *episode* is one (group_id, sample_idx); a *model turn* is one (episode, turn) of the Steps table
 (every turn records at least one step, a turn without a call too); a *tool call* is a step that named a tool and
 was accepted (``error`` empty), whatever its exit code; a *failed* step is one with ``ok`` false (a failing
-command, a rejected call, a turn without a call). ``solve_rate``: episodes whose final workspace passed the
-verifier (``verifier_reward`` 1, before shaping), of those without an infra error. What an episode used in its
-sandbox (``episode_resources``): its tool calls' CPU seconds summed, the largest of their memory peaks, their wall
-seconds summed (the ``Steps`` table's ``cpu_s``, ``memory_peak_mb``, ``duration_ms``; the session's own work, such as
+command, a rejected call, a turn without a call). ``solve_rate``: episodes whose final workspace passed every test
+(``schemas.all_tests_passed``; the reward, its layers and shaping aside), of those without an infra error. What an
+episode used in its sandbox (``episode_resources``): its tool calls' CPU seconds summed, the largest of their memory
+peaks, their wall seconds summed (the ``Steps`` table's ``cpu_s``, ``memory_peak_mb``, ``duration_ms``; the session's own work, such as
 writing the task's files and the verifier's run, is not a tool call).
 
 Example (one solved episode of two turns, one episode cut at max_steps after a turn without a call):
     >>> import pandas as pd
     >>> scored = pd.DataFrame({"group_id": ["g", "g"], "sample_idx": [0, 1], "finish_reason": ["submit", "max_steps"],
     ...                        "verifier_reward": [1.0, 0.0], "reward": [1.0, 0.0], "infra_error": ["", ""],
-    ...                        "tokens": [30, 40], "signals": ['{"guards": 1.0, "tests": 1.0}', '{"tests": 0.0}']})
+    ...                        "tokens": [30, 40], "signals": ['{"guards": 1.0, "tests": 1.0}', '{"tests": 0.0}'],
+    ...                        "tests_passed": [3, 0], "tests_total": 3})
     >>> steps = pd.DataFrame({"group_id": "g", "sample_idx": [0, 0, 0, 1], "turn": [0, 0, 1, 0],
     ...                       "tool": ["bash", "read_file", "submit", ""], "ok": [False, True, True, False],
     ...                       "error": ["", "", "", "no_tool_call"], "duration_ms": [500.0, 100.0, 0.0, 0.0],
@@ -43,7 +44,7 @@ import pandas as pd
 
 from posttrain.agent.episode import FINISH_REASONS
 from posttrain.reward import layer_means
-from posttrain.schemas import UNACCOUNTED
+from posttrain.schemas import UNACCOUNTED, all_tests_passed
 
 EPISODE = ["group_id", "sample_idx"]
 
@@ -64,7 +65,7 @@ class AgentStats:
     finish_deadline: int = 0
     finish_infra: int = 0
     infra_errors: int = 0  # episodes flagged infra_error (session or verifier): excluded from the update
-    solved: int = 0  # episodes the verifier passed (verifier_reward 1)
+    solved: int = 0  # episodes whose final workspace passed every test (schemas.all_tests_passed)
     solve_rate: float = 0.0  # solved / episodes without an infra error
     reward_mean: float = 0.0  # shaped reward, episodes without an infra error
     tokens: int = 0  # model tokens (trained)
@@ -97,8 +98,8 @@ def agent_stats(scored: pd.DataFrame, steps: pd.DataFrame, seconds: float = 0.0,
         steps_mean=len(turns) / len(episodes) if len(episodes) else 0.0,
         **{f"finish_{reason}": int(finish.get(reason, 0)) for reason in FINISH_REASONS},
         infra_errors=int((episodes["infra_error"] != "").sum()),
-        solved=int((usable["verifier_reward"] >= 1.0).sum()),
-        solve_rate=float((usable["verifier_reward"] >= 1.0).mean()) if len(usable) else 0.0,
+        solved=int(all_tests_passed(usable).sum()),
+        solve_rate=float(all_tests_passed(usable).mean()) if len(usable) else 0.0,
         reward_mean=float(usable["reward"].mean()) if len(usable) else 0.0,
         tokens=int(scored["tokens"].sum()), prompt_tokens=prompt, cached_tokens=cached,
         prefix_cache_hit=cached / prompt if prompt else 0.0,

@@ -17,10 +17,10 @@ Example (pure: the envs evaluated, and the per-episode rows of an AgentScored ta
     >>> import pandas as pd
     >>> scored = pd.DataFrame({"env_id": ["t/a"] * 2, "group_id": ["it0/t/a"] * 2, "sample_idx": 0, "window": [0, 1],
     ...                        "policy_version": 3, "steps": 5, "reward": 0.9, "verifier_reward": 1.0,
-    ...                        "infra_error": ""})
+    ...                        "tests_passed": 4, "tests_total": 4, "infra_error": ""})
     >>> episode_rows(scored, version=3).to_dict("records")
     [{'env_id': 't/a', 'group_id': 'eval-v3/t/a', 'sample_idx': 0, 'policy_version': 3, 'steps': 5, \
-'reward': 1.0, 'infra_error': '', 'decoding': 'greedy'}]
+'reward': 1.0, 'tests_passed': 4, 'tests_total': 4, 'infra_error': '', 'decoding': 'greedy'}]
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ def episode_rows(scored: pd.DataFrame, version: int) -> pd.DataFrame:
     return pd.DataFrame({"env_id": rows["env_id"], "group_id": [eval_group(version, e) for e in rows["env_id"]],
                          "sample_idx": rows["sample_idx"], "policy_version": rows["policy_version"],
                          "steps": rows["steps"], "reward": rows["verifier_reward"].astype(float),
+                         "tests_passed": rows["tests_passed"], "tests_total": rows["tests_total"],
                          "infra_error": rows["infra_error"], "decoding": "greedy"}).reset_index(drop=True)
 
 

@@ -7,7 +7,8 @@ Example (hand-computed: greedy passes env e; of its 4 samples 1 passes, of f's 2
     ...         for i, d in (("e", 1), ("f", 2))}
     >>> scored = pd.DataFrame({"env_id": ["e"] * 5 + ["f"] * 2, "decoding": ["greedy"] + ["sampled"] * 6,
     ...                        "sample_idx": [0, 0, 1, 2, 3, 0, 1], "policy_version": 3, "steps": 1,
-    ...                        "reward": [1.0, 1.0, 0.0, 0.5, 0.0, 1.0, 1.0], "infra_error": ""})
+    ...                        "reward": [1.0, 1.0, 0.0, 0.5, 0.0, 1.0, 1.0], "infra_error": "",
+    ...                        "tests_passed": [1, 1, 0, 1, 0, 1, 1], "tests_total": [1, 1, 1, 2, 1, 1, 1]})
     >>> summary = eval_metrics(eval_results(scored, envs))
     >>> summary["eval/pass_at_1"], summary["eval/pass_at_1_sampled"], summary["eval/pass_at_1_sampled/difficulty_1"]
     (1.0, 0.625, 0.25)
@@ -34,7 +35,7 @@ from posttrain.envs import assertions as checks
 from posttrain.envs.spec import EnvSpec
 from posttrain.evaluation.metrics import pass_at_k
 from posttrain.evaluation.regression import greedy_verdicts
-from posttrain.schemas import EvalResults
+from posttrain.schemas import EvalResults, all_tests_passed
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,11 @@ def eval_results(scored: pd.DataFrame, envs: dict[str, EnvSpec], steps: pd.DataF
     logs = _step_logs(steps, scored)
     baseline = _verdicts(previous)
     declared: dict[str, list[checks.Assertion]] = {}
+    all_passed = all_tests_passed(scored)
     rows = []
     for row in scored.itertuples():
         env = envs[row.env_id]
-        passed = bool(row.reward >= 1.0) and not row.infra_error
+        passed = bool(all_passed[row.Index]) and not row.infra_error
         if env.id not in declared:
             declared[env.id] = _assertions(env)
         key = (getattr(row, "group_id", None), int(row.sample_idx))

@@ -32,6 +32,7 @@ def episode(group: str, sample: int, finish: str, verifier: float, reward: float
             infra: str = "") -> list[dict]:
     return [{"env_id": group.split("/", 1)[1], "group_id": group, "sample_idx": sample, "window": w,
              "finish_reason": finish, "verifier_reward": verifier, "reward": reward, "infra_error": infra,
+             "tests_passed": int(verifier == 1.0), "tests_total": 1,
              "tokens": tokens // windows, "signals": json.dumps({"tests": verifier})} for w in range(windows)]
 
 

@@ -27,7 +27,8 @@ def _scored(rows: list[tuple[str, str, float | str]]) -> pd.DataFrame:
     for env_id, decoding, reward in rows:
         idx = counts[env_id, decoding] = counts.get((env_id, decoding), -1) + 1
         out.append({"env_id": env_id, "decoding": decoding, "sample_idx": idx, "policy_version": 2, "steps": 1,
-                    "reward": 0.0 if reward == INFRA else reward, "infra_error": INFRA if reward == INFRA else ""})
+                    "reward": 0.0 if reward == INFRA else reward, "infra_error": INFRA if reward == INFRA else "",
+                    "tests_passed": int(reward == 1.0), "tests_total": 1})
     return pd.DataFrame(out)
 
 
@@ -132,3 +133,16 @@ def test_an_invalid_evaluation_is_warned_about_and_judged_on_tests_pass(caplog):
 def test_steps_need_group_ids_to_be_matched():
     with pytest.raises(ValueError, match="group_id"):
         eval_results(_scored([("x", "greedy", 1.0)]), ENVS, steps=_steps([]))
+
+
+def test_passed_means_every_test_passed_whatever_the_reward_layers_made_of_the_reward():
+    """A lint layer withholds 0.2 from x's solution whose 3 tests pass; y earns a gate's reward 1 with 1 of 3 tests:
+    pass@1 and result/tests_pass count tests, the reward column keeps what the layers gave."""
+    scored = pd.DataFrame({"env_id": ["x", "y"], "decoding": "greedy", "sample_idx": 0, "policy_version": 1,
+                           "steps": 1, "reward": [0.8, 1.0], "infra_error": "", "tests_passed": [3, 1],
+                           "tests_total": 3})
+    results = eval_results(scored, ENVS)
+    assert results["passed"].tolist() == [True, False]
+    assert results["reward"].tolist() == [0.8, 1.0]
+    assert [json.loads(a)["result/tests_pass"] for a in results["assertions"]] == [True, False]
+    assert eval_metrics(results)["eval/pass_at_1"] == 0.5

@@ -46,7 +46,8 @@ def policy(store, version: int) -> FlyteDirectory:
 
 def results(version: int, greedy: dict[str, bool]) -> pd.DataFrame:
     rows = pd.DataFrame({"env_id": list(greedy), "decoding": "greedy", "sample_idx": 0, "policy_version": version,
-                         "steps": 1, "reward": [float(p) for p in greedy.values()], "infra_error": ""})
+                         "steps": 1, "reward": [float(p) for p in greedy.values()], "infra_error": "",
+                         "tests_passed": [int(p) for p in greedy.values()], "tests_total": 1})
     return eval_results(rows, ENVS)
 
 
@@ -54,7 +55,8 @@ def scored() -> pd.DataFrame:
     """The rollout of iteration 1 (from v0): group a's rewards differ, group b's do not."""
     rows = [{"env_id": g, "group_id": g, "sample_idx": i, "policy_version": 0, "prompt": "p", "completion": f"{g}{i}",
              "prompt_token_ids": "[1]", "completion_token_ids": "[2]", "behavior_logprobs": "[-1.0]", "temperature": 1.0, "steps": 1,
-             "tool_calls": 0, "finish_reason": "stop", "tokens": 1, "reward": r, "compiled": True, "tests_passed": 0,
+             "tool_calls": 0, "finish_reason": "stop", "tokens": 1, "reward": r, "compiled": True,
+             "tests_passed": int(r),
              "tests_total": 1, "exit_code": 0, "timed_out": False, "infra_error": "", "sandbox_ms": 3.0,
              "sandbox_cpu_s": 0.01, "sandbox_memory_peak_mb": 3.0, "signals": "{}"}
             for g, rewards in (("a", [1.0, 0.0]), ("b", [0.0, 0.0])) for i, r in enumerate(rewards)]

@@ -38,16 +38,16 @@ def scored(rewards: dict[str, list[float]], infra: dict[str, list[str]] | None =
     """A scored rollout: per group (one env each) its samples' rewards and infra errors."""
     rows = [{"env_id": g, "group_id": g, "reward": r, "infra_error": (infra or {}).get(g, [""] * len(rs))[i],
              "timed_out": False, "sandbox_ms": 5.0, "sandbox_cpu_s": 0.01, "sandbox_memory_peak_mb": 3.0,
-             "signals": "{}", "completion": f"{g}{i}"}
+             "signals": "{}", "completion": f"{g}{i}", "tests_passed": int(r == 1.0), "tests_total": 1}
             for g, rs in rewards.items() for i, r in enumerate(rs)]
     return pd.DataFrame(rows)
 
 
 def evaluation(version: int, greedy: dict[str, bool], sampled: dict[str, list[bool]]) -> pd.DataFrame:
-    rows = [{"env_id": e, "decoding": "greedy", "sample_idx": 0, "reward": float(p), "infra_error": ""}
-            for e, p in greedy.items()]
-    rows += [{"env_id": e, "decoding": "sampled", "sample_idx": i, "reward": float(p), "infra_error": ""}
-             for e, ps in sampled.items() for i, p in enumerate(ps)]
+    rows = [{"env_id": e, "decoding": "greedy", "sample_idx": 0, "reward": float(p), "infra_error": "",
+             "tests_passed": int(p), "tests_total": 1} for e, p in greedy.items()]
+    rows += [{"env_id": e, "decoding": "sampled", "sample_idx": i, "reward": float(p), "infra_error": "",
+              "tests_passed": int(p), "tests_total": 1} for e, ps in sampled.items() for i, p in enumerate(ps)]
     return eval_results(pd.DataFrame(rows).assign(policy_version=version, steps=1), ENVS)
 
 
