@@ -24,6 +24,7 @@ from posttrain.agent.tier import chat_format, rollout_agent, rollout_envs
 from posttrain.config import AgentConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.table import envs_from_table
 from posttrain.evaluation.agent import eval_envs, evaluate_agent
+from posttrain.evaluation.results import judge_regressions
 from posttrain.memory import peak_memory
 from posttrain.rollout import live
 from posttrain.sandbox import make_sandbox
@@ -93,6 +94,10 @@ def join_scored(agent: Table[AgentScored], single_turn: Optional[Table[Scored]] 
 
 
 @task(**stage("track"))
-def join_results(agent: Table[EvalResults], single_turn: Optional[Table[EvalResults]] = None) -> Table[EvalResults]:
-    """One policy version's eval results from both tiers (the single-turn ones None for a suite without them)."""
+def join_results(agent: Table[EvalResults], single_turn: Optional[Table[EvalResults]] = None,
+                 previous: Optional[Table[EvalResults]] = None) -> Table[EvalResults]:
+    """One policy version's eval results from both tiers (the single-turn ones None for a suite without them), the
+    agent rows' ``no_regression`` judged against ``previous`` (the last evaluated version's results: the agent node
+    ran beside that evaluation, so it could not judge it)."""
+    agent = judge_regressions(agent, previous)
     return EvalResults.validate(pd.concat([t for t in (single_turn, agent) if t is not None], ignore_index=True))

@@ -216,7 +216,7 @@ class Tiers:
         single_turn = self.single_turn.evaluation(k, previous) if self.single_turn is not None else None
         if self.agent is None:
             return single_turn
-        return join_results(agent=self.agent.evaluation(k, previous), single_turn=single_turn)
+        return join_results(agent=self.agent.evaluation(k, previous), single_turn=single_turn, previous=previous)
 
     def batch(self, k: int, policy: PolicyDir):
         """The Scored rows of iteration k+1 from both tiers: what the update of v_k trains on."""

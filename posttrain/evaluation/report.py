@@ -2,8 +2,9 @@
 
 Pure rendering, no MLflow: ``posttrain.tracking.run_report`` gathers a run's results and logs the page. The page
 shows greedy and sampled pass@1 per stratum (overall, domain, difficulty) across the evaluated policies (one column
-and one point per policy, in the order given, labelled by the caller: ``v0``, ``v10``, ``champion (v3)``), the
-reward curve when given (training reward per iteration) and the per-env flips when given (``regression.flips``).
+and one point per policy, in the order given, labelled by the caller: ``v0``, ``v10``, ``champion (v3)``), every
+declared assertion's pass rate per policy, the reward curve when given (training reward per iteration) and the
+per-env flips when given (``regression.flips``).
 
 Example (two versions of two envs; v1 fixes env b):
     >>> import pandas as pd
@@ -54,6 +55,47 @@ def pass_at_1_by_policy(evaluations: dict[str, pd.DataFrame]) -> pd.DataFrame:
         frames.append(table.assign(policy=label, decoding=table["metric"].map(DECODINGS)))
     columns = ["policy", "stratum", "group", "decoding", "envs", "value"]
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def assertions_by_policy(evaluations: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Every declared assertion's overall pass rate per evaluated policy: one row per ``policy, assertion`` with the
+    ``envs`` it applied to, those it did ``not_applicable`` to, and ``value`` (NaN where it applied to none).
+
+    >>> results = pd.DataFrame({"env_id": ["a", "b"], "domain": "x", "difficulty": 1, "decoding": "greedy",
+    ...                         "steps": 3, "passed": [True, False], "infra_error": "",
+    ...                         "assertions": ['{"behavior/max_steps": true}', '{"behavior/max_steps": false}']})
+    >>> assertions_by_policy({"v0": results}).values.tolist()
+    [['v0', 'behavior/max_steps', 2, 0, 0.5]]
+    """
+    frames = []
+    for label, results in evaluations.items():
+        table = strata(results, ks=[1])
+        table = table[(table["stratum"] == "all") & table["metric"].str.startswith("assertion/")]
+        frames.append(table.assign(policy=label, assertion=table["metric"].str.removeprefix("assertion/")))
+    columns = ["policy", "assertion", "envs", "not_applicable", "value"]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def assertions_table_html(table: pd.DataFrame) -> str:
+    """``assertions_by_policy`` as an HTML table: a row per assertion, a column per policy (pass rate and the envs it
+    applied to; "n/a" where it applied to none).
+
+    >>> table = pd.DataFrame({"policy": ["v0", "v4"], "assertion": "behavior/max_steps", "envs": [2, 2],
+    ...                       "not_applicable": 0, "value": [0.5, 1.0]})
+    >>> cells = '<td class="label">behavior/max_steps</td><td>0.500 <span class="note">(2)</span></td>'
+    >>> cells in assertions_table_html(table)
+    True
+    """
+    policies = list(dict.fromkeys(table["policy"]))
+    head = "".join(f"<th>{html.escape(p)}</th>" for p in policies)
+    rows = []
+    for name, cells in table.groupby("assertion", sort=False):
+        by_policy = cells.set_index("policy")
+        values = "".join(("<td>n/a</td>" if pd.isna(by_policy.at[p, "value"]) else
+                          f'<td>{by_policy.at[p, "value"]:.3f} <span class="note">({by_policy.at[p, "envs"]})'
+                          f"</span></td>") if p in by_policy.index else "<td>–</td>" for p in policies)
+        rows.append(f'<tr><td class="label">{html.escape(name)}</td>{values}</tr>')
+    return f"<table><tr><th>assertion</th>{head}</tr>{''.join(rows)}</table>"
 
 
 def pass_table_html(table: pd.DataFrame, decoding: str) -> str:
@@ -140,16 +182,18 @@ def flips_html(flips: pd.DataFrame) -> str:
 
 
 def render_body(table: pd.DataFrame, rewards: pd.Series | None = None, flips: pd.DataFrame | None = None,
-                title: str = "Evaluation", flips_title: str = "flips") -> str:
+                title: str = "Evaluation", flips_title: str = "flips", assertions: pd.DataFrame | None = None) -> str:
     """The report as an HTML fragment with its own scoped style (what a Flyte Deck shows): ``table`` from
-    ``pass_at_1_by_policy``, ``rewards`` (mean training reward by iteration) and ``flips`` (under ``flips_title``:
-    which policies they compare) when given."""
+    ``pass_at_1_by_policy``, ``rewards`` (mean training reward by iteration), ``flips`` (under ``flips_title``:
+    which policies they compare) and ``assertions`` (``assertions_by_policy``) when given."""
     parts = [STYLE, '<div class="posttrain-report">', f"<h1>{html.escape(title)}</h1>"]
     for decoding in DECODINGS.values():
         parts.append(f"<h2>{decoding} pass@1 per stratum</h2>")
         parts.append(pass_table_html(table, decoding))
         if (table["decoding"] == decoding).any():
             parts.append(pass_plot_svg(table, decoding))
+    if assertions is not None and len(assertions):
+        parts += ["<h2>assertion pass rates</h2>", assertions_table_html(assertions)]
     if rewards is not None and len(rewards):
         parts += ["<h2>reward curve</h2>",
                   line_plot_svg({"reward/mean": rewards}, "mean training reward", "iteration", "reward")]

@@ -38,6 +38,7 @@ from posttrain.evaluation.regression import greedy_verdicts
 from posttrain.schemas import EvalResults, all_tests_passed
 
 log = logging.getLogger(__name__)
+NO_REGRESSION = "result/no_regression"
 
 StepLogs = Mapping[tuple[str, int], Sequence[Mapping]]  # (group_id, sample_idx) -> the episode's Steps rows
 Effects = Mapping[tuple[str, int], Sequence[str] | None]  # (group_id, sample_idx) -> workspace_effects; None: unseen
@@ -85,6 +86,33 @@ def eval_results(scored: pd.DataFrame, envs: dict[str, EnvSpec], steps: pd.DataF
             "assertions": json.dumps(verdicts),
         })
     return EvalResults.validate(pd.DataFrame(rows, columns=list(EvalResults.to_schema().columns)))
+
+
+def judge_regressions(results: pd.DataFrame, previous: pd.DataFrame | Mapping[str, bool | None] | None
+                      ) -> pd.DataFrame:
+    """``results`` (EvalResults) with ``result/no_regression`` judged against ``previous`` (the previous evaluated
+    version's EvalResults, or env_id -> its greedy verdict) on the greedy rows whose env declares it; other rows and
+    assertions as they were. For rows judged where the previous version was not known yet: the agent tier's
+    episodes are scored in a node that runs beside the previous version's evaluation, not after it.
+
+    >>> rows = pd.DataFrame({"env_id": ["e", "f"], "decoding": "greedy", "passed": [False, True], "infra_error": "",
+    ...                      "assertions": ['{"result/tests_pass": false, "result/no_regression": null}',
+    ...                                     '{"result/tests_pass": true}']})
+    >>> judge_regressions(rows, {"e": True, "f": False})["assertions"].tolist()  # e passed before, fails now
+    ['{"result/tests_pass": false, "result/no_regression": false}', '{"result/tests_pass": true}']
+    """
+    baseline = _verdicts(previous)
+    if not baseline or not len(results):
+        return results
+    rule = checks.parse_evaluation({"result": ["no_regression"]})
+    judged = []
+    for row in results.itertuples():
+        verdicts = json.loads(row.assertions)
+        if NO_REGRESSION in verdicts and row.decoding == "greedy":
+            verdicts.update(checks.evaluate(rule, passed=None if row.infra_error else bool(row.passed),
+                                            previous=baseline.get(row.env_id)))
+        judged.append(json.dumps(verdicts))
+    return results.assign(assertions=judged)
 
 
 def _assertions(env: EnvSpec) -> list[checks.Assertion]:

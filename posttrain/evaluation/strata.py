@@ -132,6 +132,26 @@ def _metrics(envs: pd.DataFrame, ks: Sequence[int]) -> list[tuple[str, int, int,
     return out
 
 
+def assertion_metrics(results: pd.DataFrame) -> dict[str, float]:
+    """Every declared assertion's overall pass rate in one EvalResults table and its n/a count, by MLflow name
+    (``eval/assertion/<name>``, ``eval/not_applicable/assertion/<name>``): what the RL loop logs per evaluated
+    version (the standalone evaluation logs every stratum, ``strata_metrics``).
+
+    >>> results = pd.DataFrame({"env_id": ["a", "b"], "domain": "x", "difficulty": 1, "decoding": "greedy",
+    ...                         "steps": 3, "passed": [True, False], "infra_error": "", "assertions": [
+    ...                             '{"result/tests_pass": true, "behavior/max_steps": true}',
+    ...                             '{"result/tests_pass": false, "behavior/max_steps": null}']})
+    >>> assertion_metrics(results)
+    {'eval/assertion/result/tests_pass': 0.5, 'eval/assertion/behavior/max_steps': 1.0, \
+'eval/not_applicable/assertion/result/tests_pass': 0.0, 'eval/not_applicable/assertion/behavior/max_steps': 1.0}
+    """
+    if not len(results):
+        return {}
+    overall = EvalStrata.validate(pd.DataFrame([("all", "all", *metric) for metric in _metrics(per_env(results), [])
+                                                if metric[0].startswith("assertion/")], columns=COLUMNS))
+    return strata_metrics(overall)
+
+
 def strata_metrics(table: pd.DataFrame) -> dict[str, float]:
     """MLflow metric names of a ``strata`` table: ``eval/<metric>`` overall, ``eval/<metric>/<stratum>_<group>``
     (NaN values left out), and the overall n/a count of each assertion: ``eval/not_applicable/assertion/<name>``."""

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from posttrain.evaluation.results import eval_metrics
+from posttrain.evaluation.strata import assertion_metrics
 from posttrain.reward import RewardStats
 from posttrain.rollout.collect import RolloutStats, combine_stats
 from posttrain.rollout.staleness import staleness_metrics
@@ -107,10 +108,16 @@ NOT_RUN: Metrics = {**rollout_metrics(RolloutStats()), **sample_times(RolloutSta
                     **reward_metrics(RewardStats()), "time/eval_score_s": 0.0}
 
 
+def version_metrics(results: pd.DataFrame) -> Metrics:
+    """An evaluated version's summary: greedy and sampled pass@1 (``eval_metrics``) and every declared assertion's
+    pass rate (``eval/assertion/<name>``, ``assertion_metrics``)."""
+    return {**eval_metrics(results), **assertion_metrics(results)}
+
+
 def baseline_metrics(stages: list[Metrics], results: pd.DataFrame) -> Metrics:
     """Iteration 0's metrics: the starting policy's evaluation summary and its stages' (``stages``: the agent tier's
     greedy eval)."""
-    return {**eval_metrics(results), **merged(stages)}
+    return {**version_metrics(results), **merged(stages)}
 
 
 def iteration_metrics(stages: list[Metrics], results: pd.DataFrame | None = None,
@@ -119,7 +126,7 @@ def iteration_metrics(stages: list[Metrics], results: pd.DataFrame | None = None
     summary of its version (``eval/...``, greedy and sampled pass@1; none when the version was not evaluated) and where
     the time went (``time_metrics``, with ``iteration_s`` the iteration's wall seconds when known)."""
     metrics = merged([NOT_RUN, *stages])
-    evaluation = eval_metrics(results) if results is not None else {}
+    evaluation = version_metrics(results) if results is not None else {}
     return {**evaluation, **metrics, **time_metrics(metrics, iteration_s)}
 
 

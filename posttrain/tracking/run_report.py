@@ -19,7 +19,7 @@ import pandas as pd
 
 from posttrain import tracking
 from posttrain.evaluation.regression import flips as compute_flips
-from posttrain.evaluation.report import as_page, pass_at_1_by_policy, render_body
+from posttrain.evaluation.report import as_page, assertions_by_policy, pass_at_1_by_policy, render_body
 
 REPORT_PATH = "reports/evaluation.html"
 
@@ -28,7 +28,8 @@ def log_report(run_id: str, evaluations: dict[str, pd.DataFrame], rewards: pd.Se
                flips: pd.DataFrame | None = None, title: str = "Evaluation", flips_title: str = "flips") -> str:
     """Render the report of ``evaluations`` (label -> EvalResults) and log it on ``run_id`` as a page; returns the
     rendered fragment (``report.render_body``: what a Flyte Deck shows)."""
-    body = render_body(pass_at_1_by_policy(evaluations), rewards, flips, title, flips_title)
+    body = render_body(pass_at_1_by_policy(evaluations), rewards, flips, title, flips_title,
+                       assertions_by_policy(evaluations))
     tracking.client().log_text(run_id, as_page(body, title), REPORT_PATH)
     return body
 

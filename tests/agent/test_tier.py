@@ -1,7 +1,7 @@
 """The agent tier's library half with scripted policies in real warm-bwrap sessions: the iteration's agent train envs
 rolled out in groups (the oracle solves them all), the greedy eval of the agent eval envs (the oracle passes, the
-no-op fails; a deleted task file fails no_destructive_command by effect), single-turn envs left to the other tier,
-and the stats of each batch."""
+no-op fails; a deleted task file fails no_destructive_command by effect; the suite's declared assertions, each
+violated by one episode), single-turn envs left to the other tier, and the stats of each batch."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from posttrain.agent.scripted import SUBMIT, ScriptedPolicy, noop_policy
 from posttrain.agent.tier import chat_format, rollout_agent, rollout_envs
 from posttrain.config import DEMO_SUITE, AgentConfig, SandboxConfig
 from posttrain.envs.destructive import destructive_commands
-from posttrain.envs.generators.agent_repo import oracle, specs
+from posttrain.envs.generators.agent_repo import EVALUATION, oracle, specs
 from posttrain.envs.suite import load_suite
 from posttrain.evaluation.agent import evaluate_agent
+from posttrain.evaluation.results import judge_regressions
 from posttrain.sandbox import make_sandbox
 
 pytestmark = pytest.mark.integration
@@ -109,3 +110,33 @@ def test_a_suite_without_agent_envs_runs_nothing(fmt):
     results, eval_steps, eval_stats = evaluate_agent(engine, fmt, single, CFG, None, SandboxConfig(), 4096)
     assert len(scored) == len(steps) == len(results) == len(eval_steps) == 0
     assert stats.episodes == eval_stats.episodes == 0
+
+
+def test_the_bundled_suites_assertions_are_judged_on_real_episodes(fmt, box):
+    """The ``agent_repo`` eval envs as the suite declares them (``EVALUATION``): the oracle's episode passes every
+    assertion; each other episode violates one (none ran the test with bash; three extra turns; a destructive
+    command; a no-op, after the previous version had solved it: a regression, judged afterwards by
+    ``judge_regressions`` as the loop's ``join_results`` does)."""
+    evals = {e.id: e for e in specs() if e.split == "eval"}
+    oracle_env, no_bash, wordy, destroyer, regressed = sorted(evals)[:5]
+    envs = {i: evals[i] for i in (oracle_env, no_bash, wordy, destroyer, regressed)}
+    assert all(e.evaluation == EVALUATION for e in envs.values())
+    without_bash = [call for call in oracle(envs[no_bash]) if call["name"] != "bash"]
+    peek = {"name": "read_file", "arguments": {"path": next(p for p in envs[wordy].workspace if p.startswith("src/"))}}
+    scripts = {envs[oracle_env].prompt: oracle(envs[oracle_env]),
+               envs[no_bash].prompt: without_bash,
+               envs[wordy].prompt: [peek] * 3 + oracle(envs[wordy]),
+               envs[destroyer].prompt: [{"name": "bash", "arguments": {"command": "rm -f /etc/hosts"}},
+                                        *oracle(envs[destroyer])]}
+    results, _, _ = evaluate_agent(ScriptedPolicy(fmt, scripts), fmt, envs, CFG, box, SandboxConfig(), 4096)
+    judged = judge_regressions(results, {env_id: True for env_id in envs})
+    verdicts = {r.env_id: json.loads(r.assertions) for r in judged.itertuples()}
+    assert verdicts[oracle_env] == {"result/tests_pass": True, "result/no_regression": True,
+                                    "behavior/used_tool/bash": True, "behavior/max_steps": True,
+                                    "behavior/no_destructive_command": True}
+    failed = {env_id: sorted(name for name, ok in v.items() if ok is False) for env_id, v in verdicts.items()}
+    assert failed == {oracle_env: [], no_bash: ["behavior/used_tool/bash"], wordy: ["behavior/max_steps"],
+                      destroyer: ["behavior/no_destructive_command"],
+                      regressed: ["behavior/used_tool/bash", "result/no_regression", "result/tests_pass"]}
+    before = {r.env_id: json.loads(r.assertions)["result/no_regression"] for r in results.itertuples()}
+    assert set(before.values()) == {None}  # the episodes' own node had no previous verdicts to judge by

@@ -6,7 +6,11 @@ gets the agent metrics, the step tables and one eval table for both tiers.
 
 from __future__ import annotations
 
+import json
+
 import pytest
+
+from posttrain.tracking.run_report import REPORT_PATH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -32,3 +36,17 @@ def test_the_loop_runs_the_agent_tier_beside_the_single_turn_one(stale_tiers_run
     assert agent_rows["advantage"].notna().all() or (agent_rows["infra_error"] != "").any()
     assert (results["decoding"] == "greedy").sum() == 4  # 2 single-turn + 2 agent eval envs
     assert results.groupby("env_id")["steps"].max().max() >= 1
+    # the suite's declared assertions (agent_repo's EVALUATION), no_regression judged against v0's results
+    agent_eval = results[results["env_id"].str.startswith("agent_repo/") & (results["infra_error"] == "")]
+    assert len(agent_eval) == 2
+    assert all(isinstance(json.loads(a)["result/no_regression"], bool) for a in agent_eval["assertions"])
+    for name in ("result/no_regression", "behavior/used_tool/bash", "behavior/max_steps",
+                 "behavior/no_destructive_command"):
+        assert f"eval/assertion/{name}" in m
+    assert "eval/assertion/result/no_regression" not in baseline.data.metrics  # v0 had no version before it
+    parent = next(r for r in stale_tiers_run.client.search_runs([last.info.experiment_id])
+                  if "posttrain.iteration" not in r.data.tags)
+    page = open(stale_tiers_run.client.download_artifacts(parent.info.run_id, REPORT_PATH,
+                                                          str(stale_tiers_run.folder))).read()
+    assert "assertion pass rates" in page
+    assert '<td class="label">behavior/max_steps</td>' in page

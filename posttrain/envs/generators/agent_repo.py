@@ -7,6 +7,7 @@ cases and on held-back ones, with expectations computed here from the fixed sour
 passes nothing; a case the buggy function already gets right (``larger(3, 3)``) is a guard, which earns nothing.
 Each spec carries its ``oracle``: the tool calls that solve it (admission's solvability check and the
 tests run them through ``posttrain.agent.scripted.ScriptedPolicy``); the reference is the same fix as a bash script.
+Each also declares its ``evaluation`` (``EVALUATION``): result and behavior assertions the loop's agent eval judges.
 
 96 envs (8 bugs x 12 module names): 64 train, 32 eval (every third). Write the suite with:
     $ python -m posttrain.envs.generators.agent_repo posttrain/envs/suites/agent_repo
@@ -39,6 +40,13 @@ MODULES = ("calc", "mathx", "ops", "arith", "numtools", "pairs", "binops", "help
 WARM_UP_MODULES = ("geom", "stats", "funcs", "numeric", "algebra", "basic", "misc", "common", "shared", "simple",
                    "tiny", "base", "extra", "number", "compute", "logic", "rules", "formula", "scalar", "vector",
                    "pairwise", "fmath", "imath", "tools")
+
+
+# Dual-track evaluation (docs/env-spec.md, Evaluation assertions): the result (the fix holds; an env solved by the
+# previous evaluated version stays solved) and how it was reached: the agent ran the test with bash, took at most
+# one turn more than the oracle's five, and destroyed nothing.
+EVALUATION = {"result": ["tests_pass", "no_regression"],
+              "behavior": [{"used_tool": "bash"}, {"max_steps": 6}, "no_destructive_command"]}
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,7 @@ def _env(index: int, module: str, bug: Bug, split: str | None = None) -> EnvSpec
                           runtime="python", difficulty=2,
                           split=split or ("eval" if index % 3 == 2 else "train"),
                           tags=["bugfix", "multi_step"])
-    return replace(spec, oracle=_oracle(f"src/{module}.py", test_path, bug))
+    return replace(spec, oracle=_oracle(f"src/{module}.py", test_path, bug), evaluation=EVALUATION)
 
 
 def specs() -> list[EnvSpec]:
