@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import tempfile
 from typing import Annotated
 
 from flytekit import HashMethod, task
 from flytekit.types.directory import FlyteDirectory
 
-from posttrain.config import (
-    DEMO_AGENT_POLICY,
-    DEMO_POLICY,
-    default_agent_policy_dir,
-    default_policy_dir,
-)
-from posttrain.locations import is_remote, local_copy
-from posttrain.training.checkpoints import check_policy_dir, dir_digest
+from posttrain.locations import is_remote, policy_dir
+from posttrain.training.checkpoints import dir_digest
 from tasks.resources import stage
 
 
@@ -36,23 +29,9 @@ def prepare_policy(policy: str) -> PolicyDir:
 
 
 def policy_folder(ref: str) -> FlyteDirectory:
-    """The policy a reference names: ``demo`` / ``demo-agent``, the demo (agent) policy (built, seeded and cached on
-    disk, if absent); a
-    registered version or alias (``models:/posttrain-policy@champion``), downloaded from the MLflow registry; a URI
-    (``s3://...``), referenced as it is (not copied; ``PolicyDir`` fetches it to hash it); a local or packaged
-    folder, checked (config.json, weights, tokenizer)."""
-    from posttrain.tracking import registry
-    from posttrain.training.demo_policy import main_demo_policy
-
-    if ref == DEMO_POLICY:
-        return FlyteDirectory(str(check_policy_dir(main_demo_policy(default_policy_dir()))))
-    if ref == DEMO_AGENT_POLICY:
-        from posttrain.agent.warm_start import main_agent_policy
-
-        return FlyteDirectory(str(check_policy_dir(main_agent_policy(default_agent_policy_dir()))))
-    if registry.parse_model_uri(ref):
-        return FlyteDirectory(str(check_policy_dir(registry.download_policy(
-            ref, tempfile.mkdtemp(prefix="posttrain-policy-")))))
+    """The policy a reference names: a URI (``s3://...``), referenced as it is (not copied; ``PolicyDir`` fetches it
+    to hash it); any other reference (``demo``, ``demo-agent``, ``models:/posttrain-policy@champion``, a local or
+    packaged folder), its checked local directory (``posttrain.locations.policy_dir``)."""
     if is_remote(ref):
         return FlyteDirectory(ref.rstrip("/"))
-    return FlyteDirectory(str(check_policy_dir(local_copy(ref))))
+    return FlyteDirectory(policy_dir(ref))
