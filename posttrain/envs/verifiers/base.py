@@ -35,7 +35,8 @@ class Verdict:
     tests_passed: int
     tests_total: int
     exit_code: int | None = None
-    timed_out: bool = False
+    timed_out: bool = False  # the execution hit its deadline
+    tests_timed_out: int = 0  # tests stopped at their own deadline (verifiers with a deadline per test)
     infra_error: str = ""  # non-empty: the sandbox failed, not the solution; see ``excluded``
     detail: str = ""  # short human-readable reason
     sandbox_ms: float = 0.0  # sandbox start plus run time
@@ -47,6 +48,12 @@ class Verdict:
     # what the verifier measured, by name, each in [0, 1] (``Verifier.signals``): what an env's reward layers compose
     # (``reward_layers``); empty for an infra failure
     signals: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def hit_deadline(self) -> bool:
+        """The execution or one of its tests was stopped at a deadline: on a loaded machine a sign of the load as
+        much as of the solution (admission re-runs these: ``admission.batch``)."""
+        return self.timed_out or self.tests_timed_out > 0
 
     @property
     def excluded(self) -> bool:

@@ -128,7 +128,9 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     if not detail:
         detail = f"{passed}/{total} asserts passed" + (" (timed out)" if result.timed_out else "")
         detail += f"; {failures[0]}" if failures else ""
-    return python_common.counted_verdict(result, passed, total, compiled, detail)
+    deadlines = sum(1 for outcome in outcomes.values() if outcome.get("ok") is not True
+                    and outcome.get("error") == "timed out")  # the harness's own per-test deadline
+    return python_common.counted_verdict(result, passed, total, compiled, detail, tests_timed_out=deadlines)
 
 
 def test_sources(spec: EnvSpec) -> list[TrustedSource]:

@@ -224,8 +224,11 @@ def unjudged_detail(status: dict | None, compiled: bool, result: ExecutionResult
     return ""
 
 
-def counted_verdict(result: ExecutionResult, passed: int, total: int, compiled: bool, detail: str) -> Verdict:
-    """The verdict of ``passed`` out of ``total`` host-judged tests of one execution."""
+def counted_verdict(result: ExecutionResult, passed: int, total: int, compiled: bool, detail: str,
+                    tests_timed_out: int = 0) -> Verdict:
+    """The verdict of ``passed`` out of ``total`` host-judged tests of one execution (``tests_timed_out`` of them
+    stopped at their own deadline)."""
     return Verdict(reward=passed / total, passed=passed == total, compiled=compiled, tests_passed=passed,
-                   tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out, detail=detail,
+                   tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out,
+                   tests_timed_out=tests_timed_out, detail=detail,
                    signals={"compiles": float(compiled), "tests": passed / total}, **sandbox_fields(result))

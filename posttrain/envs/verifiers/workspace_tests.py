@@ -228,6 +228,7 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     guards = [test.guard for test in tests]
     return Verdict(reward=reward(ok, guards), passed=passed == total, compiled=compiled,
                    tests_passed=passed, tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out,
+                   tests_timed_out=sum(1 for record in outcomes.values() if record.get("timed_out")),
                    detail=detail, failures=tuple(why), signals=signals(ok, guards), **sandbox_fields(result))
 
 
