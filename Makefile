@@ -66,10 +66,10 @@ smoke: setup $(STAMP) policy
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_smoke
 	@echo; echo "Review the run: make mlflow-ui, then open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
 
-# One process by default. `PYTEST_WORKERS=2 make test`: two pytest-xdist workers, tests grouped so that shared runs
-# and the live engine start once (tests/conftest.py): ~17 min instead of ~25 here (at cde4068), but under heavy load
-# good fixture envs of the admission tests have failed admission now and then, cause not found (CI runs one process).
-PYTEST_WORKERS ?= 0
+# Two pytest-xdist workers by default, tests grouped so that shared runs and the live engine start once
+# (tests/conftest.py): the suite waits on engines, daemons and sandboxes, so two workers finish it sooner even on two
+# cores. `PYTEST_WORKERS=0 make test`: one process.
+PYTEST_WORKERS ?= 2
 test: setup $(STAMP)
 	$(BIN)/python -m pytest tests -n $(PYTEST_WORKERS) --dist loadscope
 
