@@ -81,17 +81,31 @@ def burning(group: cgroup.Cgroup) -> bool:
     return (group.cpu_seconds() or 0.0) > 0.05
 
 
+def submitted(sched: Scheduler, box, program: str, timeout_s: float, what: str):
+    """Submit ``program`` and wait for the one group its dispatch makes: (the job, that group)."""
+    before = groups()
+    job = sched.submit(box, py(program, timeout_s=timeout_s))
+    return job, new_group(before, what)
+
+
+def burning_long_job(sched: Scheduler, box, stop: str):
+    """A long execution burning CPU until the gate file ``stop`` appears: (the job, its group), once it burns."""
+    job, group = submitted(sched, box, BUSY.format(stop), 120, "the long execution's cgroup")
+    wait_for(lambda: burning(group), "the long program burning CPU")
+    return job, group
+
+
+def waiting_short_job(sched: Scheduler, box, go: str, what: str = "the short execution's cgroup"):
+    """A short execution waiting for the gate file ``go``: (the job, its group)."""
+    return submitted(sched, box, WAIT.format(go), 30, what)
+
+
 def test_a_long_execution_yields_while_a_short_one_runs_and_gets_its_weight_back(box, gate):
     sched = Scheduler(max_concurrency=4, long_slots=2, short_timeout_s=30.0)
-    before = groups()
-    long_job = sched.submit(box, py(BUSY.format("stop-1"), timeout_s=120))
-    long_group = new_group(before, "the long execution's cgroup")
-    wait_for(lambda: burning(long_group), "the long program burning CPU")
+    long_job, long_group = burning_long_job(sched, box, "stop-1")
     assert long_group.cpu_weight() == DEFAULT  # no short work yet
 
-    before = groups()
-    short_job = sched.submit(box, py(WAIT.format("go-1"), timeout_s=30))
-    short_group = new_group(before, "the short execution's cgroup")  # made after the short job was dispatched
+    short_job, short_group = waiting_short_job(sched, box, "go-1")  # made after the short job was dispatched
     assert long_group.cpu_weight() == LOWERED
     assert short_group.cpu_weight() == DEFAULT
 
@@ -111,10 +125,7 @@ def test_a_long_execution_yields_while_a_short_one_runs_and_gets_its_weight_back
 
 def test_without_short_work_a_long_execution_keeps_its_weight(box, gate):
     sched = Scheduler(max_concurrency=4, long_slots=2, short_timeout_s=30.0)
-    before = groups()
-    long_job = sched.submit(box, py(BUSY.format("stop-2"), timeout_s=120))
-    long_group = new_group(before, "the long execution's cgroup")
-    wait_for(lambda: burning(long_group), "the long program burning CPU")
+    long_job, long_group = burning_long_job(sched, box, "stop-2")
     assert long_group.cpu_weight() == DEFAULT
     other_long = sched.submit(box, py("print('a second long one')", timeout_s=120)).result()  # long work is no cause
     assert other_long.ok, other_long
@@ -129,13 +140,8 @@ def test_without_short_work_a_long_execution_keeps_its_weight(box, gate):
 
 def test_switched_off_a_long_execution_keeps_its_weight_beside_short_work(box, gate):
     sched = Scheduler(max_concurrency=4, long_slots=2, short_timeout_s=30.0, deprioritise_long=False)
-    before = groups()
-    long_job = sched.submit(box, py(BUSY.format("stop-3"), timeout_s=120))
-    long_group = new_group(before, "the long execution's cgroup")
-    wait_for(lambda: burning(long_group), "the long program burning CPU")
-    before = groups()
-    short_job = sched.submit(box, py(WAIT.format("go-3"), timeout_s=30))
-    new_group(before, "the short execution's cgroup")
+    long_job, long_group = burning_long_job(sched, box, "stop-3")
+    short_job, _ = waiting_short_job(sched, box, "go-3")
     assert long_group.cpu_weight() == DEFAULT
 
     (gate / "go-3").touch()
@@ -150,20 +156,13 @@ def test_a_long_execution_yields_for_its_bound_at_most(box, gate):
     """deprioritise_max 0.01 of a 120 s deadline: it yields 1.2 s, then keeps its weight beside short work, also
     beside short work that starts later."""
     sched = Scheduler(max_concurrency=4, long_slots=2, short_timeout_s=30.0, deprioritise_max=0.01)
-    before = groups()
-    long_job = sched.submit(box, py(BUSY.format("stop-4"), timeout_s=120))
-    long_group = new_group(before, "the long execution's cgroup")
-    wait_for(lambda: burning(long_group), "the long program burning CPU")
-    before = groups()
-    short_job = sched.submit(box, py(WAIT.format("go-4"), timeout_s=30))
-    new_group(before, "the short execution's cgroup")
+    long_job, long_group = burning_long_job(sched, box, "stop-4")
+    short_job, _ = waiting_short_job(sched, box, "go-4")
     assert long_group.cpu_weight() == LOWERED
     wait_for(lambda: long_group.cpu_weight() == DEFAULT, "the bound giving the long execution its weight back")
     assert not short_job.done()  # the short one still runs: the bound, not its end, gave the weight back
 
-    before = groups()
-    later_short = sched.submit(box, py(WAIT.format("go-4"), timeout_s=30))
-    new_group(before, "a later short execution's cgroup")
+    later_short, _ = waiting_short_job(sched, box, "go-4", "a later short execution's cgroup")
     assert long_group.cpu_weight() == DEFAULT
 
     (gate / "go-4").touch()
