@@ -137,6 +137,19 @@ def policy_reference(ref: str) -> str:
     return "" if ref in (DEMO_POLICY, DEMO_AGENT_POLICY) or ref.startswith("models:/") else folder_reference(ref)
 
 
+def admission_policy(name: str) -> str:
+    """A scripted policy (``posttrain.admission.policies.SCRIPTED``) or a policy reference (``policy_reference``)."""
+    from posttrain.admission.policies import SCRIPTED, scripted_policy
+
+    try:
+        if scripted_policy(name):
+            return ""
+    except ValueError as malformed:  # noisy:P without a P in [0, 1]
+        return str(malformed)
+    problem = policy_reference(name)
+    return problem and f"not a scripted policy ({', '.join(SCRIPTED)}) nor a policy reference: {problem}"
+
+
 def _get(cfg, path: str):
     return reduce(getattr, path.split("."), cfg)
 
@@ -490,8 +503,9 @@ class AdmissionConfig(Validated):
     """Which admission checks run and how strict they are (``posttrain.admission``; reason codes documented there).
 
     Policies are named by a string: ``reference`` (answers the reference), ``identity`` / ``noop`` (degenerate),
-    ``noisy:P`` (the reference with probability P, else a mutant of it), or a policy checkpoint dir (sampled with
-    vLLM). ``learnability`` runs only when ``learnability_policy`` is set, and rejects only if ``filter_learnability``.
+    ``noisy:P`` (the reference with probability P, else a mutant of it), or any policy reference, sampled with vLLM:
+    ``demo``, a registered version or alias (``models:/posttrain-policy@champion``), a checkpoint dir or URI.
+    ``learnability`` runs only when ``learnability_policy`` is set, and rejects only if ``filter_learnability``.
     """
 
     checks: list[str] = declare(factory=lambda: list(ADMISSION_CHECKS), check=each_one_of(ADMISSION_CHECKS),
@@ -503,12 +517,14 @@ class AdmissionConfig(Validated):
                                       doc="the most reward a degenerate probe (empty, constant, the prompt copied, "
                                           "self-consistent garbage) may earn")
     max_mutants: int = declare(12, low=0, doc="mutants run per env (spread evenly over the verifier's list)")
-    weak_policy: str = declare("identity",
-                               doc="the policy that must not solve an env (discrimination): a policy name or "
-                                   "checkpoint dir")
-    strong_policy: str = declare("reference", doc="the policy that must solve it (discrimination)")
+    weak_policy: str = declare("identity", check=admission_policy,
+                               doc="the policy that must not solve an env (discrimination): a scripted policy or a "
+                                   "policy reference (demo, models:/posttrain-policy@champion, a checkpoint dir)")
+    strong_policy: str = declare("reference", check=admission_policy,
+                                 doc="the policy that must solve it (discrimination), named as weak_policy")
     k: int = declare(4, low=1, doc="samples per env and policy (discrimination, learnability)")
-    learnability_policy: str = declare("", doc='"" = learnability not measured')
+    learnability_policy: str = declare("", check=lambda name: name and admission_policy(name),
+                                       doc='named as weak_policy; "" = learnability not measured')
     filter_learnability: bool = declare(False, doc="reject envs the learnability policy always or never solves")
     batch_concurrency: int = declare(8, low=0,
                                      doc="sandbox runs of one batch in flight (short runs are latency-bound); 0: "

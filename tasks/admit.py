@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import asdict
-from pathlib import Path
 from typing import NamedTuple
 
 from flytekit import task
@@ -13,6 +12,7 @@ from pandera.typing import DataFrame
 
 from posttrain import tracking
 from posttrain.admission import admit
+from posttrain.admission.policies import POLICY_FIELDS, pin_aliases, scripted_policy
 from posttrain.admission.render import write_report
 from posttrain.config import AdmissionConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.suite import suite_digest
@@ -37,12 +37,20 @@ def fingerprint_suite(suite: str) -> str:
 
 @task(**stage("track"))
 def admission_rollout(rollout: RolloutConfig, cfg: AdmissionConfig) -> RolloutConfig:
-    """How admission serves and prompts the checkpoints it samples (``weak_policy``, ``strong_policy``,
-    ``learnability_policy`` naming a checkpoint directory): as the run's rollout does (its chat template, system
-    prompt, engine settings). The defaults when it samples none, so that admission's cache does not depend on
-    settings it never uses."""
-    names = (cfg.weak_policy, cfg.strong_policy, cfg.learnability_policy)
-    return rollout if any(name and Path(name).is_dir() for name in names) else RolloutConfig()
+    """How admission serves and prompts the policies it samples through vLLM (``weak_policy``, ``strong_policy``,
+    ``learnability_policy`` naming a policy reference, not a scripted policy): as the run's rollout does (its chat
+    template, system prompt, engine settings). The defaults when it samples none, so that admission's cache does not
+    depend on settings it never uses."""
+    names = (getattr(cfg, field) for field in POLICY_FIELDS)
+    return rollout if any(name and scripted_policy(name) is None for name in names) else RolloutConfig()
+
+
+@task(**stage("track"))
+def pin_policies(cfg: AdmissionConfig) -> AdmissionConfig:
+    """``cfg`` with each registry alias among its policies pinned to the version it points at now
+    (``admission.policies.pin_aliases``): admission's cache key changes when the alias moves, and its report names the
+    version it sampled."""
+    return pin_aliases(cfg)
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("admit"))

@@ -15,7 +15,7 @@ from pandera.typing import DataFrame
 
 from posttrain.config import DEMO_SUITE_REF, AdmissionConfig, RolloutConfig, SandboxConfig
 from posttrain.schemas import AdmissionReport
-from tasks.admit import admission_rollout, admit_suite, fingerprint_suite, log_admission
+from tasks.admit import admission_rollout, admit_suite, fingerprint_suite, log_admission, pin_policies
 
 
 @workflow
@@ -25,7 +25,7 @@ def admit(suite: str = DEMO_SUITE_REF, cfg: AdmissionConfig = AdmissionConfig(),
     """Fingerprint and admit ``suite``, log the report; returns the report (one row per env and check).
     ``rollout``: how checkpoint policies of the checks are served and prompted (as the loop's ``rollout``)."""
     digest = fingerprint_suite(suite=suite)
-    admission = admit_suite(suite=suite, digest=digest, sandbox=sandbox, cfg=cfg,
+    admission = admit_suite(suite=suite, digest=digest, sandbox=sandbox, cfg=pin_policies(cfg=cfg),
                             rollout=admission_rollout(rollout=rollout, cfg=cfg))
     log_admission(suite=suite, digest=digest, cfg=cfg, details=admission.details, stats=admission.stats,
                   wall_s=admission.wall_s, experiment=experiment, sandbox=sandbox)

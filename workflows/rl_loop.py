@@ -38,7 +38,7 @@ from flytekit import dynamic, workflow
 from posttrain.config import LoopConfig, PromotionConfig
 from posttrain.evaluation.greedy import evaluates
 from posttrain.schemas import Envs
-from tasks.admit import admission_rollout, admit_suite, fingerprint_suite
+from tasks.admit import admission_rollout, admit_suite, fingerprint_suite, pin_policies
 from tasks.policy import PolicyDir, prepare_policy
 from tasks.preflight import check_memory
 from tasks.rollout import release_engines, warm_engine
@@ -100,7 +100,7 @@ def rl_loop(cfg: LoopConfig = LoopConfig()) -> PolicyDir:
     digest = fingerprint_suite(suite=cfg.suite)
     fits = check_memory(policy=policy, cfg=cfg)  # locally: the update must fit beside the engines, checked first
     fits >> warm_engine(policy=policy, cfg=cfg.rollout, suite_digest=digest)  # vLLM starts while admission runs
-    admission = admit_suite(suite=cfg.suite, digest=digest, sandbox=cfg.sandbox, cfg=cfg.admission,
+    admission = admit_suite(suite=cfg.suite, digest=digest, sandbox=cfg.sandbox, cfg=pin_policies(cfg=cfg.admission),
                             rollout=admission_rollout(rollout=cfg.rollout, cfg=cfg.admission))
     run_id = start_tracking(cfg=cfg, report=admission.report, suite_digest=digest, policy=policy)
     final = iterate(cfg=cfg, envs=admission.envs, policy=policy, run_id=run_id)

@@ -43,7 +43,7 @@ from posttrain.admission.batch import SandboxBatches
 from posttrain.admission.consistency import consistency_rows
 from posttrain.admission.coverage import coverage_row, select_mutants
 from posttrain.admission.discrimination import discrimination_row, learnability_row, policy_failure_row
-from posttrain.admission.policies import SolutionPolicy, make_policy
+from posttrain.admission.policies import SolutionPolicy, config_policy
 from posttrain.admission.report import INFRA, CheckRow, admitted_ids, check_stats, details_frame, to_frame
 from posttrain.admission.solvability import reference_is_sound, reproducibility_row, solvability_row
 from posttrain.config import ADMISSION_CHECKS, AdmissionConfig, RolloutConfig, SandboxConfig
@@ -93,10 +93,14 @@ def _sample_check(batches: SandboxBatches, check: str, envs: list[EnvSpec], poli
     return out, None, ""
 
 
-def _policy(name: str, cfg: AdmissionConfig, given: dict[str, SolutionPolicy],
-            rollout: RolloutConfig | None) -> SolutionPolicy:
-    return given.get(name) or make_policy(name, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
-                                          rollout=rollout)
+def _open_policies(cfg: AdmissionConfig, given: dict[str, SolutionPolicy],
+                   rollout: RolloutConfig | None) -> dict[str, SolutionPolicy]:
+    """The policies the configured checks sample, by config field (``weak_policy`` and ``strong_policy`` for
+    discrimination, ``learnability_policy`` when set): ``given`` ones as they are, the others resolved now, before any
+    sandbox work, so that one that cannot be resolved stops admission with a ``ConfigError`` naming its field."""
+    fields = [*(("weak_policy", "strong_policy") if "discrimination" in cfg.checks else ()),
+              *(("learnability_policy",) if cfg.learnability_policy else ())]
+    return {field: given.get(getattr(cfg, field)) or config_policy(cfg, field, rollout) for field in fields}
 
 
 def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: AdmissionConfig, progress: bool = False,
@@ -105,6 +109,7 @@ def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: Admission
     """Every configured check on every env of a loaded suite: the rows, and the batches (timings, executions).
     ``rollout``: how checkpoint policies are served and prompted (its engine and prompt fields; None: defaults)."""
     checks, envs, given = set(cfg.checks), suite.envs, dict(policies or {})
+    opened = _open_policies(cfg, given, rollout)
     run_cfg = replace(sandbox_cfg, batch_concurrency=cfg.batch_concurrency or sandbox_cfg.batch_concurrency)
     batches = SandboxBatches(sandbox, run_cfg, progress=progress)
     rows: list[CheckRow] = []
@@ -140,14 +145,16 @@ def run_checks(suite: Suite, sandbox, sandbox_cfg: SandboxConfig, cfg: Admission
         if "coverage" in checks:
             rows += _coverage(batches, sound, cfg) + _skipped(envs, "coverage", why)
         if "discrimination" in checks:
-            names = [cfg.weak_policy, cfg.strong_policy]
-            rows += _policy_rows(batches, "discrimination", sound, names, cfg, given, rollout) + \
+            rows += _policy_rows(batches, "discrimination", sound, ["weak_policy", "strong_policy"], opened, cfg) + \
                 _skipped(envs, "discrimination", why)
         if cfg.learnability_policy:
-            rows += _policy_rows(batches, "learnability", sound, [cfg.learnability_policy], cfg, given, rollout) + \
+            rows += _policy_rows(batches, "learnability", sound, ["learnability_policy"], opened, cfg) + \
                 _skipped(envs, "learnability", why)
     finally:
         batches.close()
+        for policy in opened.values():
+            if policy not in given.values():
+                policy.close()
     return rows, batches
 
 
@@ -204,25 +211,15 @@ def _coverage(batches: SandboxBatches, envs: list[EnvSpec], cfg: AdmissionConfig
     return rows
 
 
-def _policy_rows(batches: SandboxBatches, check: str, envs: list[EnvSpec], names: list[str], cfg: AdmissionConfig,
-                 given: dict[str, SolutionPolicy], rollout: RolloutConfig | None) -> list[CheckRow]:
-    """Discrimination (names = [weak, strong]) or learnability (names = [policy]) rows for ``envs`` (``rollout``: how
-    checkpoint policies are served and prompted)."""
+def _policy_rows(batches: SandboxBatches, check: str, envs: list[EnvSpec], fields: list[str],
+                 opened: dict[str, SolutionPolicy], cfg: AdmissionConfig) -> list[CheckRow]:
+    """Discrimination (fields = [weak, strong]) or learnability (fields = [learnability]) rows for ``envs``, sampled
+    from the ``opened`` policy of each field."""
     if not envs:
         return []
-    opened: list[tuple[str, SolutionPolicy]] = []
-    by_env, error, failed = {}, None, ""
-    try:
-        for name in names:
-            failed = name
-            opened.append((name, _policy(name, cfg, given, rollout)))
-        by_env, error, failed = _sample_check(batches, check, envs, opened, cfg.k, cfg.seed)
-    except Exception as exc:  # noqa: BLE001 - e.g. an unknown policy name or a checkpoint that does not load
-        error = exc
-    finally:
-        for name, policy in opened:
-            if name not in given:
-                policy.close()
+    policies = [(getattr(cfg, field), opened[field]) for field in fields]
+    names = [name for name, _ in policies]
+    by_env, error, failed = _sample_check(batches, check, envs, policies, cfg.k, cfg.seed)
     if error is not None:
         return [policy_failure_row(spec.id, check, failed, error) for spec in envs]
     if check == "discrimination":

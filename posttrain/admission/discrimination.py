@@ -1,7 +1,8 @@
 """Discriminative power and learnability: pass rates of policies over k samples per env.
 
 **Discrimination** compares a weak and a strong policy (``AdmissionConfig.weak_policy`` / ``strong_policy``:
-scripted or any checkpoint through vLLM). Decision: an env is rejected iff ``strong - weak < spec.min_gap``;
+scripted, or any policy reference sampled through vLLM, e.g. the starting policy ``demo`` against
+``models:/posttrain-policy@champion``). Decision: an env is rejected iff ``strong - weak < spec.min_gap``;
 ``min_gap`` 0 (the default) never rejects, the rates are still reported. A weak policy that passes sometimes is
 *not* by itself a rejection: a weak checkpoint legitimately solves easy envs, and degenerate cheats are the
 anti-hacking check's job; "too easy" means the weak policy gets within ``min_gap`` of the strong one.

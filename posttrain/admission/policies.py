@@ -1,4 +1,4 @@
-"""Solution policies for admission: scripted ones (test doubles and probes) and any checkpoint through vLLM.
+"""Solution policies for admission: scripted ones (test doubles and probes) and any policy through vLLM.
 
 All share one small protocol, ``SolutionPolicy``: ``solutions(spec, k, seed)`` returns k solutions for one env,
 already passed through the env verifier's ``extract_solution`` (ready for ``verify_many``), and
@@ -10,7 +10,11 @@ already passed through the env verifier's ``extract_solution`` (ready for ``veri
 - ``NoisyReferencePolicy(p)``: each sample is the reference with probability p, else one of the verifier's mutants
   of it (seeded by env id, seed and sample index: the same call gives the same samples).
 - ``VLLMPolicy(policy_dir)``: samples a checkpoint on the process's live vLLM engine (``posttrain.rollout.live``).
-``make_policy(name)`` builds one from its config string: ``reference``, ``identity``, ``noop``, ``noisy:P`` or a path.
+``make_policy(name)`` builds one from its config string: ``reference``, ``identity``, ``noop``, ``noisy:P``, or any
+policy reference (``demo``, ``models:/posttrain-policy@champion``, ``models:/posttrain-policy/3``, a checkpoint dir,
+a URI), resolved by ``posttrain.locations.policy_dir``; ``config_policy(cfg, field)`` builds the one an
+``AdmissionConfig`` field names, and a reference it cannot resolve raises ``ConfigError`` naming the field.
+``pin_aliases(cfg)`` pins registry aliases to the versions they point at now.
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -25,20 +29,30 @@ Example:
     >>> noisy = make_policy("noisy:0.5")
     >>> noisy.solutions(spec, 8, seed=1) == noisy.solutions(spec, 8, seed=1), noisy.name
     (True, 'noisy:0.5')
+    >>> scripted_policy("models:/posttrain-policy@champion") is None  # a reference: sampled through vLLM
+    True
+    >>> cfg = AdmissionConfig(weak_policy="demo", strong_policy="models:/posttrain-policy@champion")
+    >>> pin_aliases(cfg).strong_policy                             # doctest: +SKIP
+    'models:/posttrain-policy/3'
+    >>> config_policy(cfg, "strong_policy").policy_dir             # doctest: +SKIP
+    '/tmp/posttrain-policy-x1y2/policy'
 """
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
-from typing import Protocol, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Iterator, Protocol, Sequence
 
-from posttrain.config import RolloutConfig
+from posttrain.config import AdmissionConfig, ConfigError, RolloutConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import get_verifier
+from posttrain.locations import policy_dir
 from posttrain.training.checkpoints import policy_version
 
 SCRIPTED = ("reference", "identity", "noop", "noisy:P")
+POLICY_FIELDS = ("weak_policy", "strong_policy", "learnability_policy")  # the AdmissionConfig fields naming a policy
 
 
 class SolutionPolicy(Protocol):
@@ -103,7 +117,7 @@ class NoisyReferencePolicy(ScriptedSolutionPolicy):
 
     def __init__(self, p: float):
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"NoisyReferencePolicy p={p}: must be in [0, 1]")
+            raise ValueError(f"noisy:P with P={p:g}: must be in [0, 1]")
         self.p = p
         self.name = f"noisy:{p:g}"
         self._fallback = DegeneratePolicy("noop")
@@ -155,9 +169,8 @@ class VLLMPolicy:
         pass  # the live engine is shared by the process; it is not this policy's to stop
 
 
-def make_policy(name: str, temperature: float = 1.0, max_new_tokens: int = 64,
-                rollout: RolloutConfig | None = None) -> SolutionPolicy:
-    """The policy a config string names: a scripted one (``SCRIPTED``) or a checkpoint directory."""
+def scripted_policy(name: str) -> ScriptedSolutionPolicy | None:
+    """The scripted policy a config string names (``SCRIPTED``); None for any other string (a policy reference)."""
     if name == "reference":
         return ReferencePolicy()
     if name in DegeneratePolicy.MODES:
@@ -166,8 +179,44 @@ def make_policy(name: str, temperature: float = 1.0, max_new_tokens: int = 64,
         try:
             p = float(name.split(":", 1)[1])
         except ValueError:
-            raise ValueError(f"policy {name!r}: expected noisy:P with P a number in [0, 1]") from None
+            raise ValueError("must be noisy:P with P a number in [0, 1]") from None
         return NoisyReferencePolicy(p)
-    if Path(name).is_dir():
-        return VLLMPolicy(name, temperature=temperature, max_new_tokens=max_new_tokens, rollout=rollout)
-    raise ValueError(f"policy {name!r}: not a scripted policy ({', '.join(SCRIPTED)}) nor a checkpoint directory")
+    return None
+
+
+def make_policy(name: str, temperature: float = 1.0, max_new_tokens: int = 64,
+                rollout: RolloutConfig | None = None) -> SolutionPolicy:
+    """The policy a config string names: a scripted one (``SCRIPTED``), else the policy reference's directory
+    (``posttrain.locations.policy_dir``) sampled through vLLM."""
+    return scripted_policy(name) or VLLMPolicy(policy_dir(name), temperature=temperature,
+                                               max_new_tokens=max_new_tokens, rollout=rollout)
+
+
+@contextmanager
+def naming(field: str) -> Iterator[None]:
+    """Errors resolving the policy of ``AdmissionConfig.<field>`` raised as a ``ConfigError`` that names the field."""
+    try:
+        yield
+    except (ValueError, OSError) as error:  # no such alias or version, not a checkpoint dir, nothing to fetch
+        raise ConfigError(f"admission.{field}: {error}") from error
+
+
+def config_policy(cfg: AdmissionConfig, field: str, rollout: RolloutConfig | None = None) -> SolutionPolicy:
+    """The policy ``cfg.<field>`` names, a checkpoint's sampled with ``cfg``'s settings and served and prompted as
+    ``rollout`` says; one that cannot be resolved raises ``ConfigError`` naming the field."""
+    with naming(field):
+        return make_policy(getattr(cfg, field), temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                           rollout=rollout)
+
+
+def pin_aliases(cfg: AdmissionConfig) -> AdmissionConfig:
+    """``cfg`` with each registry alias among its policies replaced by the version it points at now
+    (``models:/posttrain-policy@champion`` -> ``models:/posttrain-policy/3``), so that what admission samples, its
+    report and its cache key say which version it was and change when the alias moves."""
+    from posttrain.tracking import registry
+
+    pinned = {}
+    for field in POLICY_FIELDS:
+        with naming(field):
+            pinned[field] = registry.pinned(getattr(cfg, field))
+    return replace(cfg, **pinned)

@@ -60,6 +60,15 @@ def get_version(uri: str):
         raise ValueError(f"policy={uri!r}: no such registered version or alias ({missing})") from missing
 
 
+def pinned(uri: str) -> str:
+    """A ``models:/name@alias`` URI as the version the alias points at now (``models:/name/N``); any other reference
+    (a version, a path) as it is."""
+    parsed = parse_model_uri(uri)
+    if parsed is None or parsed[1].isdigit():
+        return uri
+    return f"models:/{parsed[0]}/{get_version(uri).version}"
+
+
 def download_policy(uri: str, dst: str) -> str:
     """Download the policy directory of a registered version or alias into ``dst``; returns its path."""
     import mlflow

@@ -17,7 +17,7 @@ import yaml
 
 from posttrain.admission import admit, report_text
 from posttrain.cli import main as cli_main
-from posttrain.config import ADMISSION_CHECKS, DEMO_SUITE, AdmissionConfig, SandboxConfig
+from posttrain.config import ADMISSION_CHECKS, DEMO_SUITE, AdmissionConfig, ConfigError, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.suite import load_suite
 from posttrain.envs.table import envs_to_table
@@ -132,14 +132,38 @@ def test_reward_layers_are_checked_when_loaded_against_the_reference_and_against
     assert f"{tmp_path / 'misspelt.yaml'}: reward.layers[1].signal: unknown signal 'lnt'" in misspelt["detail"].iloc[0]
 
 
-def test_a_policy_that_cannot_sample_is_infra_not_the_envs_fault(sandbox, small_suite):
+class EngineThatCannotStart:
+    """A checkpoint policy whose vLLM engine fails to start."""
+
+    name = "unstartable"
+
+    def solutions_many(self, specs, k, seed):
+        raise RuntimeError("engine core failed to start")
+
+    def close(self):
+        pass
+
+
+def test_a_policy_that_cannot_sample_is_infra_not_the_envs_fault(sandbox, small_suite, tmp_path):
+    checkpoint = str(tmp_path)
     result = admit(small_suite, sandbox, CFG, AdmissionConfig(checks=["solvability", "discrimination"],
-                                                              weak_policy="/nonexistent/checkpoint"))
+                                                              weak_policy=checkpoint),
+                   policies={checkpoint: EngineThatCannotStart()})
     rows = result.details[result.details["check"] == "discrimination"]
     assert len(rows) == 3
     assert set(rows["code"]) == {"infra"}
-    assert rows["detail"].str.startswith("infra: policy '/nonexistent/checkpoint' failed").all()
+    assert rows["detail"].str.startswith(f"infra: policy {checkpoint!r} failed: RuntimeError: engine core").all()
     assert result.details[result.details["check"] == "solvability"]["passed"].all()
+
+
+def test_a_policy_that_cannot_be_resolved_stops_admission_naming_its_field(small_suite, tmp_path):
+    class NoSandbox:  # resolved before any sandbox work: nothing may run
+        def __getattr__(self, name):
+            raise AssertionError(f"sandbox.{name} used")
+
+    cfg = AdmissionConfig(checks=["solvability", "discrimination"], strong_policy=str(tmp_path))
+    with pytest.raises(ConfigError, match=f"admission.strong_policy: policy dir {tmp_path} has no config.json"):
+        admit(small_suite, NoSandbox(), CFG, cfg)
 
 
 def test_hostile_solutions_earn_only_what_they_compute(sandbox):
