@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 # System packages the sandboxes and tests need. Installs them when run as root; otherwise says what is missing.
 setup:
 	@missing=""; \
-	for pair in bwrap:bubblewrap dockerd:docker.io debootstrap:debootstrap \
+	for pair in bwrap:bubblewrap git:git dockerd:docker.io debootstrap:debootstrap \
 	            /usr/share/containers/seccomp.json:golang-github-containers-common \
 	            chromium:chromium /usr/share/fonts/truetype/liberation:fonts-liberation; do \
 	  command -v $${pair%%:*} >/dev/null || [ -e $${pair%%:*} ] || missing="$$missing $${pair##*:}"; \

@@ -38,8 +38,8 @@ from posttrain.sandbox.session import SandboxSession, SessionError
 
 
 def task_of(spec: EnvSpec, group_id: str = "", sample_idx: int = 0) -> AgentTask:
-    return AgentTask(env_id=spec.id, prompt=spec.prompt, files=dict(spec.workspace), domain=spec.domain,
-                     group_id=group_id or spec.id, sample_idx=sample_idx)
+    return AgentTask(env_id=spec.id, prompt=spec.prompt, files=dict(spec.workspace), setup=spec.setup,
+                     domain=spec.domain, group_id=group_id or spec.id, sample_idx=sample_idx)
 
 
 def workspace_solution(tar: bytes) -> str:

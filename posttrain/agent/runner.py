@@ -66,11 +66,13 @@ NO_CALL = "error: no tool call in this turn; call a tool, or submit when done"
 
 @dataclass
 class AgentTask:
-    """One episode to run: the task message, the workspace files it starts with, where its rows go."""
+    """One episode to run: the task message, the workspace files it starts with (and the env's ``setup`` script,
+    run on them before the first turn), where its rows go."""
 
     env_id: str
     prompt: str
     files: dict[str, str] = field(default_factory=dict)
+    setup: str = ""
     domain: str = "agent"
     group_id: str = ""
     sample_idx: int = 0
@@ -140,10 +142,16 @@ def _timed(episode: Episode, fn, *args) -> None:
 
 
 def prepare(episode: Episode, task: AgentTask, session: SandboxSession) -> None:
-    """Write the task's files into the workspace; a session that cannot ends the episode as ``infra``."""
+    """Write the task's files into the workspace and run its setup; a session that cannot, or a setup that fails
+    (the env's fault, never the agent's), ends the episode as ``infra``."""
     try:
         for path, content in task.files.items():
             session.write_file(path, content)
+        if task.setup:
+            result = session.run(task.setup)
+            if result.infra_error or result.timed_out or result.exit_code != 0:
+                why = result.infra_error or ("timed out" if result.timed_out else f"exit {result.exit_code}")
+                raise SessionError(f"setup failed: {why}: {result.stderr.strip()[-300:]}")
     except SessionError as exc:
         episode.infra_error = f"workspace not prepared: {exc}"
         episode.finish("infra")

@@ -64,6 +64,10 @@ class EnvSpec:
     workspace: dict[str, str] = declare(factory=dict, noun="relative paths to file contents",
                                         doc="files (relative path -> content) written into the sandbox's ``/work`` "
                                             "before the solution runs")
+    setup: str = declare("", doc="bash run in ``/work`` once the workspace is written, before the solution "
+                                 "(``workspace_tests``) or an agent's first turn, e.g. building a git repository "
+                                 "from a shipped ``git fast-import`` stream; its failure is the env's (infra), "
+                                 "never the solution's (docs/env-spec.md, Workspace setup)")
     limits: Limits = declare(factory=Limits, doc="per-execution sandbox limits")
     min_gap: float = declare(0.0, low=0, high=1,
                              doc="required strong-minus-weak pass-rate gap for admission's discriminative-power check")

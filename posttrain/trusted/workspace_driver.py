@@ -2,8 +2,9 @@
 
 It is never a file in the workspace, so the solution cannot edit it. It reads one JSON request from stdin::
 
-    {"nonce", "solution": <bash script or null>, "solution_timeout_s", "test_timeout_s",
-     "tests_dir": <where the trusted test files are>, "tests": [{"name", "argv": [...]}], "env": {...}}
+    {"nonce", "setup": <bash script or null>, "solution": <bash script or null>, "solution_timeout_s",
+     "test_timeout_s", "tests_dir": <where the trusted test files are>, "tests": [{"name", "argv": [...]}],
+     "env": {...}}
 
 The trusted test files are ``Execution.trusted_files`` under ``/trusted/<random name>``: read-only for every
 process of the sandbox, and ``/trusted`` cannot be listed, so only a process told the name (a test's argv) finds
@@ -17,14 +18,17 @@ them; the solution phase is never told it, and none of its processes is left whe
    for this container (a Docker container, where it becomes a child subreaper so that every orphan comes back to it):
    the uid of the ``sandbox`` account, which the container's root process writes at its start from the host's lease,
    never root; elsewhere (outside a sandbox, as root, as any other uid) it refuses.
-2. Solution phase (when ``solution`` is a script): checks it with ``bash -n``, runs it with cwd ``/work`` in its own
+2. Setup phase (when the env has a ``setup`` script): runs it like the solution below (cwd ``/work``, under the
+   solution's deadline, then every other process ended); if it fails, neither the solution nor any test runs: the
+   env's workspace could not be made, which the host reports as infra, never as the solution's outcome.
+3. Solution phase (when ``solution`` is a script): checks it with ``bash -n``, runs it with cwd ``/work`` in its own
    session with stdin from ``/dev/null`` and its output on stderr, under a deadline; then ends every other process
    (``kill(-1, SIGKILL)``, never a choice made by reading process states, which a program controls) and reaps them
    all. If one cannot be reaped within a grace period, no test runs.
-3. Test phase: for each test, substitutes ``{tests}`` in the argv with the tests' directory, runs it with cwd
+4. Test phase: for each test, substitutes ``{tests}`` in the argv with the tests' directory, runs it with cwd
    ``/work``, a clean environment (``HOME`` is a fresh private dir per test), the start limits, nice value and
    affinity set again in the test's process, and a deadline; then ends every other process again.
-4. Emits one nonce-prefixed JSON record per phase and per test: exit code, timeout flag, captured stdout (capped)
+5. Emits one nonce-prefixed JSON record per phase and per test: exit code, timeout flag, captured stdout (capped)
    and the tail of stderr. The host compares exit codes and stdout with the expectations it kept to itself.
 
 Never run it outside a sandbox: it SIGKILLs every process its uid may signal.
@@ -153,6 +157,15 @@ def main():
     become_subreaper()
     base_env = dict(request.get("env") or {})
     private = tempfile.mkdtemp(prefix="driver-")
+    setup = request.get("setup")
+    if setup is not None:
+        code, timed_out, _, err, ended = run(["bash", "-c", setup], float(request["solution_timeout_s"]),
+                                             dict(base_env, HOME=private), state, stdout=2)
+        results.emit({"phase": "setup", "exit": code, "timed_out": timed_out, "ended": ended,
+                      "error": err.decode("utf-8", "replace")[-300:]})
+        if code != 0 or not ended:
+            results.emit({"phase": "done"})
+            return
     solution = request.get("solution")
     if solution is not None:
         script = os.path.join(private, "solution.sh")

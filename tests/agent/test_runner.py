@@ -213,6 +213,21 @@ def test_a_session_that_cannot_be_prepared_ends_only_its_episode_as_infra(fmt, s
     assert rows.finish_reason.tolist() == ["infra"]
 
 
+def test_a_setup_runs_before_the_first_turn_and_its_failure_ends_only_its_episode_as_infra(fmt, sandbox):
+    committed = AgentTask(env_id="repo/git", group_id="g-git", prompt="Show the history.", files=FIX.files,
+                          setup="git init -q && git add . && git -c user.name=a -c user.email=a@b commit -qm init\n")
+    broken = AgentTask(env_id="repo/broken", group_id="g-broken", prompt="Never starts.", files={"a.txt": "a"},
+                       setup="echo no repository here >&2; exit 4\n")
+    log = {"name": "bash", "arguments": {"command": "git log --format=%s"}}
+    engine = ScriptedPolicy(fmt, {committed.prompt: [log]})
+    (shown, failed), _ = run(engine, fmt, sandbox, [committed, broken])
+    assert shown.finish_reason == "submit"
+    assert shown.turns[0].observations == ["init\n"]
+    assert failed.finish_reason == "infra"
+    assert "setup failed: exit 4: no repository here" in failed.infra_error
+    assert not failed.turns
+
+
 HOSTILE = [r'<tool_call>{"name": "write_file", "arguments": {"path": "a\udc80", "content": "x"}}</tool_call>',
            r'<tool_call>{"name": "edit_file", "arguments": {"path": "calc.py", "search": "-", "replace": "\udc80"}}'
            r'</tool_call>',

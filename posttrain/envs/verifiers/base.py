@@ -222,6 +222,8 @@ class Verifier:
     - ``needs_sandbox``: False for verifiers whose solution is data, not code (``numeric``, ``scene``); those
       provide ``score_on_host(spec, solution)`` and ``verify_many`` never starts a sandbox for them (their
       ``build_execution`` and ``score`` raise ``HostOnlyError``).
+    - ``runs_setup``: True for verifiers whose execution runs the spec's ``setup`` on the written workspace before
+      the solution (``workspace_tests``); ``validate`` rejects a ``setup`` on any other kind.
 
     The config: ``config`` is the dataclass declaring the ``verifier:`` mapping (``typed_config``); ``validate``,
     ``config_schema`` and ``settings`` (a valid spec's mapping as a ``config`` instance) come from it.
@@ -270,6 +272,7 @@ class Verifier:
     mutants: Callable[[EnvSpec], list[str]] = no_mutants
     test_labels: Callable[[EnvSpec], list[tuple[str, bool]]] = no_test_labels
     needs_sandbox: bool = True
+    runs_setup: bool = False
     score_on_host: Callable[[EnvSpec, str], Verdict] | None = None
     check_spec: Callable[[EnvSpec], Problems] = no_spec_problems
     check_config: Callable[[EnvSpec], Problems] = no_spec_problems
@@ -288,7 +291,9 @@ class Verifier:
         """Problems with a spec's verifier config, as (field, reason) pairs; empty when valid. The suite loader
         turns each into a ``Rejection`` naming the field."""
         typed = config_problems(self.config, spec.verifier, self.kind)
-        return self.check_spec(spec) + typed + ([] if typed else self.check_config(spec))
+        setup = [("setup", f"the {self.kind} verifier runs no setup (workspace_tests does)")] \
+            if spec.setup and not self.runs_setup else []
+        return setup + self.check_spec(spec) + typed + ([] if typed else self.check_config(spec))
 
     def settings(self, spec: EnvSpec):
         """The ``verifier`` mapping of a valid spec as a ``config`` instance, absent keys set to their defaults.

@@ -1,12 +1,13 @@
 """The ``workspace_tests`` verifier: a solution changes a workspace, then trusted tests check the final workspace.
 
-The env's ``workspace`` files are written; then the solution is applied: either a bash script run in the
-workspace (agent envs; later the final workspace of an agent episode) or, with ``solution_file``, the solution
-text written to that file (single-turn envs: "write ``src/slug.js``"). Only *after* the solution finished (and
-every process it left behind was killed) does each test command run. The trusted test files are
-``Execution.trusted_files``: read-only on every backend, in a directory with a random name under the unlistable
-``/trusted``, so the solution neither finds nor changes them. Everything happens in one sandbox execution under a
-small trusted driver (``workspace_driver.py``, passed as ``python3 -I -c``, never a workspace file). The host
+The env's ``workspace`` files are written and its ``setup`` script, if any, runs (e.g. it builds a git repository
+from a shipped stream; a setup that fails is infra: the env's fault, never the solution's); then the solution is
+applied: either a bash script run in the workspace (agent envs; later the final workspace of an agent episode) or,
+with ``solution_file``, the solution text written to that file (single-turn envs: "write ``src/slug.js``"). Only
+*after* the solution finished (and every process it left behind was killed) does each test command run. The trusted
+test files are ``Execution.trusted_files``: read-only on every backend, in a directory with a random name under the
+unlistable ``/trusted``, so the solution neither finds nor changes them. Everything happens in one sandbox execution
+under a small trusted driver (``workspace_driver.py``, passed as ``python3 -I -c``, never a workspace file). The host
 decides: a test passes iff it exited with the expected code within its deadline and, when the spec gives
 ``stdout``, printed exactly that (trailing whitespace ignored). Expected outputs never enter the sandbox.
 
@@ -168,8 +169,8 @@ def build_execution(spec: EnvSpec, solution: str, cfg: SandboxConfig, nonce: str
     if spec.runtime == "node":
         env["NODE_OPTIONS"] = f"--max-old-space-size={node_heap_mb(min(spec.limits.memory_mb, cfg.memory_mb))}"
     hidden = secrets.token_hex(16)  # /trusted cannot be listed: without this name the solution cannot find the tests
-    request = {"nonce": nonce, "solution": script, "solution_timeout_s": solution_s, "test_timeout_s": test_s,
-               "tests_dir": f"{TRUSTED_DIR}/{hidden}", "env": env,
+    request = {"nonce": nonce, "setup": spec.setup or None, "solution": script, "solution_timeout_s": solution_s,
+               "test_timeout_s": test_s, "tests_dir": f"{TRUSTED_DIR}/{hidden}", "env": env,
                "tests": [{"name": t.name, "argv": command_argv(t.cmd)} for t in config.tests]}
     return Execution(files=files, command=list(COMMAND), timeout_s=total,
                      memory_mb=min(spec.limits.memory_mb, cfg.memory_mb), runtime=spec.runtime,
@@ -196,6 +197,17 @@ def _failure(test: WorkspaceTest, record: dict | None) -> str:
     return ""
 
 
+def _setup_failure(record: dict | None) -> str:
+    """Why the env's setup failed given the driver's record of it (written before the solution started, so the
+    first one is the driver's), or "" if it succeeded."""
+    if record is None:
+        return "no record of the setup phase"
+    if record.get("timed_out") or record.get("exit") != 0 or record.get("ended") is not True:
+        how = "timed out" if record.get("timed_out") else f"exit code {record.get('exit')}"
+        return f"{how}: {str(record.get('error', '')).strip()[-200:]}"
+    return ""
+
+
 def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     """Each test passes iff the driver saw the expected exit code (and stdout, when the spec gives one); the reward
     is ``reward`` of those outcomes."""
@@ -207,6 +219,8 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
     phases = {r.get("phase"): r for r in reversed(records) if "phase" in r}  # the first record of each phase
     if "refused" in phases:  # the backend ran the driver where kill(-1) could reach more than the sandbox
         return Verdict.infra(replace(result, infra_error=f"workspace driver: {phases['refused'].get('error')}"), total)
+    if spec.setup and (setup_failure := _setup_failure(phases.get("setup"))):  # before the solution ran: the env's
+        return Verdict.infra(replace(result, infra_error=f"workspace setup failed: {setup_failure}"), total)
     syntax = phases.get("syntax")
     compiled = syntax is None or syntax.get("ok") is True
     outcomes = first_record_per_index(records, "test", total)
@@ -235,7 +249,7 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
 VERIFIER = Verifier(kind="workspace_tests", config=WorkspaceTestsConfig, extract_solution=extract_solution,
                     build_execution=build_execution, score=score, probes=probes, mutants=mutants,
                     check_config=check_config, test_sources=test_sources, vacuous_tests=vacuous_tests,
-                    test_labels=test_labels,
+                    test_labels=test_labels, runs_setup=True,
                     agent_only=agent_only, own_files=own_files, solution_language=solution_language,
                     signals=SIGNALS, unmeasured=unmeasured)
 validate = VERIFIER.validate

@@ -10,7 +10,7 @@ import pytest
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers import verify_many
+from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.envs.verifiers.workspace_admission import script_commands
 from posttrain.envs.verifiers.workspace_tests import build_execution, extract_solution, mutants, probes, score, validate
 from posttrain.sandbox import make_sandbox
@@ -170,3 +170,38 @@ def test_real_driver_reference_passes_and_cheats_fail():
     assert (syntax.compiled, syntax.passed) == (False, False)
     assert not {name: v.detail for name, v in zip(cheats, probe_verdicts) if v.passed}
     assert all(not v.excluded for v in verdicts)
+
+
+def test_a_setup_runs_before_the_solution_and_its_failure_is_infra_never_the_solutions():
+    spec = EnvSpec(**{**SPEC.__dict__, "setup": "git init -q\n"})
+    assert json.loads(build_execution(spec, "true\n", CFG, N).stdin)["setup"] == "git init -q\n"
+    assert json.loads(build_execution(SPEC, "true\n", CFG, N).stdin)["setup"] is None
+    failed = records({"phase": "setup", "exit": 128, "timed_out": False, "ended": True, "error": "fatal: no"},
+                     {"phase": "done"})
+    v = score(spec, ExecutionResult(exit_code=0, stdout=failed), N)
+    assert v.excluded
+    assert "workspace setup failed: exit code 128: fatal: no" in v.infra_error
+    assert score(spec, ExecutionResult(exit_code=0, stdout=records({"phase": "done"})), N).excluded
+    # without a setup, a setup record (a solution printing one with a stolen nonce) is never taken for the env's
+    assert not score(SPEC, ExecutionResult(exit_code=0, stdout=failed), N).excluded
+    assert ("setup", "the python_tests verifier runs no setup (workspace_tests does)") in get_verifier(
+        "python_tests").validate(EnvSpec(id="t/p", prompt="p", reference="", setup="true\n", entry_point="f",
+                                         verifier={"kind": "python_tests", "cases": [{"args": [1], "expected": 1}]}))
+
+
+@needs_bwrap
+def test_real_driver_runs_the_setup_on_the_written_workspace():
+    made = EnvSpec(**{**SPEC.__dict__, "setup": "mkdir -p .git && sed 's/a - b/a + b/' src/calc.py > .git/fixed.py\n",
+                      "reference": "cp .git/fixed.py src/calc.py\n"})
+    broken = EnvSpec(**{**made.__dict__, "setup": "echo cannot >&2; exit 3\n"})
+    box = make_sandbox(CFG)
+    try:
+        verdicts = verify_many([(made, made.reference), (made, ""), (broken, broken.reference)], box, CFG)
+    finally:
+        box.close()
+    reference, untouched, failed = verdicts
+    assert reference.passed, reference.detail
+    assert not untouched.passed
+    assert not untouched.excluded
+    assert failed.excluded
+    assert "workspace setup failed: exit code 3: cannot" in failed.infra_error
