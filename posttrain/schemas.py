@@ -240,7 +240,8 @@ class Steps(pa.DataFrameModel):
     sample_idx). ``tool`` is "" for a turn without a call; ``error`` says why a call was rejected. ``cpu_s`` and
     ``memory_peak_mb``: what the call's sandbox steps used (CPU seconds summed, the largest memory peak, from their
     cgroups; docs/sandboxes.md), ``UNACCOUNTED`` (-1) where no program ran (a rejected call, ``submit``) or the
-    backend does not account it."""
+    backend does not account it. The last six columns are what its episode ran under (``Episode.config``: its env's
+    ``agent:`` settings over the run's ``AgentConfig``), the same on every row of an episode."""
 
     env_id: Series[str]
     group_id: Series[str]
@@ -262,6 +263,12 @@ class Steps(pa.DataFrameModel):
     compressed_at_turn: Series[int] = pa.Field(ge=-1)  # turn at which the observation became a summary; -1: never
     cpu_s: Series[float]  # >= 0, or UNACCOUNTED
     memory_peak_mb: Series[float]  # >= 0, or UNACCOUNTED
+    allowed_tools: Series[str]  # JSON list: the tools the episode could call (a call of another was rejected)
+    max_steps: Series[int] = pa.Field(ge=1)
+    max_new_tokens: Series[int] = pa.Field(ge=1)
+    token_budget: Series[int] = pa.Field(ge=1)
+    context_budget: Series[int] = pa.Field(ge=1)
+    deadline_s: Series[float] = pa.Field(gt=0.0)
 
     @pa.check("cpu_s", "memory_peak_mb")
     def usage_measured_or_unaccounted(cls, values):

@@ -13,10 +13,11 @@ workspace shows of the episode's destructive effects (task files deleted or empt
 Example:
     >>> from posttrain.envs.spec import EnvSpec
     >>> spec = EnvSpec(id="t/cfg", prompt="Set port=8080 in app.ini", reference="", kind="agent",
-    ...                workspace={"app.ini": "port=80\\n"}, verifier={"kind": "workspace_tests"})
+    ...                workspace={"app.ini": "port=80\\n"}, verifier={"kind": "workspace_tests"},
+    ...                agent={"tools": ["submit", "edit_file"], "max_steps": 4})
     >>> task = task_of(spec, group_id="g", sample_idx=1)
-    >>> task.files, task.domain
-    ({'app.ini': 'port=80\\n'}, 'python')
+    >>> task.files, task.domain, task.settings.given()
+    ({'app.ini': 'port=80\\n'}, 'python', {'tools': ['edit_file', 'submit'], 'max_steps': 4})
     >>> print(workspace_solution(b"x" * 3).splitlines()[0])
     find . -mindepth 1 -delete
     >>> final_effects(spec, workspace_solution(b"\\0" * 1024))   # an empty archive: app.ini is gone
@@ -30,6 +31,7 @@ from collections.abc import Sequence
 
 from posttrain.agent.runner import AgentTask
 from posttrain.config import SandboxConfig
+from posttrain.envs.agent_settings import parse_settings
 from posttrain.envs.destructive.workspace_effects import final_files, workspace_effects
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import verify_many
@@ -38,8 +40,10 @@ from posttrain.sandbox.session import SandboxSession, SessionError
 
 
 def task_of(spec: EnvSpec, group_id: str = "", sample_idx: int = 0) -> AgentTask:
+    """The episode of ``spec``: its prompt, workspace, domain and its own tools and budgets (``agent:``)."""
     return AgentTask(env_id=spec.id, prompt=spec.prompt, files=dict(spec.workspace), setup=spec.setup,
-                     domain=spec.domain, group_id=group_id or spec.id, sample_idx=sample_idx)
+                     domain=spec.domain, group_id=group_id or spec.id, sample_idx=sample_idx,
+                     settings=parse_settings(spec.agent))
 
 
 def workspace_solution(tar: bytes) -> str:

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from posttrain.config import AgentConfig
+
 SEGMENT_KINDS = ("prompt", "model", "template", "history")
 FINISH_REASONS = ("submit", "max_steps", "token_budget", "deadline", "infra")  # infra: the sandbox failed
 
@@ -122,6 +124,7 @@ class Episode:
     group_id: str
     sample_idx: int
     prefix_ids: list[int]
+    config: AgentConfig = field(default_factory=AgentConfig)  # what it runs under: runner.episode_config
     segments: list[Segment] = field(default_factory=list)
     windows: list[list[Segment]] = field(default_factory=list)  # windows closed by a compression
     turns: list[Turn] = field(default_factory=list)

@@ -14,6 +14,12 @@ Each turn, top to bottom:
    ``template`` segment, and the context budget is applied (``budget.py``; the state files of the episodes that
    compressed are written concurrently, like tool calls).
 
+Each episode runs under its own config (``Episode.config``: ``episode_config``, the run's with its env's ``agent:``
+settings over it): its tools (listed in its prompt; a call of any other is rejected as an unknown tool, naming the
+ones it has, and never runs), ``max_steps``, ``max_new_tokens``, ``token_budget``, ``context_budget`` and
+``deadline_s``. Episodes with different budgets share each turn's batched generate (each gets its own
+``max_tokens``) and end each at its own limit.
+
 One episode never takes down or escapes its batch. Whatever the agent sends is its own outcome, scored: a call the
 parser or the session refuses (malformed JSON, a lone surrogate, a NUL in a command, an argument too long for a
 program's argv), a tool that fails, even a tool that raises, become error observations (``ok=False``), never an
@@ -46,15 +52,16 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from posttrain.agent.budget import compress
+from posttrain.agent.budget import budget_for, compress
 from posttrain.agent.episode import Episode, StepRecord, Turn
 from posttrain.agent.parser import CallError, CallFormat
 from posttrain.agent.template import ChatFormat
 from posttrain.agent.tools import Observation, run_tool
 from posttrain.config import AgentConfig
-from posttrain.envs.tools import TOOLS
+from posttrain.envs.agent_settings import AgentSettings
+from posttrain.envs.tools import TOOLS, tool_specs
 from posttrain.rollout.engine import TokenRolloutEngine
 from posttrain.sandbox.base import Usage, serial_usage
 from posttrain.sandbox.session import SandboxSession, SessionError
@@ -77,18 +84,39 @@ class AgentTask:
     group_id: str = ""
     sample_idx: int = 0
     system: str = ""  # "" uses the template's default system prompt
+    settings: AgentSettings = field(default_factory=AgentSettings)  # its env's own tools and budgets (spec agent:)
 
     def messages(self) -> list[dict]:
         system = [{"role": "system", "content": self.system}] if self.system else []
         return system + [{"role": "user", "content": self.prompt}]
 
 
-def turn_room(episode: Episode, cfg: AgentConfig, max_context: int) -> int:
+def episode_config(cfg: AgentConfig, task: AgentTask, max_context: int) -> AgentConfig:
+    """The config ``task``'s episode runs under: the run's ``cfg`` with its env's own settings over it (up or down:
+    ``task.settings``), the context budget resolved once (the env's, else the run's ``context_budgets[domain]``, else
+    its ``context_budget``) and capped by the engine's context ``max_context``, the one hard ceiling: no context grows
+    past it, so a budget above it could never apply (``turn_room`` bounds every turn by it the same way).
+
+    >>> task = AgentTask("t/x", "p", domain="repo", settings=AgentSettings(tools=["bash", "submit"], max_steps=3))
+    >>> run = AgentConfig(max_steps=8, context_budget=8000, context_budgets={"repo": 900})
+    >>> own = episode_config(run, task, max_context=4096)
+    >>> own.tools, own.max_steps, own.context_budget, own.deadline_s == run.deadline_s
+    (['bash', 'submit'], 3, 900, True)
+    >>> episode_config(run, AgentTask("t/y", "p"), max_context=4096).context_budget
+    4096
+    """
+    own = task.settings.given()
+    own["context_budget"] = min(own.get("context_budget") or budget_for(task.domain, cfg), max_context)
+    return replace(cfg, **own, context_budgets={})  # the domain's budget is resolved: compress reads context_budget
+
+
+def turn_room(episode: Episode, max_context: int) -> int:
     """Tokens the next model turn may generate: per-turn cap, what is left of the budget and of the context.
 
-    >>> turn_room(Episode("e", "g", 0, [0] * 100), AgentConfig(max_new_tokens=192, token_budget=1536), 150)
+    >>> turn_room(Episode("e", "g", 0, [0] * 100, AgentConfig(max_new_tokens=192, token_budget=1536)), 150)
     50
     """
+    cfg = episode.config
     return min(cfg.max_new_tokens, cfg.token_budget - episode.model_tokens, max_context - len(episode.context_ids()))
 
 
@@ -98,9 +126,9 @@ def run_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, tasks: Sequence[Ag
     the final workspace); ``max_context``: the engine's context length (``RolloutConfig.max_model_len``)."""
     if len(tasks) != len(sessions):
         raise ValueError(f"run_episodes: {len(tasks)} tasks but {len(sessions)} sessions")
-    allowed = {name: TOOLS[name].arguments for name in cfg.tools}
-    episodes = [Episode(t.env_id, t.group_id, t.sample_idx, fmt.prompt_ids(t.messages())) for t in tasks]
-    too_long = [t.env_id for t, e in zip(tasks, episodes) if turn_room(e, cfg, max_context) < 1]
+    episodes = [Episode(t.env_id, t.group_id, t.sample_idx, fmt.prompt_ids(t.messages(), _listed(t)),
+                        episode_config(cfg, t, max_context)) for t in tasks]
+    too_long = [t.env_id for t, e in zip(tasks, episodes) if turn_room(e, max_context) < 1]
     if too_long:
         raise ValueError(f"run_episodes: the prompt leaves no room to generate within {max_context} tokens: "
                          f"{too_long}")
@@ -111,7 +139,7 @@ def run_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, tasks: Sequence[Ag
             # step 1. one batched generate over every active episode (its time counts for each of them)
             t0 = time.monotonic()
             samples = engine.generate_ids([episodes[i].context_ids() for i in live], 1, cfg.temperature,
-                                          [turn_room(episodes[i], cfg, max_context) for i in live], cfg.top_p,
+                                          [turn_room(episodes[i], max_context) for i in live], cfg.top_p,
                                           seed=cfg.seed + turn * len(tasks), stop=fmt.stop)
             generate_s = time.monotonic() - t0
             for i, [sample] in zip(live, samples):
@@ -122,14 +150,24 @@ def run_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, tasks: Sequence[Ag
                     cached_tokens=sample.cached_tokens,
                     text=fmt.tokenizer.decode(list(sample.token_ids), skip_special_tokens=False)))
             # step 2. every episode's tool calls, episodes concurrently, each timed to its own episode
-            list(pool.map(lambda i: _timed(episodes[i], act, episodes[i].turns[-1], sessions[i], allowed, fmt.calls),
-                          live))
+            list(pool.map(lambda i: _timed(episodes[i], act, episodes[i].turns[-1], sessions[i],
+                                           _allowed(episodes[i]), fmt.calls), live))
             # step 3. termination, or the template tokens and the context budget; state files concurrently
-            compressed = [i for i in live if after_turn(episodes[i], fmt, tasks[i], cfg, max_context)]
-            list(pool.map(lambda i: _timed(episodes[i], write_state, episodes[i], tasks[i], sessions[i], cfg),
+            compressed = [i for i in live if after_turn(episodes[i], fmt, tasks[i], max_context)]
+            list(pool.map(lambda i: _timed(episodes[i], write_state, episodes[i], tasks[i], sessions[i]),
                           compressed))
             turn += 1
     return episodes
+
+
+def _listed(task: AgentTask) -> list[dict] | None:
+    """The tool specs ``task``'s prompt lists: its env's own tools, else (None) the chat format's."""
+    return None if task.settings.tools is None else tool_specs(task.settings.tools)
+
+
+def _allowed(episode: Episode) -> dict[str, tuple[str, ...]]:
+    """The tools ``episode`` may call, with their argument names (a call of any other is rejected, never run)."""
+    return {name: TOOLS[name].arguments for name in episode.config.tools}
 
 
 def _timed(episode: Episode, fn, *args) -> None:
@@ -183,10 +221,10 @@ def act(turn: Turn, session: SandboxSession, allowed: dict[str, tuple[str, ...]]
             return
 
 
-def after_turn(episode: Episode, fmt: ChatFormat, task: AgentTask, cfg: AgentConfig, max_context: int) -> bool:
-    """End the episode if a limit is reached; else append the turn's template tokens and apply the budget.
+def after_turn(episode: Episode, fmt: ChatFormat, task: AgentTask, max_context: int) -> bool:
+    """End the episode if one of its limits is reached; else append the turn's template tokens and apply its budget.
     True when the budget compressed the context (the caller then writes the state file: ``write_state``)."""
-    turn = episode.turns[-1]
+    turn, cfg = episode.turns[-1], episode.config
     reason = ("submit" if any(s.tool == "submit" and s.ok for s in turn.steps) else
               "max_steps" if len(episode.turns) >= cfg.max_steps else
               "deadline" if episode.spent_s >= cfg.deadline_s else "")
@@ -203,13 +241,14 @@ def after_turn(episode: Episode, fmt: ChatFormat, task: AgentTask, cfg: AgentCon
     return compress(episode, fmt, task.domain, cfg) is not None
 
 
-def write_state(episode: Episode, task: AgentTask, session: SandboxSession, cfg: AgentConfig) -> None:
+def write_state(episode: Episode, task: AgentTask, session: SandboxSession) -> None:
     """Write ``episode.state_text`` to the state file in its workspace (a failure is logged: the text stays in
     the episode, and the agent finds the file missing or stale)."""
+    state_file = episode.config.state_file
     try:
-        session.write_file(cfg.state_file, episode.state_text)
+        session.write_file(state_file, episode.state_text)
     except SessionError as exc:
-        log.warning("episode %s: state file %s not written: %s", task.env_id, cfg.state_file, exc)
+        log.warning("episode %s: state file %s not written: %s", task.env_id, state_file, exc)
 
 
 def _record(turn: Turn, tool: str, arguments: dict, obs: Observation, duration_ms: float, error: str = "",

@@ -9,6 +9,9 @@ Example:
     >>> e.finish("submit")
     >>> steps_table([e], policy_version=0)[["tool", "tokens_in", "tokens_out", "exit_code", "cpu_s"]].values.tolist()
     [['submit', 2, 2, -1, -1.0]]
+    >>> e.config = AgentConfig(tools=["bash", "submit"], max_steps=3)  # what the runner sets: episode_config
+    >>> steps_table([e], policy_version=0)[["allowed_tools", "max_steps", "deadline_s"]].values.tolist()
+    [['["bash", "submit"]', 3, 120.0]]
     >>> row = trajectories_table([e], decode=str, policy_version=0, temperature=0.6).iloc[0]
     >>> row.completion_token_ids, row.loss_mask, int(row.steps), int(row.tool_calls), row.finish_reason
     ('[7, 8]', '[1, 1]', 1, 1, 'submit')
@@ -16,15 +19,18 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 import pandas as pd
 
 from posttrain.agent.episode import Episode, split_prompt
+from posttrain.config import AgentConfig
 from posttrain.schemas import AgentTrajectories, Steps, encode_floats, encode_ints, measured
 
 
 def steps_table(episodes: Sequence[Episode], policy_version: int) -> pd.DataFrame:
+    """One row per step of ``episodes``, each with what its episode ran under (``budgets``)."""
     rows = [{"env_id": e.env_id, "group_id": e.group_id, "sample_idx": e.sample_idx, "policy_version": policy_version,
              "step": k, "turn": s.turn, "tool": s.tool, "arguments": s.arguments, "ok": s.ok,
              "exit_code": -1 if s.exit_code is None else s.exit_code, "error": s.error, "infra_error": s.infra_error,
@@ -32,9 +38,16 @@ def steps_table(episodes: Sequence[Episode], policy_version: int) -> pd.DataFram
              "tokens_cached": e.turns[s.turn].cached_tokens,
              "tokens_out": len(e.turns[s.turn].model_ids), "observation_bytes": s.observation_bytes,
              "compressed_at_turn": s.compressed_at_turn, "cpu_s": measured(s.cpu_s),
-             "memory_peak_mb": measured(s.memory_peak_mb)}
+             "memory_peak_mb": measured(s.memory_peak_mb), **budgets(e.config)}
             for e in episodes for k, s in enumerate(e.steps)]
     return Steps.validate(pd.DataFrame(rows, columns=list(Steps.to_schema().columns)))
+
+
+def budgets(cfg: AgentConfig) -> dict:
+    """The ``Steps`` columns of what an episode ran under: its tools (a JSON list) and budgets."""
+    return {"allowed_tools": json.dumps(list(cfg.tools)), "max_steps": cfg.max_steps,
+            "max_new_tokens": cfg.max_new_tokens, "token_budget": cfg.token_budget,
+            "context_budget": cfg.context_budget, "deadline_s": cfg.deadline_s}
 
 
 def trajectories_table(episodes: Sequence[Episode], decode: Callable[[list[int]], str],

@@ -21,7 +21,11 @@ Nothing about the format is assumed; it is read from the template:
 An episode is never re-tokenized: ``ChatFormat`` derives, once, the template text around the model's own tokens by
 rendering sentinel conversations and taking differences (so it works for any incremental template):
 
-- ``prompt_ids(messages)``: the stable prefix (system, tools, task) plus the generation prompt; tokens ``[P]``;
+- ``prompt_ids(messages, tools)``: the stable prefix (system, tools, task) plus the generation prompt; tokens
+  ``[P]``; ``tools``: an env's own tool set (``AgentSettings.tools``) instead of the format's. The tools are listed
+  before the task, so episodes whose envs list different tool sets share the engine's prefix cache only up to the
+  list (the system prompt's first line); each episode's own prefix stays the same in every turn and window, and the
+  episodes of one env (a group) share all of it;
 - ``closing_ids(model_text)``: what closes an assistant turn after the model's tokens (the part of ``<|im_end|>\\n``
   the model did not write itself); ``[C]``;
 - ``observation_ids(observations)``: the tool turn(s) plus the next generation prompt; ``[O]``.
@@ -144,17 +148,21 @@ class ChatFormat:
                                 "name the format (agent.tool_format)")
         return fits[0]
 
-    def render(self, messages: Sequence[dict], add_generation_prompt: bool = False) -> str:
-        return self.tokenizer.apply_chat_template(list(messages), tools=self.tools or None, tokenize=False,
+    def render(self, messages: Sequence[dict], add_generation_prompt: bool = False,
+               tools: Sequence[dict] | None = None) -> str:
+        """``messages`` as the template writes them, with ``tools`` (default: the format's) listed."""
+        tools = self.tools if tools is None else list(tools)
+        return self.tokenizer.apply_chat_template(list(messages), tools=tools or None, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt,
                                                   chat_template=self.template)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
 
-    def prompt_ids(self, messages: Sequence[dict]) -> list[int]:
-        """The stable prefix: ``messages`` (system?, user) with the tools, then the generation prompt. ``[P]``"""
-        return self.encode(self.render(messages, add_generation_prompt=True))
+    def prompt_ids(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]:
+        """The stable prefix: ``messages`` (system?, user) with ``tools`` (default: the format's), then the
+        generation prompt. ``[P]``"""
+        return self.encode(self.render(messages, add_generation_prompt=True, tools=tools))
 
     def closing_text(self, model_text: str) -> str:
         """What closes the assistant turn after ``model_text``: the rest of ``closing`` the model did not write."""

@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from posttrain.declaration import interval, rule_of, within
+from posttrain.envs.agent_settings import settings_problems
 from posttrain.envs.assertions import evaluation_problems
 from posttrain.envs.spec import CHOICES, EnvSpec, Limits
 from posttrain.envs.tools import TOOLS
@@ -48,7 +49,7 @@ class Rejection:
     field: str
     reason: str
     code: str  # unreadable | malformed_yaml | missing_field | unknown_field | wrong_type | unknown_value
-    #          | out_of_range | invalid_verifier | invalid_oracle | invalid_evaluation | invalid_reward
+    #          | out_of_range | invalid_verifier | invalid_oracle | invalid_evaluation | invalid_reward | invalid_agent
     #          | duplicate_id
     env_id: str = ""  # the spec's id when the file got far enough to have one
 
@@ -131,7 +132,7 @@ def _check_fields(data: dict) -> list[tuple[str, str, str]]:
     for name, hint in _HINTS.items():
         if name in data and not _has_type(data[name], hint):
             got = type(data[name]).__name__
-            if isinstance(data[name], list):  # name the first item of the wrong type
+            if isinstance(data[name], list) and typing.get_origin(hint) is list:  # name its first wrong item
                 item = next(i for i, v in enumerate(data[name]) if not _has_type(v, typing.get_args(hint)[0]))
                 got += f" whose item {item} is a {type(data[name][item]).__name__}"
             problems.append((name, f"must be a {_TYPE_NAMES.get(hint, hint)}, got {got}", "wrong_type"))
@@ -151,7 +152,8 @@ def _check_fields(data: dict) -> list[tuple[str, str, str]]:
     for f in fields(EnvSpec):
         problems += _out_of_bounds(f.name, data[f.name], rule_of(f)) if f.name in data and interval(rule_of(f)) else []
     return problems + _check_limits(data.get("limits", {})) + _check_oracle(data) + _check_evaluation(data) + \
-        [(field, reason, "invalid_reward") for field, reason in layers_problems(data.get("reward", {}))]
+        [(field, reason, "invalid_reward") for field, reason in layers_problems(data.get("reward", {}))] + \
+        _check_agent(data)
 
 
 def _check_evaluation(data: dict) -> list[tuple[str, str, str]]:
@@ -159,6 +161,16 @@ def _check_evaluation(data: dict) -> list[tuple[str, str, str]]:
     if "evaluation" not in data:
         return []
     return [(field, reason, "invalid_evaluation") for field, reason in evaluation_problems(data["evaluation"])]
+
+
+def _check_agent(data: dict) -> list[tuple[str, str, str]]:
+    """The ``agent`` settings (``posttrain.envs.agent_settings``): agent envs only; known keys, registered tools
+    (submit among them), budgets within ``AgentConfig``'s bounds."""
+    agent = data.get("agent", {})
+    if agent and data.get("kind", "single_turn") != "agent":
+        return [("agent", f"only agent envs have agent settings (kind is {data.get('kind', 'single_turn')!r})",
+                 "invalid_agent")]
+    return [(field, reason, "invalid_agent") for field, reason in settings_problems(agent)]
 
 
 def _check_oracle(data: dict) -> list[tuple[str, str, str]]:

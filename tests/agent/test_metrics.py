@@ -12,6 +12,8 @@ import pytest
 
 from posttrain.agent.episode import FINISH_REASONS
 from posttrain.agent.metrics import AgentStats, agent_metrics, agent_stats, episode_resources
+from posttrain.agent.table import budgets
+from posttrain.config import AgentConfig
 from posttrain.schemas import UNACCOUNTED, Steps, empty
 
 pytestmark = pytest.mark.unit
@@ -25,7 +27,8 @@ def step(group: str, sample: int, turn: int, tool: str, ok: bool = True, error: 
             "step": 0, "turn": turn, "tool": tool, "arguments": json.dumps({}), "ok": ok, "exit_code": 0 if ok else 1,
             "error": error, "infra_error": "", "duration_ms": duration_ms, "tokens_in": tokens_in,
             "tokens_cached": cached, "tokens_out": 20, "observation_bytes": 40, "compressed_at_turn": compressed,
-            "cpu_s": cpu_s if ran else UNACCOUNTED, "memory_peak_mb": memory_peak_mb if ran else UNACCOUNTED}
+            "cpu_s": cpu_s if ran else UNACCOUNTED, "memory_peak_mb": memory_peak_mb if ran else UNACCOUNTED,
+            **budgets(AgentConfig())}
 
 
 def episode(group: str, sample: int, finish: str, verifier: float, reward: float, tokens: int, windows: int = 1,

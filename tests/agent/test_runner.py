@@ -1,9 +1,11 @@
 """Agent episodes with scripted policies in real sandbox sessions (warm bwrap; docker where it runs): an oracle
 solving a repository task end to end, the no-op, every termination reason, malformed calls, batched turns, the
-context budget with its state file, exact token accounting, and the tables (CPU seconds and memory peaks per step
-and per episode too)."""
+context budget with its state file, exact token accounting, the tables (CPU seconds and memory peaks per step and
+per episode too), and an env's own tools and budgets (its spec's ``agent:``) beside other envs' in one batch."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -12,6 +14,8 @@ from posttrain.agent.runner import NO_CALL, AgentTask, run_episodes
 from posttrain.agent.scripted import ScriptedPolicy, noop_policy
 from posttrain.agent.table import steps_table, trajectories_table
 from posttrain.config import AgentConfig
+from posttrain.envs.agent_settings import AgentSettings
+from posttrain.envs.tools import TOOLS
 from posttrain.schemas import UNACCOUNTED
 from tests.agent.conftest import Recording, assert_exact_tokens
 from tests.sandbox.cases import ALLOCATE_100MB, BURN_CPU, usage_unaccounted
@@ -275,3 +279,61 @@ def test_an_episodes_deadline_counts_its_own_time_not_the_slow_calls_beside_it(f
     assert sleeper.finish_reason == "deadline"
     assert 3 <= len(sleeper.turns) <= 4
     assert sleeper.spent_s >= 4
+
+
+def touches(n: int) -> list[dict]:
+    return [{"name": "bash", "arguments": {"command": f"touch f{k}"}} for k in range(n)]
+
+
+def test_each_episode_ends_at_its_own_envs_max_steps_within_one_batch(fmt, sandbox):
+    short = AgentTask(env_id="t/short", group_id="g-short", prompt="Short task: touch files.",
+                      settings=AgentSettings(max_steps=2, token_budget=900, context_budget=700))
+    long = AgentTask(env_id="t/long", group_id="g-long", prompt="Long task: touch files.")
+    engine = Recording(ScriptedPolicy(fmt, {short.prompt: touches(10), long.prompt: touches(10)}))
+    cfg = AgentConfig(max_steps=5)
+    episodes, _ = run(engine, fmt, sandbox, [short, long], cfg)
+    assert [(e.finish_reason, len(e.turns)) for e in episodes] == [("max_steps", 2), ("max_steps", 5)]
+    assert engine.batches == [2, 2, 1, 1, 1]  # one batched generate per turn while both run
+    for e in episodes:
+        assert_exact_tokens(e, engine)
+    steps = steps_table(episodes, policy_version=0)
+    budgets = steps.drop_duplicates("env_id").set_index("env_id")
+    columns = ["allowed_tools", "max_steps", "max_new_tokens", "token_budget", "context_budget", "deadline_s"]
+    tools = json.dumps(list(TOOLS))
+    assert budgets.loc["t/short", columns].tolist() == [tools, 2, cfg.max_new_tokens, 900, 700, cfg.deadline_s]
+    assert budgets.loc["t/long", columns].tolist() == [tools, 5, cfg.max_new_tokens, cfg.token_budget,
+                                                       cfg.context_budget, cfg.deadline_s]
+    assert steps.groupby("env_id").size().to_dict() == {"t/long": 5, "t/short": 2}
+
+
+def test_a_tool_outside_the_envs_set_is_rejected_and_never_runs(fmt, sandbox):
+    narrow = AgentTask(env_id="t/narrow", group_id="g-narrow", prompt="Narrow task: write a marker.",
+                       settings=AgentSettings(tools=["bash", "submit"]))
+    wide = AgentTask(env_id="t/wide", group_id="g-wide", prompt="Wide task: write a marker.")
+    marker = {"name": "python", "arguments": {"code": "open('marker', 'w').write('ran')"}}
+    engine = Recording(ScriptedPolicy(fmt, {narrow.prompt: [marker], wide.prompt: [marker]}))
+    (shut, open_), listings = run(engine, fmt, sandbox, [narrow, wide], verify=lambda s: s.run("ls").stdout.split())
+    assert "unknown tool 'python'; tools: ['bash', 'submit']" in shut.turns[0].observations[0]
+    assert (shut.steps[0].tool, shut.steps[0].ok, bool(shut.steps[0].error)) == ("python", False, True)
+    assert listings == [[], ["marker"]]  # the same call ran in the episode whose env allows it
+    assert [e.finish_reason for e in (shut, open_)] == ["submit", "submit"]
+    listed = fmt.tokenizer.decode(shut.prefix_ids)  # the prompt lists the env's tools only
+    assert "- bash(command)" in listed
+    assert "- python(" not in listed
+    assert "- python(code)" in fmt.tokenizer.decode(open_.prefix_ids)
+    assert all(w[0].token_ids == shut.prefix_ids for w in shut.all_windows())
+    assert_exact_tokens(shut, engine)
+    steps = steps_table([shut, open_], policy_version=0)
+    assert steps.allowed_tools.unique().tolist() == ['["bash", "submit"]', json.dumps(list(TOOLS))]
+
+
+def test_an_envs_own_deadline_ends_its_episode_and_not_the_others(fmt, sandbox):
+    hurried = AgentTask(env_id="t/hurried", group_id="g-hurried", prompt="Hurried task: sleep.",
+                        settings=AgentSettings(deadline_s=0.2))
+    engine = ScriptedPolicy(fmt, {hurried.prompt: [{"name": "bash", "arguments": {"command": "sleep 0.3"}}] * 3,
+                                  FIX.prompt: [{"name": "bash", "arguments": {"command": "sleep 0.3"}}] * 3})
+    (cut, done), _ = run(engine, fmt, sandbox, [hurried, FIX])
+    assert (cut.finish_reason, len(cut.turns)) == ("deadline", 1)
+    assert (done.finish_reason, len(done.turns)) == ("submit", 4)
+    assert steps_table([cut, done], 0).groupby("env_id").deadline_s.first().to_dict() == {
+        "repo/fix_add": AgentConfig().deadline_s, "t/hurried": 0.2}

@@ -70,6 +70,7 @@ BAD = [
     ("difficulty bool", spec_with(difficulty=True), "difficulty", "wrong_type", "integer"),
     ("tags not strings", spec_with(tags=["a", 3]), "tags", "wrong_type", "list of strings"),
     ("verifier not mapping", spec_with(verifier="python_tests"), "verifier", "wrong_type", "mapping"),
+    ("a list for a mapping", spec_with(reward=[{"signal": "tests"}]), "reward", "wrong_type", "mapping, got list"),
     ("empty id", spec_with(id=" "), "id", "out_of_range", "non-empty"),
     ("unknown runtime", spec_with(runtime="ruby"), "runtime", "unknown_value", "'ruby'"),
     ("unknown kind", spec_with(kind="chat"), "kind", "unknown_value", "'chat'"),
@@ -210,3 +211,48 @@ def test_a_malformed_oracle_is_rejected_naming_file_and_field(tmp_path, what, or
     assert words in suite.rejections[0].reason
     with pytest.raises(SpecError, match=f"bad.yaml: {re.escape(field)}: "):
         load_spec(path)
+
+
+def test_an_agent_spec_carries_its_own_tools_and_budgets_through_yaml_json_and_the_generators_writer(tmp_path):
+    from posttrain.envs.generators import render
+
+    agent = {"tools": ["submit", "read_file", "edit_file"], "max_steps": 4, "deadline_s": 30}
+    spec = load_spec(write(tmp_path, "a.yaml", {**AGENT, "agent": agent}))
+    assert spec.agent == agent
+    assert EnvSpec.from_json(spec.to_json()) == spec
+    assert load_spec(write(tmp_path / "again", "a.yaml", render(spec, "# generated\n"))).agent == agent
+    assert load_spec(write(tmp_path, "b.yaml", AGENT)).agent == {}
+
+
+BAD_AGENT_SETTINGS = [
+    # (what, agent, field, words in the reason); every one is invalid_agent
+    ("unknown tool", {"tools": ["bash", "curl", "submit"]}, "agent.tools[1]", "got 'curl'"),
+    ("no submit", {"tools": ["bash"]}, "agent.tools", "must include submit"),
+    ("a tool twice", {"tools": ["bash", "bash", "submit"]}, "agent.tools", "lists ['bash'] more than once"),
+    ("no tools", {"tools": []}, "agent.tools", "must be a non-empty list of tools"),
+    ("typo'd key", {"max_step": 4}, "agent.max_step", "unknown key for agent settings (allowed: context_budget"),
+    ("zero max_steps", {"max_steps": 0}, "agent.max_steps", "must be an integer >= 1, got 0"),
+    ("max_steps not an integer", {"max_steps": 2.5}, "agent.max_steps", "got 2.5"),
+    ("zero deadline", {"deadline_s": 0}, "agent.deadline_s", "must be a positive number, got 0"),
+    ("token_budget a string", {"token_budget": "1k"}, "agent.token_budget", "got '1k'"),
+    ("not a mapping", ["bash"], "agent", "must be a mapping"),
+]
+
+
+@pytest.mark.parametrize("what,agent,field,words", BAD_AGENT_SETTINGS, ids=[b[0] for b in BAD_AGENT_SETTINGS])
+def test_bad_agent_settings_are_rejected_naming_file_and_field(tmp_path, what, agent, field, words):
+    path = write(tmp_path, "bad.yaml", {**AGENT, "agent": agent})
+    suite = load_suite(tmp_path)
+    assert suite.envs == []
+    code = "wrong_type" if field == "agent" else "invalid_agent"
+    assert [(r.file, r.field, r.code) for r in suite.rejections] == [(path, field, code)], suite.rejections
+    assert words in suite.rejections[0].reason
+    with pytest.raises(SpecError, match=f"bad.yaml: {re.escape(field)}: "):
+        load_spec(path)
+
+
+def test_agent_settings_belong_to_agent_envs_only(tmp_path):
+    path = write(tmp_path, "bad.yaml", spec_with(agent={"max_steps": 3}))
+    [rejection] = load_suite(tmp_path).rejections
+    assert (rejection.file, rejection.field, rejection.code) == (path, "agent", "invalid_agent")
+    assert "only agent envs have agent settings (kind is 'single_turn')" in rejection.reason

@@ -29,7 +29,8 @@ import yaml
 from posttrain.envs.spec import EnvSpec
 
 FIELD_ORDER = ("id", "domain", "difficulty", "kind", "runtime", "split", "tags", "entry_point", "prompt",
-               "workspace", "setup", "reference", "oracle", "verifier", "reward", "limits", "min_gap", "evaluation")
+               "workspace", "setup", "reference", "oracle", "agent", "verifier", "reward", "limits", "min_gap",
+               "evaluation")
 
 
 class OneLine(dict):

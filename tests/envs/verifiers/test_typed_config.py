@@ -165,7 +165,8 @@ def test_each_verifier_validates_and_publishes_from_its_typed_config(kind):
 def test_docs_tables_are_generated_and_current():
     text = spec_json_schema.DOCS_FILE.read_text()
     assert sorted(spec_json_schema.documented_tables(text)) == sorted([
-        spec_json_schema.FIELDS_TABLE, *VERIFIERS, spec_json_schema.REWARD_TABLE, spec_json_schema.SIGNALS_TABLE])
+        spec_json_schema.FIELDS_TABLE, *VERIFIERS, spec_json_schema.REWARD_TABLE, spec_json_schema.SIGNALS_TABLE,
+        spec_json_schema.AGENT_TABLE])
     assert spec_json_schema.render_docs(text) == text, "regenerate with: python -m posttrain.envs.spec_json_schema"
 
 
