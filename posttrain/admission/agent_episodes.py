@@ -1,10 +1,15 @@
 """Admission's agent episodes: for envs of kind ``agent``, scripted policies (``posttrain.agent.scripted``) run as
 episodes in real sandbox sessions of the configured backend, and the env's own verifier scores each final workspace.
 
-- solvability: the env's ``oracle`` (its tool calls) must solve it, reward 1 (``oracle_verdicts``);
+- solvability: the env's ``oracle`` (its tool calls) must solve it, reward 1, within the env's own ``agent:`` tools,
+  ``max_steps`` and ``deadline_s`` (``oracle_verdicts``; an episode cut short says how in the verdict's detail);
 - anti-hacking: the agent probes must fail like the verifier's probes (``probe_verdicts``): the ``no-op agent``
   submits at once; the ``test-editing agent`` overwrites the visible test files (workspace paths naming a test) with
-  passing stubs, runs them and submits.
+  passing stubs, runs them and submits. Probes run with every tool and admission's own limits, whatever the env's
+  ``agent:`` settings: they test the verifier, which must not be fooled by any tool a run could grant.
+
+An env's token budgets (``max_new_tokens``, ``token_budget``, ``context_budget``) count the policy's tokens, which
+admission's own tokenizer does not: the run enforces them, admission never does (``scripted_task``).
 
 Steps, top to bottom (``run_scripted``): (1) the episodes are split into rounds whose task prompts differ (a scripted
 policy tells its tasks apart by their prompt) and batches of ``AdmissionConfig.agent_batch``; (2) each batch runs
@@ -33,12 +38,15 @@ import shlex
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
+from dataclasses import replace
+
 from posttrain.admission.batch import SandboxBatches
 from posttrain.agent.envs import final_workspaces, task_of
-from posttrain.agent.runner import run_episodes
+from posttrain.agent.runner import AgentTask, run_episodes
 from posttrain.agent.scripted import SUBMIT, ScriptedPolicy
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
 from posttrain.config import AdmissionConfig, AgentConfig, SandboxConfig
+from posttrain.envs.agent_settings import AgentSettings
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.tools import TOOLS, tool_specs
 from posttrain.envs.verifiers.base import Verdict
@@ -78,6 +86,27 @@ def agent_probes(spec: EnvSpec) -> dict[str, list[dict]]:
     return probes
 
 
+def scripted_task(spec: EnvSpec, own_settings: bool) -> AgentTask:
+    """The task of a scripted episode of ``spec``: with the env's own tools, ``max_steps`` and ``deadline_s``
+    (``own_settings``: an oracle must solve the env within them), else with none of its settings (a probe).
+
+    >>> spec = EnvSpec(id="t/x", prompt="p", reference="", verifier={}, kind="agent",
+    ...                agent={"tools": ["bash", "submit"], "max_steps": 2, "token_budget": 50})
+    >>> [scripted_task(spec, own_settings=own).settings.given() for own in (True, False)]
+    [{'tools': ['bash', 'submit'], 'max_steps': 2}, {}]
+    """
+    task = task_of(spec)
+    kept = {key: getattr(task.settings, key) for key in ("tools", "max_steps", "deadline_s")} if own_settings else {}
+    return replace(task, settings=AgentSettings(**kept))
+
+
+def _cut_short(verdict: Verdict, finish_reason: str) -> Verdict:
+    """``verdict`` saying that its episode ended without submitting (its limits cut it), when it did."""
+    if finish_reason in ("submit", "infra"):
+        return verdict
+    return replace(verdict, detail=f"the episode ended by {finish_reason} before submitting; {verdict.detail}")
+
+
 def _infra(message: str) -> Verdict:
     return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=0, infra_error=message,
                    detail=f"infra: {message}")
@@ -97,9 +126,9 @@ def _rounds(jobs: Sequence[tuple[EnvSpec, list]], size: int) -> list[list[int]]:
 
 
 def _episode_batch(jobs: Sequence[tuple[EnvSpec, list]], sandbox, sandbox_cfg: SandboxConfig,
-                   agent_cfg: AgentConfig) -> list[str | Verdict]:
+                   agent_cfg: AgentConfig, own_settings: bool) -> list[tuple[str | Verdict, str]]:
     """Run one episode per job (distinct prompts) together: the final workspace of each as a verifier solution, or
-    its verdict (infra, or a workspace that could not be captured)."""
+    its verdict (infra, or a workspace that could not be captured), with the episode's finish reason."""
     fmt = chat_format()
     policy = ScriptedPolicy(fmt, {spec.prompt: calls for spec, calls in jobs})
     sessions = []
@@ -107,20 +136,22 @@ def _episode_batch(jobs: Sequence[tuple[EnvSpec, list]], sandbox, sandbox_cfg: S
         for spec, _ in jobs:
             sessions.append(sandbox.session(timeout_s=min(spec.limits.timeout_s, sandbox_cfg.timeout_s),
                                             memory_mb=min(spec.limits.memory_mb, sandbox_cfg.memory_mb)))
-        episodes = run_episodes(policy, fmt, [task_of(spec) for spec, _ in jobs], sessions, agent_cfg, MAX_CONTEXT)
+        tasks = [scripted_task(spec, own_settings) for spec, _ in jobs]
+        episodes = run_episodes(policy, fmt, tasks, sessions, agent_cfg, MAX_CONTEXT)
         finals = final_workspaces(sessions)
-        return [_infra(f"agent episode: {e.sandbox_failure}") if e.sandbox_failure else final
+        return [(_infra(f"agent episode: {e.sandbox_failure}") if e.sandbox_failure else final, e.finish_reason)
                 for e, final in zip(episodes, finals)]
     except Exception as error:  # noqa: BLE001 - a session that does not start is the sandbox's fault
-        return [_infra(f"agent episode: {type(error).__name__}: {error}")] * len(jobs)
+        return [(_infra(f"agent episode: {type(error).__name__}: {error}"), "infra")] * len(jobs)
     finally:
         for session in sessions:
             session.close()
 
 
 def run_scripted(batches: SandboxBatches, check: str, sandbox, sandbox_cfg: SandboxConfig, cfg: AdmissionConfig,
-                 jobs: Sequence[tuple[EnvSpec, list]]) -> list[Verdict]:
-    """The verdict on the final workspace of one scripted episode per ``(env, tool calls)`` job, in order."""
+                 jobs: Sequence[tuple[EnvSpec, list]], own_settings: bool = False) -> list[Verdict]:
+    """The verdict on the final workspace of one scripted episode per ``(env, tool calls)`` job, in order;
+    ``own_settings``: each under its env's own tools, max_steps and deadline (``scripted_task``)."""
     if not jobs:
         return []
     size = cfg.agent_batch or (sandbox_cfg.docker.max_size if sandbox_cfg.backend == "docker" else len(jobs))
@@ -128,16 +159,18 @@ def run_scripted(batches: SandboxBatches, check: str, sandbox, sandbox_cfg: Sand
                             token_budget=MAX_CONTEXT, context_budget=MAX_CONTEXT, deadline_s=cfg.agent_deadline_s,
                             tool_concurrency=max(1, batches.cfg.batch_concurrency), temperature=0.0)
     solutions: list[str | Verdict] = [""] * len(jobs)
+    endings = [""] * len(jobs)
     with batches.time(check):
         batches.bar.set_description(f"{check}: agent episodes")
         for batch in _rounds(jobs, max(1, size)):
-            for i, solution in zip(batch, _episode_batch([jobs[i] for i in batch], sandbox, sandbox_cfg, agent_cfg)):
-                solutions[i] = solution
+            ran = _episode_batch([jobs[i] for i in batch], sandbox, sandbox_cfg, agent_cfg, own_settings)
+            for i, (solution, ending) in zip(batch, ran):
+                solutions[i], endings[i] = solution, ending
     todo = [i for i, s in enumerate(solutions) if isinstance(s, str)]
     scored = batches.run(check, [(jobs[i][0], solutions[i]) for i in todo], fresh=True)
     verdicts = list(solutions)
     for i, verdict in zip(todo, scored):
-        verdicts[i] = verdict
+        verdicts[i] = _cut_short(verdict, endings[i])
     return verdicts
 
 
@@ -157,7 +190,7 @@ def oracle_verdicts(batches: SandboxBatches, sandbox, sandbox_cfg: SandboxConfig
     """Env id -> the verdict of its oracle episode (``oracle_calls``), for the agent envs."""
     chosen = [spec for spec in envs if spec.kind == "agent"]
     verdicts = run_scripted(batches, "solvability", sandbox, sandbox_cfg, cfg,
-                            [(s, oracle_calls(s)) for s in chosen])
+                            [(s, oracle_calls(s)) for s in chosen], own_settings=True)
     return {spec.id: verdict for spec, verdict in zip(chosen, verdicts)}
 
 

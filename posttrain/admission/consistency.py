@@ -22,8 +22,10 @@ import ast
 import re
 from pathlib import Path
 
+from posttrain.admission.agent_episodes import oracle_calls
 from posttrain.admission.report import CheckRow
 from posttrain.config import AdmissionConfig, SandboxConfig
+from posttrain.envs.agent_settings import parse_settings
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.suite import Rejection, Suite
 from posttrain.envs.verifiers import get_verifier
@@ -167,6 +169,34 @@ def _limit_problems(spec: EnvSpec, sandbox_cfg: SandboxConfig, cfg: AdmissionCon
     return problems
 
 
+def oracle_settings_problems(spec: EnvSpec) -> list[tuple[str, str]]:
+    """(code, text) problems of an agent env's oracle (``oracle_calls``: without one, its reference as a ``bash``
+    call) under the env's own ``agent:`` settings: a tool outside its ``tools``, more turns of work (the calls before
+    ``submit``) than its ``max_steps``. Its deadline is for the oracle episode to tell (solvability).
+
+    >>> spec = EnvSpec(id="t/x", prompt="p", reference="make", verifier={}, kind="agent",
+    ...                agent={"tools": ["read_file", "submit"], "max_steps": 1},
+    ...                oracle=[{"name": "read_file", "arguments": {"path": "a"}},
+    ...                        {"name": "bash", "arguments": {"command": "make"}}, {"name": "submit", "arguments": {}}])
+    >>> [code for code, _ in oracle_settings_problems(spec)]
+    ['consistency.oracle_tool_not_allowed', 'consistency.oracle_over_max_steps']
+    """
+    if spec.kind != "agent" or not spec.agent:
+        return []
+    settings, calls = parse_settings(spec.agent), oracle_calls(spec)
+    problems = []
+    outside = [name for name in dict.fromkeys(call["name"] for call in calls)
+               if settings.tools is not None and name not in settings.tools]
+    if outside:
+        problems.append((f"{CHECK}.oracle_tool_not_allowed", f"the oracle calls {outside}, outside the env's "
+                                                             f"agent.tools {settings.tools}"))
+    work = next((k for k, call in enumerate(calls) if call["name"] == "submit"), len(calls))
+    if settings.max_steps is not None and work > settings.max_steps:
+        problems.append((f"{CHECK}.oracle_over_max_steps", f"the oracle works {work} turns before it submits, over "
+                                                           f"the env's agent.max_steps {settings.max_steps}"))
+    return problems
+
+
 def spec_problems(spec: EnvSpec, sandbox_cfg: SandboxConfig, cfg: AdmissionConfig) -> list[tuple[str, str]]:
     """(code, text) problems of a loaded spec, in a fixed order; empty when consistent."""
     verifier = get_verifier(spec.verifier_kind)
@@ -187,7 +217,7 @@ def spec_problems(spec: EnvSpec, sandbox_cfg: SandboxConfig, cfg: AdmissionConfi
     for name in verifier.vacuous_tests(spec):
         problems.append((f"{CHECK}.no_asserts", f"test {name!r} has no expected stdout and its command asserts "
                                                 "nothing: it passes whenever it runs"))
-    return problems + _limit_problems(spec, sandbox_cfg, cfg)
+    return problems + oracle_settings_problems(spec) + _limit_problems(spec, sandbox_cfg, cfg)
 
 
 def _row(env_id: str, problems: list[tuple[str, str]], ok_text: str) -> CheckRow:

@@ -65,6 +65,13 @@ REASON_CODES: dict[str, dict[str, str]] = {
         "consistency.invalid_reward": "the `reward` layers do not fit their shape (e.g. a gate with a weight, a "
                                       "signal twice) or name a signal the env's verifier does not measure for it "
                                       "(e.g. `formulas` of a `numeric` env without formulas)",
+        "consistency.invalid_agent": "the `agent` settings name an unknown key or tool, leave out `submit`, ask for "
+                                     "a budget outside `AgentConfig`'s bounds (e.g. `max_steps: 0`), or a non-agent "
+                                     "env has them",
+        "consistency.oracle_tool_not_allowed": "the oracle (without one, the reference run as a `bash` call) calls a "
+                                               "tool outside the env's own `agent.tools`",
+        "consistency.oracle_over_max_steps": "the oracle's calls before its `submit` are more turns than the env's "
+                                             "own `agent.max_steps`",
         "consistency.entry_point_not_in_prompt": "the entry point is not named in the prompt",
         "consistency.entry_point_mismatch": "the (Python) reference does not define the entry point",
         "consistency.entry_point_not_in_reference": "the entry point is not named in the reference (non-Python "
@@ -80,8 +87,10 @@ REASON_CODES: dict[str, dict[str, str]] = {
         "solvability.reference_below_full_reward": "the reference passes every test but earns less than reward 1 "
                                                    "under the env's `reward` layers (a gate or a layer, e.g. `lint`, "
                                                    "it fails): no solution could meet them",
-        "solvability.oracle_failed": "the env's `oracle`, run as a scripted agent episode in a sandbox session, did "
-                                     "not solve it (reward below 1); the detail gives the verifier's verdict",
+        "solvability.oracle_failed": "the env's `oracle`, run as a scripted agent episode in a sandbox session within "
+                                     "the env's own `agent:` tools, `max_steps` and `deadline_s`, did not solve it "
+                                     "(reward below 1); the detail gives the verifier's verdict, and how the episode "
+                                     "ended when its limits cut it short",
     },
     "reproducibility": {
         "reproducibility.flaky": "`repeats` runs of the reference gave different verdicts (pass/fail, reward, "

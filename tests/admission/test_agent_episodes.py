@@ -1,9 +1,11 @@
 """Admission of agent envs: the oracle episode decides solvability; the no-op and test-editing agents are anti-hacking
-probes. Episodes run in real sandbox sessions (warm bwrap; docker where dockerd and the sandbox image are there)."""
+probes; the oracle runs within its env's own tools, max_steps and deadline, the probes without them. Episodes run in
+real sandbox sessions (warm bwrap; docker where dockerd and the sandbox image are there)."""
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from posttrain.admission.agent_episodes import (NOOP, TEST_EDITING, agent_probes
 from posttrain.admission.batch import SandboxBatches
 from posttrain.config import AdmissionConfig, DockerPoolConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.suite import load_suite
+from posttrain.envs.suite import load_spec, load_suite
 from posttrain.sandbox import SandboxStartError, make_sandbox
 from posttrain.sandbox.session import SessionError
 from tests.sandbox.cases import docker_reason
@@ -179,3 +181,33 @@ def test_agent_admission_on_docker(tmp_path):
         box.close()
     assert [s.id for s in result.admitted] == good, result.details["detail"].tolist()
     assert all("oracle episode: 4/4" in rows_of(result.details, env_id)["solvability"][2] for env_id in good)
+
+
+@pytest.mark.integration
+@needs_bwrap
+def test_the_oracle_runs_within_its_envs_own_settings_and_the_probes_without_them():
+    env = load_spec(AGENT_REPO / "add_calc.yaml")
+    hurried = replace(env, id="t/hurried", agent={"deadline_s": 0.001})  # every turn takes longer: cut after one
+    steps = replace(env, id="t/steps", agent={"max_steps": 2})  # cut before its edit
+    roomy = replace(env, id="t/roomy", agent={"tools": ["bash", "read_file", "edit_file", "submit"], "max_steps": 4})
+    weak = {"kind": "workspace_tests", "tests": [{"name": "visible", "cmd": "python3 tests/test_calc.py",
+                                                  "stdout": "ok"}]}
+    narrow = replace(env, id="t/narrow", verifier=weak, agent={"tools": ["read_file", "edit_file", "submit"]})
+    cfg = SandboxConfig(backend="bwrap-warm")
+    box = make_sandbox(cfg)
+    try:
+        batches = SandboxBatches(box, cfg)
+        oracles = run_scripted(batches, "solvability", box, cfg, AdmissionConfig(),
+                               [(spec, oracle_calls(spec)) for spec in (hurried, steps, roomy)], own_settings=True)
+        [probe] = run_scripted(batches, "anti_hacking", box, cfg, AdmissionConfig(),
+                               [(narrow, agent_probes(narrow)[TEST_EDITING])])
+    finally:
+        box.close()
+    cut, short, solved = oracles
+    assert not cut.passed
+    assert cut.detail.startswith("the episode ended by deadline before submitting; 0/4 tests passed"), cut.detail
+    assert not short.passed
+    assert short.detail.startswith("the episode ended by max_steps before submitting"), short.detail
+    assert solved.passed, solved.detail  # its 4 turns of work fit: the last one ends it, its submit never comes
+    assert solved.detail == "the episode ended by max_steps before submitting; 4/4 tests passed"
+    assert probe.passed, probe.detail  # write_file ran: the probe is not bound by the env's tool set

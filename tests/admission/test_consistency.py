@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from posttrain.admission.consistency import consistency_rows, referenced_files, rejection_code, spec_problems
@@ -94,3 +96,20 @@ def test_one_consistency_row_per_env_and_per_file_that_did_not_load():
     assert [(r.env_id, r.passed, r.code) for r in rows] == [
         ("t/add_1", False, "consistency.duplicate_id"), ("t/b", False, "consistency.missing_field")]
     assert "b.yaml: runtime: unknown runtime 'ruby'" in rows[1].detail
+
+
+def test_an_oracle_outside_its_envs_own_tools_or_steps_is_inconsistent():
+    oracle = [{"name": "read_file", "arguments": {"path": "a.py"}},
+              {"name": "edit_file", "arguments": {"path": "a.py", "search": "1", "replace": "2"}},
+              {"name": "submit", "arguments": {}}]
+    agent = EnvSpec(id="t/a", prompt="Set x to 2 in a.py.", kind="agent", reference="sed -i s/1/2/ a.py\n",
+                    workspace={"a.py": "x = 1\n"}, verifier={"kind": "workspace_tests"}, oracle=oracle)
+    fits = {"tools": ["read_file", "edit_file", "submit"], "max_steps": 2}
+    assert codes(replace(agent, agent=fits)) == []
+    assert codes(replace(agent, agent={**fits, "tools": ["edit_file", "submit"]})) == \
+        ["consistency.oracle_tool_not_allowed"]
+    assert codes(replace(agent, agent={**fits, "max_steps": 1})) == ["consistency.oracle_over_max_steps"]
+    # without an oracle, the reference runs as one bash call
+    [(code, text)] = spec_problems(replace(agent, oracle=[], agent=fits), SandboxConfig(), AdmissionConfig())
+    assert code == "consistency.oracle_tool_not_allowed"
+    assert "the oracle calls ['bash'], outside the env's agent.tools ['read_file', 'edit_file', 'submit']" == text
