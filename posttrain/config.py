@@ -523,6 +523,9 @@ class AdmissionConfig(Validated):
     strong_policy: str = declare("reference", check=admission_policy,
                                  doc="the policy that must solve it (discrimination), named as weak_policy")
     k: int = declare(4, low=1, doc="samples per env and policy (discrimination, learnability)")
+    min_gap: float = declare(0.1, low=0, high=1,
+                             doc="the strong-minus-weak pass rate discrimination requires of every env (a spec's "
+                                 "min_gap may ask more): envs both policies pass, or fail, alike are rejected")
     learnability_policy: str = declare("", check=lambda name: name and admission_policy(name),
                                        doc='named as weak_policy; "" = learnability not measured')
     filter_learnability: bool = declare(False, doc="reject envs the learnability policy always or never solves")

@@ -12,7 +12,7 @@ The checks (``AdmissionConfig.checks`` selects them), in the order they run:
    prompt copied, self-consistent garbage) earns at most ``max_probe_reward`` (``admission.anti_hacking``); for
    agent envs the no-op and test-editing agents' episodes must fail too.
 5. ``coverage``: mutation score of ``verifier.mutants(spec)`` >= ``mutation_threshold`` (``admission.coverage``).
-6. ``discrimination``: strong - weak pass rate >= ``spec.min_gap`` over ``k`` samples
+6. ``discrimination``: strong - weak pass rate >= ``min_gap`` (the run's or the spec's, the larger) over ``k`` samples
    (``admission.discrimination``); plus ``learnability`` when ``learnability_policy`` is set.
 
 Coverage, discrimination and learnability build on the reference, so they run only for envs whose reference
@@ -223,8 +223,8 @@ def _policy_rows(batches: SandboxBatches, check: str, envs: list[EnvSpec], field
     if error is not None:
         return [policy_failure_row(spec.id, check, failed, error) for spec in envs]
     if check == "discrimination":
-        return [discrimination_row(spec.id, spec.min_gap, by_env[spec.id][0], by_env[spec.id][1], names[0], names[1])
-                for spec in envs]
+        return [discrimination_row(spec.id, max(spec.min_gap, cfg.min_gap), by_env[spec.id][0], by_env[spec.id][1],
+                                   names[0], names[1]) for spec in envs]
     return [learnability_row(spec.id, by_env[spec.id][0], names[0], cfg.filter_learnability) for spec in envs]
 
 

@@ -2,10 +2,15 @@
 
 **Discrimination** compares a weak and a strong policy (``AdmissionConfig.weak_policy`` / ``strong_policy``:
 scripted, or any policy reference sampled through vLLM, e.g. the starting policy ``demo`` against
-``models:/posttrain-policy@champion``). Decision: an env is rejected iff ``strong - weak < spec.min_gap``;
-``min_gap`` 0 (the default) never rejects, the rates are still reported. A weak policy that passes sometimes is
-*not* by itself a rejection: a weak checkpoint legitimately solves easy envs, and degenerate cheats are the
-anti-hacking check's job; "too easy" means the weak policy gets within ``min_gap`` of the strong one.
+``models:/posttrain-policy@champion``). Decision: an env is rejected iff ``strong - weak < min_gap``, the larger of
+the run's ``AdmissionConfig.min_gap`` (default 0.1) and the spec's own (default 0). The run's default rejects the envs
+on which the two policies do not differ: both pass every sample (too easy for either), both fail every one (too hard
+for either: a GRPO group of such samples has zero advantage everywhere), both pass equally often in between, or the
+weak one passes more often. With the scripted defaults (weak ``identity``, strong ``reference``) the gap is 1 minus
+the identity program's pass rate, so only an env a program returning its first argument solves is rejected; an
+``admission.min_gap`` of 0 rejects only the weak policy doing better (the rates are still reported). A weak policy
+that passes sometimes is *not* by itself a rejection: a weak checkpoint legitimately solves easy envs, and degenerate
+cheats are the anti-hacking check's job; "too easy" means the weak policy gets within ``min_gap`` of the strong one.
 Value: the gap.
 
 **Learnability** (only when ``learnability_policy`` is set): the current policy's pass rate must be strictly between

@@ -117,7 +117,8 @@ REASON_CODES: dict[str, dict[str, str]] = {
         "coverage.not_applicable": "the verifier produced no mutants: nothing to measure (passes)",
     },
     "discrimination": {
-        "discrimination.gap_too_small": "strong minus weak pass rate over `k` samples is below the env's `min_gap`",
+        "discrimination.gap_too_small": "strong minus weak pass rate over `k` samples is below `min_gap` (the run's "
+                                        "`admission.min_gap` or the env's, the larger)",
     },
     "learnability": {
         "learnability.solved": "the learnability policy always passes (rejects only with `filter_learnability`)",

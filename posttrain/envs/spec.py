@@ -70,7 +70,8 @@ class EnvSpec:
                                  "never the solution's (docs/env-spec.md, Workspace setup)")
     limits: Limits = declare(factory=Limits, doc="per-execution sandbox limits")
     min_gap: float = declare(0.0, low=0, high=1,
-                             doc="required strong-minus-weak pass-rate gap for admission's discriminative-power check")
+                             doc="the strong-minus-weak pass-rate gap admission's discrimination check requires of "
+                                 "this env, where more than the run's ``admission.min_gap`` (0: the run's)")
     reward: dict = declare(factory=dict, doc=(
         "reward layers composing the verifier's named signals with weights and gates: ``{layers: [{signal: compiles, "
         "gate: true}, {signal: tests, weight: 0.9}, {signal: lint, weight: 0.1}]}``; empty: the verifier's own reward "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from posttrain.admission import admit, report_text
+from posttrain.admission.policies import DegeneratePolicy
 from posttrain.cli import main as cli_main
 from posttrain.config import ADMISSION_CHECKS, DEMO_SUITE, AdmissionConfig, ConfigError, SandboxConfig
 from posttrain.envs.spec import EnvSpec
@@ -130,6 +132,39 @@ def test_reward_layers_are_checked_when_loaded_against_the_reference_and_against
     misspelt = result.details[result.details["code"] == "consistency.invalid_reward"]
     assert len(misspelt) == 1
     assert f"{tmp_path / 'misspelt.yaml'}: reward.layers[1].signal: unknown signal 'lnt'" in misspelt["detail"].iloc[0]
+
+
+class SolvesOnly:
+    """A checkpoint policy that answers the reference on some envs and the identity program on the others."""
+
+    name = "solves-only"
+
+    def __init__(self, env_ids: set[str]):
+        self.env_ids = env_ids
+
+    def solutions_many(self, specs, k, seed):
+        return [[spec.reference if spec.id in self.env_ids else DegeneratePolicy("identity").program(spec)] * k
+                for spec in specs]
+
+    def close(self):
+        pass
+
+
+def test_the_default_min_gap_rejects_an_env_both_policies_pass_alike_and_keeps_one_with_a_gap(sandbox, small_suite,
+                                                                                              tmp_path):
+    weak = str(tmp_path)  # a checkpoint that solves demo/add_2 as the strong reference does, and nothing else
+    cfg = AdmissionConfig(checks=["solvability", "discrimination"], weak_policy=weak)
+    given = {weak: SolvesOnly({"demo/add_2"})}
+    rows = admit(small_suite, sandbox, CFG, cfg, policies=given).details.set_index(["env_id", "check"])
+    tie, gap = rows.loc[("demo/add_2", "discrimination")], rows.loc[("demo/mod_5", "discrimination")]
+    assert cfg.min_gap == 0.1
+    assert tie["code"] == "discrimination.gap_too_small"
+    assert tie["value"] == 0.0
+    assert "strong 'reference' 1.00 - weak" in tie["detail"]
+    assert "1.00 = gap 0.00 (min_gap 0.1, k=4/4)" in tie["detail"]
+    assert (gap["code"], gap["value"]) == ("discrimination.ok", 1.0)
+    unfiltered = admit(small_suite, sandbox, CFG, replace(cfg, min_gap=0.0), policies=given).details
+    assert unfiltered[unfiltered["check"] == "discrimination"]["passed"].all()  # 0: a tie passes
 
 
 class EngineThatCannotStart:
