@@ -23,9 +23,9 @@ rendering sentinel conversations and taking differences (so it works for any inc
 
 - ``prompt_ids(messages, tools)``: the stable prefix (system, tools, task) plus the generation prompt; tokens
   ``[P]``; ``tools``: an env's own tool set (``AgentSettings.tools``) instead of the format's. The tools are listed
-  before the task, so episodes whose envs list different tool sets share the engine's prefix cache only up to the
-  list (the system prompt's first line); each episode's own prefix stays the same in every turn and window, and the
-  episodes of one env (a group) share all of it;
+  before the task, so episodes whose envs list different tool sets share the engine's prefix cache only up to where
+  the lists differ; each episode's own prefix stays the same in every turn and window, and the episodes of one env
+  (a group) share all of it;
 - ``closing_ids(model_text)``: what closes an assistant turn after the model's tokens (the part of ``<|im_end|>\\n``
   the model did not write itself); ``[C]``;
 - ``observation_ids(observations)``: the tool turn(s) plus the next generation prompt; ``[O]``.

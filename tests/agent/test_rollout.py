@@ -1,9 +1,11 @@
 """Agent rollout for the loop: groups of episodes per env scored by the verifier, shaping terms logged separately,
-the AgentScored and Steps tables linked by (group_id, sample_idx); on warm bwrap and docker."""
+the AgentScored and Steps tables linked by (group_id, sample_idx), each env's own tools and budgets on its Steps rows;
+on warm bwrap and docker."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -36,3 +38,20 @@ def test_groups_are_scored_shaped_and_linked_to_their_steps(fmt, sandbox):
     linked = steps.merge(scored[["group_id", "sample_idx"]], on=["group_id", "sample_idx"])
     assert len(linked) == len(steps) == 4 * 6
     assert steps.groupby(["group_id", "sample_idx"]).size().tolist() == [6] * 4
+
+
+def test_each_envs_own_tools_and_budgets_reach_its_episodes_and_steps(fmt, sandbox):
+    own = {"tools": ["submit", "bash", "read_file", "edit_file"], "max_steps": 5, "token_budget": 1200,
+           "deadline_s": 60}
+    envs = [replace(ENVS[0], agent=own), ENVS[1]]
+    policy = ScriptedPolicy(fmt, {e.prompt: oracle(e) for e in envs})
+    cfg = AgentConfig()
+    scored, steps = collect_episodes(policy, fmt, envs, n=1, cfg=cfg, sandbox=sandbox, sandbox_cfg=SandboxConfig(),
+                                     max_context=4096, iteration=0)
+    assert scored.verifier_reward.tolist() == [1.0, 1.0]  # each oracle fits its env's budgets
+    columns = ["allowed_tools", "max_steps", "token_budget", "context_budget", "deadline_s"]
+    budgets = steps.drop_duplicates("env_id").set_index("env_id")[columns]
+    assert budgets.loc[envs[0].id].tolist() == ['["bash", "read_file", "edit_file", "submit"]', 5, 1200,
+                                                cfg.context_budget, 60.0]
+    assert budgets.loc[envs[1].id].tolist() == [json.dumps(cfg.tools), cfg.max_steps, cfg.token_budget,
+                                                cfg.context_budget, cfg.deadline_s]

@@ -1,5 +1,6 @@
 """The agent chat format: rendering through ``apply_chat_template(tools=...)``, the token pieces around the model's
-own tokens, structured tool calls rendered as the model writes them, and templates of other models."""
+own tokens, structured tool calls rendered as the model writes them, templates of other models, and an env's own
+tool set in its prompt."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from posttrain.agent.parser import FORMATS
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat, TemplateError
+from posttrain.envs.agent_settings import parse_settings
 from posttrain.envs.tools import tool_specs
 
 pytestmark = pytest.mark.unit
@@ -23,6 +25,21 @@ def test_tools_are_listed_in_the_system_turn_and_the_prompt_ends_with_the_genera
     assert text.endswith("<|im_start|>user\nFix calc.py.<|im_end|>\n<|im_start|>assistant\n")
     assert fmt.prompt_ids(TASK) == fmt.tokenizer(text, add_special_tokens=False).input_ids
     assert fmt.prompt_ids(TASK)[0] == fmt.tokenizer.bos_token_id  # once: the template writes it
+
+
+def test_an_envs_own_tool_set_is_listed_and_shares_the_prefix_up_to_where_the_lists_differ(fmt):
+    listed = [parse_settings({"tools": tools}).tools for tools in (["submit", "edit_file", "read_file", "bash"],
+                                                                   ["bash", "read_file", "edit_file", "submit"])]
+    own, same = (fmt.prompt_ids(TASK, tool_specs(tools)) for tools in listed)
+    assert own == same  # listed in the registry's order: one set, one prefix
+    every = fmt.prompt_ids(TASK)
+    shared = next(k for k, (a, b) in enumerate(zip(every, own)) if a != b)
+    assert "- bash(command): " in fmt.tokenizer.decode(every[:shared])  # the registry's first tool, in both lists
+    assert "python" not in fmt.tokenizer.decode(every[:shared])  # the first one only the run's list has
+    text = fmt.render(TASK, add_generation_prompt=True, tools=tool_specs(listed[0]))
+    assert "- python(" not in text
+    assert "- write_file(" not in text
+    assert text.endswith("<|im_start|>user\nFix calc.py.<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_a_system_message_replaces_the_default(fmt):
