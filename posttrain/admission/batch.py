@@ -10,7 +10,8 @@ A verdict that hit a deadline (the execution's, or one test's: ``Verdict.hit_dea
 batch, with the other deadline-hit runs only, and the second verdict kept: in a batch of hundreds of concurrent
 executions on a loaded machine, a test that needs a fraction of its time alone can run out of it, and admission
 would then reject a sound env (a reference that "failed", a guard label "wrong", a reproducibility "flake"). A
-solution that loops stays timed out, at the cost of one more deadline per check. ``reruns`` counts them per check.
+solution that loops stays timed out, at the cost of one more deadline per check. ``reruns`` counts them per check
+(``executions`` counts first runs only, so it does not vary with the load).
 
 Example:
     >>> from posttrain.config import DEMO_SUITE, SandboxConfig
@@ -111,7 +112,6 @@ class SandboxBatches:
         if not again:
             return verdicts
         self.reruns[check] += len(again)
-        self.executions[check] += len(again)
         replaced = list(verdicts)
         for i, verdict in zip(again, verify_many([pairs[i] for i in again], self.box, self.cfg)):
             replaced[i] = verdict

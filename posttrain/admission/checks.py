@@ -64,6 +64,7 @@ class AdmissionResult:
     stats: pd.DataFrame = field(default_factory=pd.DataFrame)  # per-check statistics (report.STATS_COLUMNS)
     seconds: dict[str, float] = field(default_factory=dict)  # wall seconds per check
     executions: dict[str, int] = field(default_factory=dict)  # verifier runs per check (after the cache)
+    reruns: dict[str, int] = field(default_factory=dict)  # deadline hits run again per check (admission.batch)
     wall_s: float = 0.0
     envs: int = 0  # spec files and envs seen (loaded envs + files that did not load)
 
@@ -255,4 +256,4 @@ def admit(suite_path: str | Path, sandbox, sandbox_cfg: SandboxConfig, cfg: Admi
     seconds = dict(batches.seconds)
     return AdmissionResult(report=report, admitted=[spec for spec in suite.envs if spec.id in ok], details=details,
                            stats=check_stats(details, seconds), seconds=seconds, executions=dict(batches.executions),
-                           wall_s=clock.seconds, envs=int(details["env_id"].nunique()))
+                           reruns=dict(batches.reruns), wall_s=clock.seconds, envs=int(details["env_id"].nunique()))
