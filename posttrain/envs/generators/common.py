@@ -1,7 +1,9 @@
-"""Helpers shared by the workspace-suite generators (``terminal``, ``node``): check scripts and their expectations.
+"""Helpers shared by the workspace-suite generators (``terminal``, ``node``, ``agent_repo``, ``regression_hunt``):
+check scripts and their expectations.
 
-A check script prints one JSON value per case (``python3 -I {tests}/check.py CASE``); the expected stdout of each
-case is computed here, on the host, by running the *fixed* module source (our own trusted code) on the same case
+A check script prints one JSON value per case (``python3 -I {tests}/check.py CASE``), or, for a package, one JSON
+object per group of cases (``grouped_check``: one process checks many cases); the expected stdout of each is computed
+here, on the host, by running the *fixed* module source (our own trusted code) on the same case
 expressions, so the spec's expectations can never drift from the reference. Running the *buggy* source the same way
 says which cases the untouched workspace already passes: those are guards (``guard: true``, see
 ``workspace_tests``), which earn nothing; admission checks every label against the real untouched workspace.
@@ -15,6 +17,11 @@ Example:
     >>> [t.get("guard", False) for t in python_tests("calc", {"two": "", "bad": ""}, {"two": "2", "bad": '"TypeError"'},
     ...                                              {"two": "3", "bad": '"TypeError"'})]
     [False, True]
+    >>> groups = {"kept": {"c0": "basic.double(2)", "c1": "extra.triple(1)"}}
+    >>> grouped_expectations({"basic": fixed}, groups)   # no module extra: its case fails alone
+    {'kept': '{"c0": 4, "c1": "NameError"}'}
+    >>> "        'c1': lambda: extra.triple(1)," in grouped_check("calc", ["basic"], groups).splitlines()
+    True
 """
 
 from __future__ import annotations
@@ -37,16 +44,49 @@ def python_check(module: str, cases: dict[str, str], src: str = "/work/src") -> 
 
 def python_expectations(module: str, fixed_source: str, cases: dict[str, str]) -> dict[str, str]:
     """The stdout ``python_check`` prints for each case when the module is ``fixed_source`` (computed here)."""
-    namespace = types.ModuleType(module)
-    exec(compile(fixed_source, f"<fixed {module}>", "exec"), namespace.__dict__)  # our own trusted source
+    return {name: json.dumps(value, sort_keys=True) for name, value in case_values({module: fixed_source},
+                                                                                     cases).items()}
+
+
+def case_values(sources: dict[str, str], cases: dict[str, str]) -> dict[str, object]:
+    """Each case expression's value over the modules ``sources`` (name -> our own trusted source, each bound to its
+    name), as the check scripts observe it: an exception is its type name."""
+    namespace = {}
+    for module, source in sources.items():
+        namespace[module] = types.ModuleType(module)
+        exec(compile(source, f"<fixed {module}>", "exec"), namespace[module].__dict__)  # our own trusted source
     out = {}
     for name, expr in cases.items():
         try:
-            value = eval(expr, {module: namespace})  # noqa: S307 - trusted generator code, never model output
-        except Exception as error:  # noqa: BLE001 - mirrors python_check
-            value = type(error).__name__
-        out[name] = json.dumps(value, sort_keys=True)
+            out[name] = eval(expr, dict(namespace))  # noqa: S307 - trusted generator code, never model output
+        except Exception as error:  # noqa: BLE001 - mirrors the check scripts
+            out[name] = type(error).__name__
     return out
+
+
+def grouped_check(package: str, modules: list[str], groups: dict[str, dict[str, str]], root: str = "/work") -> str:
+    """A trusted check script for a package under ``root``: ``python3 -I check.py GROUP`` prints one JSON object,
+    each case of ``groups[GROUP]`` (name -> expression over the ``modules`` of ``package``, each bound to its own
+    name) by name with its value, or its exception's type name. A module is imported when a case first uses it, so
+    one that is missing or broken fails only the cases that use it."""
+    bound = "".join(f"{module} = Module({package + '.' + module!r})\n" for module in modules)
+    listed = "".join(f"    {group!r}: {{\n" + "".join(f"        {name!r}: lambda: {expr},\n"
+                                                      for name, expr in cases.items()) + "    },\n"
+                     for group, cases in groups.items())
+    return (f"import importlib\nimport json\nimport sys\n\nsys.path.append({root!r})  # appended: a workspace file can "
+            "never shadow a standard module\n\n\nclass Module:\n    \"\"\"A module imported on first use.\"\"\"\n\n"
+            "    def __init__(self, name):\n        self.name = name\n\n    def __getattr__(self, attribute):\n"
+            "        return getattr(importlib.import_module(self.name), attribute)\n\n\n"
+            f"{bound}\nGROUPS = {{\n{listed}}}\n\nvalues = {{}}\nfor name, case in GROUPS[sys.argv[1]].items():\n"
+            "    try:\n        values[name] = case()\n"
+            "    except Exception as error:  # the type name is the observable result\n"
+            "        values[name] = type(error).__name__\nprint(json.dumps(values, sort_keys=True))\n")
+
+
+def grouped_expectations(sources: dict[str, str], groups: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The stdout ``grouped_check`` prints for each group when the package's modules are ``sources`` (module name
+    -> source, computed here)."""
+    return {group: json.dumps(case_values(sources, cases), sort_keys=True) for group, cases in groups.items()}
 
 
 def python_tests(module: str, cases: dict[str, str], expected: dict[str, str], buggy: dict[str, str]) -> list[dict]:
