@@ -8,6 +8,7 @@ Each generator module has ``specs() -> list[EnvSpec]`` and a ``main`` that write
     $ python -m posttrain.envs.generators.node posttrain/envs/suites/node
     $ python -m posttrain.envs.generators.demo_python posttrain/envs/suites/demo_python
     $ python -m posttrain.envs.generators.agent_repo posttrain/envs/suites/agent_repo
+    $ python -m posttrain.envs.generators.regression_hunt posttrain/envs/suites/regression_hunt
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec

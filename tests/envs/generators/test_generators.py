@@ -12,7 +12,7 @@ import pytest
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.generators import file_name, render
-from posttrain.envs.generators import agent_repo, finance, node, scene, terminal
+from posttrain.envs.generators import agent_repo, finance, node, regression_hunt, scene, terminal
 from posttrain.envs.suite import load_suite
 from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.sandbox import make_sandbox
@@ -20,8 +20,10 @@ from posttrain.sandbox import make_sandbox
 pytestmark = pytest.mark.integration
 
 SUITES = Path("posttrain/envs/suites")
-MINIMUM = {"demo_python": 400, "terminal": 10, "finance": 10, "scene": 10, "node": 5, "agent_repo": 96}
-GENERATORS = {"finance": finance, "scene": scene, "terminal": terminal, "node": node, "agent_repo": agent_repo}
+MINIMUM = {"demo_python": 400, "terminal": 10, "finance": 10, "scene": 10, "node": 5, "agent_repo": 96,
+           "regression_hunt": 96}
+GENERATORS = {"finance": finance, "scene": scene, "terminal": terminal, "node": node, "agent_repo": agent_repo,
+              "regression_hunt": regression_hunt}
 CFG = SandboxConfig(backend="bwrap", batch_concurrency=2)
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap (bwrap) is not installed: these tests run real sandboxes")
