@@ -471,6 +471,13 @@ class AgentConfig(Validated):
     keep_recent_turns: int = declare(2, low=0, doc="turns whose observations stay whole when the context is compressed")
     summary_chars: int = declare(80, low=1, doc="characters of an observation's first line kept in its summary")
     state_file: str = declare(".agent/state.md", min_len=1, doc="workspace file where compressed observations persist")
+    snapshot_every: int = declare(0, low=0,
+                                  doc="Per-step workspace snapshots (docs/agent.md, Snapshots, replay, rollback): one "
+                                      "after every N-th turn of an episode, after its last turn and before its first "
+                                      "(0: none); an env's agent.snapshot_every overrides it")
+    snapshot_keep_mb: int = declare(16, low=0,
+                                    doc="MiB of snapshot archives an evaluation keeps of its failed episodes (the "
+                                        "agent_eval_snapshots table); an episode that would cross it keeps none")
     chat_template: str = declare("auto", check=one_of("posttrain.agent.template:CHOICES"),
                                  doc='The template of agent conversations (posttrain.agent.template): "auto" (the '
                                      'policy\'s own; a base model without one is refused), "agent" (the demo agent '

@@ -260,6 +260,8 @@ class Steps(pa.DataFrameModel):
     tokens_cached: Series[int] = pa.Field(ge=0)  # of those, served by the engine's prefix cache
     tokens_out: Series[int] = pa.Field(ge=0)  # model tokens of this turn
     observation_bytes: Series[int] = pa.Field(ge=0)
+    message: Series[str]  # the model's text of the call's turn (on each call of the turn), clipped: agent.table
+    observation: Series[str]  # what the call gave back, the text the model read, clipped the same way
     compressed_at_turn: Series[int] = pa.Field(ge=-1)  # turn at which the observation became a summary; -1: never
     cpu_s: Series[float]  # >= 0, or UNACCOUNTED
     memory_peak_mb: Series[float]  # >= 0, or UNACCOUNTED
@@ -273,6 +275,23 @@ class Steps(pa.DataFrameModel):
     @pa.check("cpu_s", "memory_peak_mb")
     def usage_measured_or_unaccounted(cls, values):
         return measured_or_unaccounted(values)
+
+    class Config:
+        strict = True
+        coerce = True
+
+
+class EpisodeSnapshots(pa.DataFrameModel):
+    """Workspace snapshots of agent episodes (``Episode.snapshots``: ``AgentConfig.snapshot_every``), one row per
+    snapshot, linked to their ``Steps`` rows by (group_id, sample_idx): ``archive`` is the workspace as a tar after
+    turn ``turn`` (-1: before the first). The agent eval keeps its failed episodes' (``agent_eval_snapshots``, at most
+    ``snapshot_keep_mb``); ``posttrain replay`` shows their diffs, ``posttrain.agent.rollback`` restarts from one."""
+
+    env_id: Series[str]
+    group_id: Series[str]
+    sample_idx: Series[int] = pa.Field(ge=0)
+    turn: Series[int] = pa.Field(ge=-1)
+    archive: Series[bytes]
 
     class Config:
         strict = True

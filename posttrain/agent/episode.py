@@ -133,6 +133,7 @@ class Episode:
     spent_s: float = 0.0  # the episode's own seconds: its turns' generate calls, its tool calls and state writes
     state_text: str = ""  # what the state file in the workspace holds
     infra_error: str = ""  # the sandbox failed the episode (flagged and excluded, never a reward of 0)
+    snapshots: dict[int, bytes] = field(default_factory=dict)  # turn -> workspace tar after it (-1: before turn 0)
 
     def __post_init__(self):
         if not self.segments:

@@ -134,7 +134,18 @@ def run_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, tasks: Sequence[Ag
                          f"{too_long}")
     with ThreadPoolExecutor(cfg.tool_concurrency, thread_name_prefix="agent-tools") as pool:
         list(pool.map(lambda k: prepare(episodes[k], tasks[k], sessions[k]), range(len(tasks))))
-        turn = 0
+        list(pool.map(lambda k: snapshot(episodes[k], sessions[k]),
+                      [k for k, e in enumerate(episodes) if e.active and e.config.snapshot_every]))
+    return continue_episodes(engine, fmt, tasks, sessions, episodes, cfg, max_context)
+
+
+def continue_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, tasks: Sequence[AgentTask],
+                      sessions: Sequence[SandboxSession], episodes: list[Episode], cfg: AgentConfig,
+                      max_context: int) -> list[Episode]:
+    """Advance ``episodes`` (each with its task and its prepared session) turn by turn until every one has ended:
+    the loop of ``run_episodes``, from wherever each episode is (``rollback.restart`` resumes one from a snapshot)."""
+    with ThreadPoolExecutor(cfg.tool_concurrency, thread_name_prefix="agent-tools") as pool:
+        turn = min((len(e.turns) for e in episodes), default=0)
         while live := [i for i, e in enumerate(episodes) if e.active]:
             # step 1. one batched generate over every active episode (its time counts for each of them)
             t0 = time.monotonic()
@@ -145,9 +156,9 @@ def run_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, tasks: Sequence[Ag
             for i, [sample] in zip(live, samples):
                 episodes[i].spent_s += generate_s
                 episodes[i].add_model_turn(Turn(
-                    index=turn, prompt_tokens=len(sample.prompt_token_ids), model_ids=list(sample.token_ids),
-                    logprobs=list(sample.logprobs), engine_finish=sample.finish_reason,
-                    cached_tokens=sample.cached_tokens,
+                    index=len(episodes[i].turns), prompt_tokens=len(sample.prompt_token_ids),
+                    model_ids=list(sample.token_ids), logprobs=list(sample.logprobs),
+                    engine_finish=sample.finish_reason, cached_tokens=sample.cached_tokens,
                     text=fmt.tokenizer.decode(list(sample.token_ids), skip_special_tokens=False)))
             # step 2. every episode's tool calls, episodes concurrently, each timed to its own episode
             list(pool.map(lambda i: _timed(episodes[i], act, episodes[i].turns[-1], sessions[i],
@@ -156,8 +167,74 @@ def run_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, tasks: Sequence[Ag
             compressed = [i for i in live if after_turn(episodes[i], fmt, tasks[i], max_context)]
             list(pool.map(lambda i: _timed(episodes[i], write_state, episodes[i], tasks[i], sessions[i]),
                           compressed))
+            # step 4. the workspace snapshots due (not the episodes' time: a snapshot never changes an outcome)
+            list(pool.map(lambda i: snapshot(episodes[i], sessions[i]),
+                          [i for i in live if snapshot_due(episodes[i])]))
             turn += 1
     return episodes
+
+
+def snapshot_due(episode: Episode) -> bool:
+    """Whether the turn ``episode`` just ran is snapshotted: every ``snapshot_every``-th turn, and its last.
+
+    >>> e = Episode("e", "g", 0, [0], AgentConfig(snapshot_every=2))
+    >>> e.turns = [None, None, None]
+    >>> snapshot_due(e), e.finish("submit"), snapshot_due(e)
+    (False, None, True)
+    """
+    every = episode.config.snapshot_every
+    return bool(every) and episode.infra_error == "" and (len(episode.turns) % every == 0 or not episode.active)
+
+
+def snapshot(episode: Episode, session: SandboxSession) -> None:
+    """Keep the workspace as a tar in ``episode.snapshots`` under its last turn (-1 before the first); a snapshot
+    that cannot be taken is logged and missing, never the episode's failure."""
+    try:
+        episode.snapshots[len(episode.turns) - 1] = session.snapshot().data
+    except SessionError as exc:
+        log.warning("episode %s/%s: no snapshot after turn %d: %s", episode.group_id, episode.sample_idx,
+                    len(episode.turns) - 1, exc)
+
+
+def _listed(task: AgentTask) -> list[dict] | None:
+    """The tool specs ``task``'s prompt lists: its env's own tools, else (None) the chat format's."""
+    return None if task.settings.tools is None else tool_specs(task.settings.tools)
+
+
+def _allowed(episode: Episode) -> dict[str, tuple[str, ...]]:
+    """The tools ``episode`` may call, with their argument names (a call of any other is rejected, never run)."""
+    return {name: TOOLS[name].arguments for name in episode.config.tools}
+
+
+def _timed(episode: Episode, fn, *args) -> None:
+    """``fn(*args)``, its wall time added to ``episode.spent_s`` (the episode's own time, for its deadline)."""
+    t0 = time.monotonic()
+    try:
+        fn(*args)
+    finally:
+        episode.spent_s += time.monotonic() - t0
+
+
+def snapshot_due(episode: Episode) -> bool:
+    """Whether the turn ``episode`` just ran is snapshotted: every ``snapshot_every``-th turn, and its last.
+
+    >>> e = Episode("e", "g", 0, [0], AgentConfig(snapshot_every=2))
+    >>> e.turns = [None, None, None]
+    >>> snapshot_due(e), e.finish("submit"), snapshot_due(e)
+    (False, None, True)
+    """
+    every = episode.config.snapshot_every
+    return bool(every) and episode.infra_error == "" and (len(episode.turns) % every == 0 or not episode.active)
+
+
+def snapshot(episode: Episode, session: SandboxSession) -> None:
+    """Keep the workspace as a tar in ``episode.snapshots`` under its last turn (-1 before the first); a snapshot
+    that cannot be taken is logged and missing, never the episode's failure."""
+    try:
+        episode.snapshots[len(episode.turns) - 1] = session.snapshot().data
+    except SessionError as exc:
+        log.warning("episode %s/%s: no snapshot after turn %d: %s", episode.group_id, episode.sample_idx,
+                    len(episode.turns) - 1, exc)
 
 
 def _listed(task: AgentTask) -> list[dict] | None:

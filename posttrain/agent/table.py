@@ -1,5 +1,7 @@
 """Agent episodes as tables: ``AgentTrajectories`` (one row per context window, with its loss mask) and ``Steps``
-(one row per tool call), linked by (group_id, sample_idx) and validated by their pandera models.
+(one row per tool call, with its turn's message and its observation, each clipped to ``STEP_TEXT_CHARS``) and
+``EpisodeSnapshots`` (one row per workspace snapshot), linked by (group_id, sample_idx) and validated by their pandera
+models.
 
 Example:
     >>> from posttrain.agent.episode import Episode, StepRecord, Turn
@@ -7,8 +9,11 @@ Example:
     >>> e.add_model_turn(Turn(0, 2, [7, 8], [-0.5, -0.25], "...", "stop"))
     >>> e.turns[0].steps.append(StepRecord(0, "submit", "{}", True, None, 0.1, 9))
     >>> e.finish("submit")
+    >>> e.turns[0].observations.append("submitted")
     >>> steps_table([e], policy_version=0)[["tool", "tokens_in", "tokens_out", "exit_code", "cpu_s"]].values.tolist()
     [['submit', 2, 2, -1, -1.0]]
+    >>> steps_table([e], policy_version=0)[["message", "observation"]].values.tolist()
+    [['...', 'submitted']]
     >>> e.config = AgentConfig(tools=["bash", "submit"], max_steps=3)  # what the runner sets: episode_config
     >>> steps_table([e], policy_version=0)[["allowed_tools", "max_steps", "deadline_s"]].values.tolist()
     [['["bash", "submit"]', 3, 120.0]]
@@ -24,9 +29,11 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from posttrain.agent.episode import Episode, split_prompt
+from posttrain.agent.episode import Episode, StepRecord, split_prompt
 from posttrain.config import AgentConfig
-from posttrain.schemas import AgentTrajectories, Steps, encode_floats, encode_ints, measured
+from posttrain.schemas import AgentTrajectories, EpisodeSnapshots, Steps, encode_floats, encode_ints, measured
+
+STEP_TEXT_CHARS = 2000  # characters of a turn's message and of a call's observation kept in a Steps row
 
 
 def steps_table(episodes: Sequence[Episode], policy_version: int) -> pd.DataFrame:
@@ -37,10 +44,32 @@ def steps_table(episodes: Sequence[Episode], policy_version: int) -> pd.DataFram
              "duration_ms": s.duration_ms, "tokens_in": e.turns[s.turn].prompt_tokens,
              "tokens_cached": e.turns[s.turn].cached_tokens,
              "tokens_out": len(e.turns[s.turn].model_ids), "observation_bytes": s.observation_bytes,
+             "message": clip(e.turns[s.turn].text), "observation": clip(observation),
              "compressed_at_turn": s.compressed_at_turn, "cpu_s": measured(s.cpu_s),
              "memory_peak_mb": measured(s.memory_peak_mb), **budgets(e.config)}
-            for e in episodes for k, s in enumerate(e.steps)]
+            for e in episodes for k, (s, observation) in enumerate(_calls(e))]
     return Steps.validate(pd.DataFrame(rows, columns=list(Steps.to_schema().columns)))
+
+
+def _calls(episode: Episode) -> list[tuple[StepRecord, str]]:
+    """Each step of ``episode`` with the observation it gave back (a turn records one per step, in order)."""
+    return [pair for turn in episode.turns for pair in zip(turn.steps, turn.observations)]
+
+
+def clip(text: str, chars: int = STEP_TEXT_CHARS) -> str:
+    """``text`` cut to ``chars`` characters, saying how many it left out.
+
+    >>> clip("x" * 10, 4)
+    'xxxx\\n[... 6 more characters]'
+    """
+    return text if len(text) <= chars else f"{text[:chars]}\n[... {len(text) - chars} more characters]"
+
+
+def snapshots_table(episodes: Sequence[Episode]) -> pd.DataFrame:
+    """One ``EpisodeSnapshots`` row per workspace snapshot of ``episodes``, by episode then turn."""
+    rows = [{"env_id": e.env_id, "group_id": e.group_id, "sample_idx": e.sample_idx, "turn": turn, "archive": data}
+            for e in episodes for turn, data in sorted(e.snapshots.items())]
+    return EpisodeSnapshots.validate(pd.DataFrame(rows, columns=list(EpisodeSnapshots.to_schema().columns)))
 
 
 def budgets(cfg: AgentConfig) -> dict:

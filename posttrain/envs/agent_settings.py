@@ -10,6 +10,7 @@ Accepted shape (YAML); every key is optional, an absent one is the run's::
       token_budget: 3000                            # model tokens of the episode
       context_budget: 2048                          # context tokens before old observations are summarized
       deadline_s: 300                               # the episode's own seconds
+      snapshot_every: 2                             # a workspace snapshot every 2 turns (0: none)
 
 The budgets are declared by ``AgentConfig``'s own fields (said once): an env may ask for what a run could be
 configured with, within the same bounds, with a doc line of its own. ``AgentSettings`` is the declaration, so the
@@ -24,7 +25,7 @@ Example:
     >>> for problem in settings_problems({"tools": ["bash", "curl"], "max_step": 3, "deadline_s": 0}):
     ...     print(problem)
     ('agent.max_step', 'unknown key for agent settings (allowed: context_budget, deadline_s, max_new_tokens, \
-max_steps, token_budget, tools)')
+max_steps, snapshot_every, token_budget, tools)')
     ('agent.tools[1]', "must be 'bash' or 'python' or 'read_file' or 'write_file' or 'edit_file' or 'submit', \
 got 'curl'")
     ('agent.deadline_s', 'must be a positive number, got 0')
@@ -71,6 +72,9 @@ ContextBudget = _run_field("context_budget", "context tokens before older observ
                                              "(over the run's context_budgets for its domain); the engine's "
                                              "max_model_len caps it")
 DeadlineS = _run_field("deadline_s", 'the episode\'s own wall-clock seconds; then finish_reason "deadline"')
+SnapshotEvery = _run_field("snapshot_every", "a workspace snapshot after every N-th turn of its episodes (and "
+                                             "their first and last); 0: none. Kept for failed eval episodes, for "
+                                             "posttrain replay and rollback (docs/agent.md)")
 
 
 @dataclass
@@ -83,6 +87,7 @@ class AgentSettings:
     token_budget: TokenBudget = None
     context_budget: ContextBudget = None
     deadline_s: DeadlineS = None
+    snapshot_every: SnapshotEvery = None
 
     def given(self) -> dict:
         """The settings the env gives, by key (what overrides the run's config)."""

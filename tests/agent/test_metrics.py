@@ -26,7 +26,8 @@ def step(group: str, sample: int, turn: int, tool: str, ok: bool = True, error: 
     return {"env_id": group.split("/", 1)[1], "group_id": group, "sample_idx": sample, "policy_version": 2,
             "step": 0, "turn": turn, "tool": tool, "arguments": json.dumps({}), "ok": ok, "exit_code": 0 if ok else 1,
             "error": error, "infra_error": "", "duration_ms": duration_ms, "tokens_in": tokens_in,
-            "tokens_cached": cached, "tokens_out": 20, "observation_bytes": 40, "compressed_at_turn": compressed,
+            "tokens_cached": cached, "tokens_out": 20, "observation_bytes": 40, "message": "", "observation": "",
+            "compressed_at_turn": compressed,
             "cpu_s": cpu_s if ran else UNACCOUNTED, "memory_peak_mb": memory_peak_mb if ran else UNACCOUNTED,
             **budgets(AgentConfig())}
 
