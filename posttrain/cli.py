@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checks", help="comma-separated checks to run (default: all six)")
     p.add_argument("--repeats", type=int)
     p.add_argument("--k", type=int, help="samples per env and policy")
-    p.add_argument("--weak", help="weak policy: identity, noop, reference, noisy:P or a checkpoint dir")
+    p.add_argument("--weak", help="weak policy: identity, noop, reference, noisy:P or a policy reference (demo, "
+                                  "models:/posttrain-policy@champion, a checkpoint dir)")
     p.add_argument("--strong", help="strong policy (same choices)")
     p.add_argument("--learnability", help="current policy whose pass rate must be in (0, 1)")
     p.add_argument("--filter-learnability", action="store_true", help="reject envs the learnability policy "
