@@ -525,10 +525,11 @@ class AdmissionConfig(Validated):
                                           "self-consistent garbage) may earn")
     max_mutants: int = declare(12, low=0, doc="mutants run per env (spread evenly over the verifier's list)")
     weak_policy: str = declare("identity", check=admission_policy,
-                               doc="the policy that must not solve an env (discrimination): a scripted policy or a "
-                                   "policy reference (demo, models:/posttrain-policy@champion, a checkpoint dir)")
+                               doc="discrimination's weak policy: a scripted policy or a policy reference (demo, "
+                                   "models:/posttrain-policy@champion, a checkpoint dir)")
     strong_policy: str = declare("reference", check=admission_policy,
-                                 doc="the policy that must solve it (discrimination), named as weak_policy")
+                                 doc="discrimination's strong policy, which must pass min_gap more often; named as "
+                                     "weak_policy")
     k: int = declare(4, low=1, doc="samples per env and policy (discrimination, learnability)")
     min_gap: float = declare(0.1, low=0, high=1,
                              doc="the strong-minus-weak pass rate discrimination requires of every env (a spec's "
