@@ -440,13 +440,15 @@ class DemoPolicyConfig(Validated):
 
 
 AGENT_TOOLS = "posttrain.envs.tools:TOOLS"  # the registry of tool names
+DEFAULT_AGENT_TOOLS = "posttrain.envs.tools:DEFAULT_TOOLS"
 
 
 @dataclass
 class AgentConfig(Validated):
     """Agent episodes (``posttrain.agent``): tools, termination, the context budget, sampling."""
 
-    tools: list[str] = declare(factory=lambda: list(_resolve(AGENT_TOOLS)), doc="all registered tools",
+    tools: list[str] = declare(factory=lambda: list(_resolve(DEFAULT_AGENT_TOOLS)),
+                               doc="every registered tool but the env-bound ones (check: an env grants it)",
                                check=(each_one_of(AGENT_TOOLS), must(lambda names: "submit" in names,
                                                                      "a list with submit")))
     max_steps: int = declare(8, low=1, doc='model turns per episode; then finish_reason "max_steps"')

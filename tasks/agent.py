@@ -28,7 +28,7 @@ from posttrain.evaluation.results import judge_regressions
 from posttrain.memory import peak_memory
 from posttrain.rollout import live
 from posttrain.sandbox import make_sandbox
-from posttrain.schemas import AgentScored, Envs, EvalResults, Scored, Steps, empty
+from posttrain.schemas import AgentScored, Envs, EpisodeSnapshots, EvalResults, Scored, Steps, empty
 from posttrain.timing import timed
 from tasks.pods import sandbox_pod_template
 from tasks.policy import PolicyDir
@@ -38,6 +38,7 @@ from tasks.tables import Table
 
 AgentSampled = NamedTuple("AgentSampled", [("scored", Table[AgentScored]), ("steps", Table[Steps]),
                                            ("eval_results", Table[EvalResults]), ("eval_steps", Table[Steps]),
+                                           ("eval_snapshots", Table[EpisodeSnapshots]),
                                            ("metrics", dict[str, float]), ("eval_metrics", dict[str, float])])
 
 
@@ -52,8 +53,10 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
 
     ``scored`` / ``steps``: the rollout (AgentScored rows, group ids ``it<iteration>/<env_id>``, and their tool
     calls); ``eval_results`` / ``eval_steps``: one greedy row per eval env and its episode's calls (group ids
-    ``eval-v<k>/<env_id>``); ``metrics``: the rollout's episodes and the task's timings (engine start or swap, wall)
-    as ``agent/*`` (``posttrain.agent.metrics.agent_metrics``); ``eval_metrics``: the eval episodes' (``agent_eval/*``).
+    ``eval-v<k>/<env_id>``); ``eval_snapshots``: the workspace snapshots of the eval episodes that failed
+    (``agent.snapshot_every``, at most ``agent.snapshot_keep_mb``); ``metrics``: the rollout's episodes and the task's
+    timings (engine start or swap, wall) as ``agent/*`` (``posttrain.agent.metrics.agent_metrics``); ``eval_metrics``:
+    the eval episodes' (``agent_eval/*``).
     """
     clock = timed()
     specs = envs_from_table(envs)
@@ -62,6 +65,7 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
     evaluates = evaluate and bool(eval_envs(specs, cfg.eval_limit))
     scored, steps, stats = empty(AgentScored), empty(Steps), AgentStats()
     results, eval_steps, eval_stats = empty(EvalResults), empty(Steps), AgentStats()
+    snapshots = empty(EpisodeSnapshots)
     start_s = swap_s = memory_peak_mb = 0.0
     if rolls_out or evaluates:
         with engine_lifetime(), peak_memory() as memory:
@@ -70,8 +74,8 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
             fmt, box = chat_format(policy_dir, cfg), make_sandbox(sandbox)
             try:
                 if evaluates:
-                    results, eval_steps, eval_stats = evaluate_agent(engine, fmt, specs, cfg, box, sandbox,
-                                                                     engine.max_model_len, cfg.eval_limit)
+                    results, eval_steps, eval_stats, snapshots = evaluate_agent(
+                        engine, fmt, specs, cfg, box, sandbox, engine.max_model_len, cfg.eval_limit)
                 if rolls_out:
                     scored, steps, stats = rollout_agent(engine, fmt, specs, cfg, box, sandbox,
                                                          engine.max_model_len, for_iteration,
@@ -82,6 +86,7 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
     stats.engine_start_s, stats.engine_swap_s = start_s, swap_s
     stats.wall_s, stats.memory_peak_mb = clock.seconds, memory_peak_mb
     return AgentSampled(scored=scored, steps=steps, eval_results=results, eval_steps=eval_steps,
+                        eval_snapshots=snapshots,
                         metrics=agent_metrics(stats, steps),
                         eval_metrics=agent_metrics(eval_stats, eval_steps, prefix="agent_eval"))
 

@@ -23,7 +23,7 @@ from pandera.typing import DataFrame
 from posttrain import tracking
 from posttrain.config import LoopConfig, PromotionConfig
 from posttrain.evaluation.regression import flip_metrics, flips
-from posttrain.schemas import AdmissionReport, EvalResults, Scored, Steps
+from posttrain.schemas import AdmissionReport, EpisodeSnapshots, EvalResults, Scored, Steps
 from posttrain.tracking import registry
 from posttrain.tracking.metrics import baseline_metrics, iteration_metrics
 from posttrain.tracking.run_lines import mlflow_line, version_lines, write_lines
@@ -69,10 +69,12 @@ def _print_where(run_id: str, experiment: str, resumed: bool) -> None:
 
 @task(**stage("track"))
 def log_baseline(run_id: str, policy: PolicyDir, results: DataFrame[EvalResults], metrics: list[dict[str, float]],
-                 steps: dict[str, DataFrame[Steps]], promotion: PromotionConfig = PromotionConfig()) -> str:
+                 steps: dict[str, DataFrame[Steps]], promotion: PromotionConfig = PromotionConfig(),
+                 snapshots: Optional[dict[str, DataFrame[EpisodeSnapshots]]] = None) -> str:
     """Iteration 0: the starting policy's evaluation, so every curve starts at the baseline, with what its stages
-    logged (``metrics``, ``steps``: with agent envs, its greedy episodes' ``agent_eval/*`` and ``agent_eval_steps``)."""
-    tables = {tracking.EVAL_RESULTS: results, **steps}
+    logged (``metrics``, ``steps``: with agent envs, its greedy episodes' ``agent_eval/*`` and ``agent_eval_steps``;
+    ``snapshots``: its failed ones' ``agent_eval_snapshots``, with ``agent.snapshot_every``)."""
+    tables = {tracking.EVAL_RESULTS: results, **steps, **(snapshots or {})}
     return _log_once(run_id, 0, baseline_metrics(metrics, results), tables, policy, results, promotion)
 
 
@@ -80,20 +82,21 @@ def log_baseline(run_id: str, policy: PolicyDir, results: DataFrame[EvalResults]
 def log_iteration(run_id: str, iteration: int, policy: PolicyDir, metrics: list[dict[str, float]],
                   scored: DataFrame[Scored], steps: dict[str, DataFrame[Steps]],
                   results: Optional[DataFrame[EvalResults]] = None, previous: Optional[DataFrame[EvalResults]] = None,
-                  promotion: PromotionConfig = PromotionConfig()) -> str:
+                  promotion: PromotionConfig = PromotionConfig(),
+                  snapshots: Optional[dict[str, DataFrame[EpisodeSnapshots]]] = None) -> str:
     """Iteration k, which trained v_k: its stages' metrics (``metrics``, by MLflow name; merged by
     ``tracking.metrics.iteration_metrics`` with where the iteration's wall time went), the rows it trained on
     (``scored``), the agent tier's step tables by name (``steps``: ``agent_steps``, and ``agent_eval_steps`` when v_k
-    was evaluated), and the evaluation of v_k when it was evaluated (``eval.every``), with its per-env flips against
-    the previously evaluated version (``previous``: ``eval/flips/<fixed|broken|...>`` and the ``eval_flips``
-    table)."""
+    was evaluated; ``snapshots``: ``agent_eval_snapshots``, its failed greedy episodes' workspaces), and the
+    evaluation of v_k when it was evaluated (``eval.every``), with its per-env flips against the previously
+    evaluated version (``previous``: ``eval/flips/<fixed|broken|...>`` and the ``eval_flips`` table)."""
     iteration_s = tracking.seconds_since_iteration_logged(run_id, iteration - 1)
     logged = iteration_metrics(metrics, results, iteration_s)
     tables = {"scored": scored} if results is None else {"scored": scored, tracking.EVAL_RESULTS: results}
     if results is not None and previous is not None:
         tables["eval_flips"] = flips(results, previous)
         logged.update(flip_metrics(tables["eval_flips"]))
-    return _log_once(run_id, iteration, logged, {**tables, **steps}, policy, results, promotion)
+    return _log_once(run_id, iteration, logged, {**tables, **steps, **(snapshots or {})}, policy, results, promotion)
 
 
 def _log_once(run_id: str, iteration: int, metrics: dict[str, float], tables: dict, policy: PolicyDir,

@@ -85,9 +85,10 @@ def log_version(run_id: str, k: int, policy: PolicyDir, tiers: Tiers, results, p
     it was evaluated, its results with their flips against the last evaluated version's (``previous``)."""
     if updated is None:
         return log_baseline(run_id=run_id, policy=policy, results=results, metrics=tiers.metrics(0),
-                            steps=tiers.steps(0), promotion=promotion)
+                            steps=tiers.steps(0), snapshots=tiers.snapshots(0), promotion=promotion)
     this_log = log_iteration(run_id=run_id, iteration=k, policy=policy, metrics=[*tiers.metrics(k), updated.metrics],
-                             scored=updated.train_rows, steps=tiers.steps(k), results=results,
+                             scored=updated.train_rows, steps=tiers.steps(k), snapshots=tiers.snapshots(k),
+                             results=results,
                              previous=previous if results is not None else None, promotion=promotion)
     after >> this_log
     return this_log

@@ -122,6 +122,10 @@ class Tier(ABC):
     def steps(self, k: int) -> dict:
         """The step tables this tier logs with v_k, by name."""
 
+    def snapshots(self, k: int) -> dict:
+        """The workspace snapshot tables this tier logs with v_k, by name: none but the agent tier's."""
+        return {}
+
 
 class SingleTurn(Tier):
     """The single-turn tier: ``sample`` nodes, ``score_eval`` of an evaluated version's completions, ``reward`` of
@@ -195,6 +199,10 @@ class Agent(Tier):
         trained = {"agent_steps": self.rollouts[k].steps} if k > 0 else {}
         return {**trained, **({"agent_eval_steps": self.evaluations[k].eval_steps} if k in self.evaluations else {})}
 
+    def snapshots(self, k: int) -> dict:
+        """The snapshots of v_k's failed greedy episodes, when it was evaluated: ``agent_eval_snapshots``."""
+        return {"agent_eval_snapshots": self.evaluations[k].eval_snapshots} if k in self.evaluations else {}
+
 
 class Tiers:
     """The tiers of a suite, joined: the single-turn tier unless every env is an agent env, the agent tier when any
@@ -232,3 +240,7 @@ class Tiers:
     def steps(self, k: int) -> dict:
         """The tiers' step tables to log with v_k, by name."""
         return {name: table for tier in self.all for name, table in tier.steps(k).items()}
+
+    def snapshots(self, k: int) -> dict:
+        """The tiers' snapshot tables to log with v_k, by name."""
+        return {name: table for tier in self.all for name, table in tier.snapshots(k).items()}

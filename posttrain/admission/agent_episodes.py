@@ -14,7 +14,8 @@ admission's own tokenizer does not: the run enforces them, admission never does 
 Steps, top to bottom (``run_scripted``): (1) the episodes are split into rounds whose task prompts differ (a scripted
 policy tells its tasks apart by their prompt) and batches of ``AdmissionConfig.agent_batch``; (2) each batch runs
 together (``agent.runner.run_episodes``: one batched turn, tool calls concurrent), one session per episode; (3) each
-final workspace is captured as the agent rollout captures it (``agent.envs.final_workspaces``) and its session closed
+final workspace is captured as the agent rollout captures it (``agent.envs.final_workspaces``; the text of the
+verifier's answer file where it has one: ``final_solution``) and its session closed
 (so scoring holds no docker container); (4) every captured workspace of the check is scored in one
 ``SandboxBatches`` batch. A session that cannot start or a tool call that hits a sandbox failure makes the verdict
 infra, never a reward of 0; a final workspace that cannot be captured fails its own episode
@@ -41,7 +42,7 @@ from pathlib import PurePosixPath
 from dataclasses import replace
 
 from posttrain.admission.batch import SandboxBatches
-from posttrain.agent.envs import final_workspaces, task_of
+from posttrain.agent.envs import final_solution, final_workspaces, task_of
 from posttrain.agent.runner import AgentTask, run_episodes
 from posttrain.agent.scripted import SUBMIT, ScriptedPolicy
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
@@ -138,7 +139,7 @@ def _episode_batch(jobs: Sequence[tuple[EnvSpec, list]], sandbox, sandbox_cfg: S
                                             memory_mb=min(spec.limits.memory_mb, sandbox_cfg.memory_mb)))
         tasks = [scripted_task(spec, own_settings) for spec, _ in jobs]
         episodes = run_episodes(policy, fmt, tasks, sessions, agent_cfg, MAX_CONTEXT)
-        finals = final_workspaces(sessions)
+        finals = [final_solution(spec, final) for (spec, _), final in zip(jobs, final_workspaces(sessions))]
         return [(_infra(f"agent episode: {e.sandbox_failure}") if e.sandbox_failure else final, e.finish_reason)
                 for e, final in zip(episodes, finals)]
     except Exception as error:  # noqa: BLE001 - a session that does not start is the sandbox's fault

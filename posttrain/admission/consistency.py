@@ -24,6 +24,7 @@ from pathlib import Path
 
 from posttrain.admission.agent_episodes import oracle_calls
 from posttrain.admission.report import CheckRow
+from posttrain.agent.check import check_problem
 from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.envs.agent_settings import parse_settings
 from posttrain.envs.spec import EnvSpec
@@ -172,7 +173,8 @@ def _limit_problems(spec: EnvSpec, sandbox_cfg: SandboxConfig, cfg: AdmissionCon
 def oracle_settings_problems(spec: EnvSpec) -> list[tuple[str, str]]:
     """(code, text) problems of an agent env's oracle (``oracle_calls``: without one, its reference as a ``bash``
     call) under the env's own ``agent:`` settings: a tool outside its ``tools``, more turns of work (the calls before
-    ``submit``) than its ``max_steps``. Its deadline is for the oracle episode to tell (solvability).
+    ``submit``) than its ``max_steps``; and a granted ``check`` its verifier cannot serve (``agent.check``). Its
+    deadline is for the oracle episode to tell (solvability).
 
     >>> spec = EnvSpec(id="t/x", prompt="p", reference="make", verifier={}, kind="agent",
     ...                agent={"tools": ["read_file", "submit"], "max_steps": 1},
@@ -191,6 +193,8 @@ def oracle_settings_problems(spec: EnvSpec) -> list[tuple[str, str]]:
         problems.append((f"{CHECK}.oracle_tool_not_allowed", f"the oracle calls {outside}, outside the env's "
                                                              f"agent.tools {settings.tools}"))
     work = next((k for k, call in enumerate(calls) if call["name"] == "submit"), len(calls))
+    if "check" in (settings.tools or []) and check_problem(spec):
+        problems.append((f"{CHECK}.check_not_served", f"agent.tools grants check, but {check_problem(spec)}"))
     if settings.max_steps is not None and work > settings.max_steps:
         problems.append((f"{CHECK}.oracle_over_max_steps", f"the oracle works {work} turns before it submits, over "
                                                            f"the env's agent.max_steps {settings.max_steps}"))

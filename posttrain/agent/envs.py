@@ -6,7 +6,9 @@ trusted tests. ``workspace_solution(snapshot)`` is such a script that makes the 
 final one (a tar taken inside the session, unpacked over an emptied ``/work``), so the verifier, its trusted tests and
 its isolation are the same for agent episodes as for single-turn solutions. A final workspace that cannot be captured
 fails its own episode only: as the agent's outcome (reward 0) when the capture itself failed (a workspace over its
-size), as infra (excluded) only when the sandbox failed the step. ``final_effects`` reads what a captured final
+size), as infra (excluded) only when the sandbox failed the step. A verifier that reads its answer from a workspace
+file (``Verifier.answer_file``: ``numeric`` with ``answer_file``) scores that file's text instead
+(``final_solution``: read on the host from the captured tar; a missing file is an empty answer). ``final_effects`` reads what a captured final
 workspace shows of the episode's destructive effects (task files deleted or emptied), the evidence by effect of the
 ``no_destructive_command`` assertion.
 
@@ -22,6 +24,8 @@ Example:
     find . -mindepth 1 -delete
     >>> final_effects(spec, workspace_solution(b"\\0" * 1024))   # an empty archive: app.ini is gone
     ['deleted task file app.ini']
+    >>> final_solution(spec, "script") == "script"    # workspace_tests scores the workspace itself
+    True
 """
 
 from __future__ import annotations
@@ -29,21 +33,23 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 
+from posttrain.agent.check import env_tools
 from posttrain.agent.runner import AgentTask
 from posttrain.config import SandboxConfig
 from posttrain.envs.agent_settings import parse_settings
 from posttrain.envs.destructive.workspace_effects import final_files, workspace_effects
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers import verify_many
+from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.envs.verifiers.base import Verdict
 from posttrain.sandbox.session import SandboxSession, SessionError
 
 
 def task_of(spec: EnvSpec, group_id: str = "", sample_idx: int = 0) -> AgentTask:
-    """The episode of ``spec``: its prompt, workspace, domain and its own tools and budgets (``agent:``)."""
+    """The episode of ``spec``: its prompt, workspace, domain, its own tools and budgets (``agent:``) and the
+    executors of the env-bound tools it can serve (``agent.check``)."""
     return AgentTask(env_id=spec.id, prompt=spec.prompt, files=dict(spec.workspace), setup=spec.setup,
                      domain=spec.domain, group_id=group_id or spec.id, sample_idx=sample_idx,
-                     settings=parse_settings(spec.agent))
+                     settings=parse_settings(spec.agent), env_tools=env_tools(spec))
 
 
 def workspace_solution(tar: bytes) -> str:
@@ -71,6 +77,16 @@ def uncaptured(exc: SessionError) -> Verdict:
                    infra_error=why if exc.infra_error else "", detail=("infra: " if exc.infra_error else "") + why)
 
 
+def final_solution(spec: EnvSpec, final: str | Verdict) -> str | Verdict:
+    """What ``spec``'s verifier scores of a captured final workspace (``final_workspaces``): the workspace itself, or,
+    for a verifier with an ``answer_file``, that file's text ("" when the file is missing or not text)."""
+    path = get_verifier(spec.verifier_kind).answer_file(spec)
+    if not path or not isinstance(final, str):
+        return final
+    content = (final_files(final) or {}).get(path, b"")
+    return content.decode("utf-8", "replace")
+
+
 def final_effects(spec: EnvSpec, final: str | Verdict) -> list[str] | None:
     """The destructive effects seen on an episode's final workspace (``final_workspaces``): the task files of
     ``spec`` it deleted or emptied (``workspace_effects``; no reference workspace, so every such file counts); None
@@ -84,7 +100,8 @@ def score_workspaces(specs: Sequence[EnvSpec], finals: Sequence[str | Verdict], 
     """The verifier's verdict on each captured final workspace (``final_workspaces``), in order."""
     verdicts = list(finals)
     captured = [i for i, final in enumerate(finals) if isinstance(final, str)]
-    for i, verdict in zip(captured, verify_many([(specs[i], finals[i]) for i in captured], sandbox, cfg)):
+    solutions = [(specs[i], final_solution(specs[i], finals[i])) for i in captured]
+    for i, verdict in zip(captured, verify_many(solutions, sandbox, cfg)):
         verdicts[i] = verdict
     return verdicts
 

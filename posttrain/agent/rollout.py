@@ -33,7 +33,7 @@ import pandas as pd
 from posttrain.agent.envs import final_effects, final_workspaces, score_workspaces, task_of
 from posttrain.agent.episode import Episode
 from posttrain.agent.runner import run_episodes
-from posttrain.agent.table import steps_table, trajectories_table
+from posttrain.agent.table import snapshots_table, steps_table, trajectories_table
 from posttrain.agent.template import ChatFormat
 from posttrain.config import AgentConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
@@ -56,13 +56,15 @@ def shaped_reward(verifier_reward: float, terms: dict[str, float]) -> float:
 
 
 class AgentBatch(NamedTuple):
-    """A batch of agent episodes: their ``AgentScored`` and ``Steps`` tables, and each episode's destructive effects
+    """A batch of agent episodes: their ``AgentScored`` and ``Steps`` tables, each episode's destructive effects
     on its workspace, ``(env_id, sample_idx)`` -> ``envs.final_effects`` (None: not observed, or the sandbox failed
-    the episode, so its workspace need not be the agent's)."""
+    the episode, so its workspace need not be the agent's), and their workspace snapshots (``EpisodeSnapshots``:
+    none unless ``snapshot_every``)."""
 
     scored: pd.DataFrame
     steps: pd.DataFrame
     effects: dict[tuple[str, int], list[str] | None]
+    snapshots: pd.DataFrame
 
 
 def collect_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence[EnvSpec], n: int,
@@ -112,4 +114,5 @@ def rollout_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence
     # step 5. the destructive effects each final workspace shows
     effects = {(e.env_id, e.sample_idx): None if e.sandbox_failure else final_effects(spec, final)
                for e, spec, final in zip(episodes, specs, finals)}
-    return AgentBatch(AgentScored.validate(scored), steps_table(episodes, version), effects)
+    return AgentBatch(AgentScored.validate(scored), steps_table(episodes, version), effects,
+                      snapshots_table(episodes))

@@ -58,7 +58,7 @@ from posttrain.agent.budget import budget_for, compress
 from posttrain.agent.episode import Episode, StepRecord, Turn
 from posttrain.agent.parser import CallError, CallFormat
 from posttrain.agent.template import ChatFormat
-from posttrain.agent.tools import Observation, run_tool
+from posttrain.agent.tools import Executor, Observation, run_tool
 from posttrain.config import AgentConfig
 from posttrain.envs.agent_settings import AgentSettings
 from posttrain.envs.tools import TOOLS, tool_specs
@@ -85,6 +85,7 @@ class AgentTask:
     sample_idx: int = 0
     system: str = ""  # "" uses the template's default system prompt
     settings: AgentSettings = field(default_factory=AgentSettings)  # its env's own tools and budgets (spec agent:)
+    env_tools: dict[str, Executor] = field(default_factory=dict)  # env-bound tools' executors (agent.check)
 
     def messages(self) -> list[dict]:
         system = [{"role": "system", "content": self.system}] if self.system else []
@@ -162,7 +163,7 @@ def continue_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, tasks: Sequen
                     text=fmt.tokenizer.decode(list(sample.token_ids), skip_special_tokens=False)))
             # step 2. every episode's tool calls, episodes concurrently, each timed to its own episode
             list(pool.map(lambda i: _timed(episodes[i], act, episodes[i].turns[-1], sessions[i],
-                                           _allowed(episodes[i]), fmt.calls), live))
+                                           _allowed(episodes[i]), fmt.calls, tasks[i].env_tools), live))
             # step 3. termination, or the template tokens and the context budget; state files concurrently
             compressed = [i for i in live if after_turn(episodes[i], fmt, tasks[i], max_context)]
             list(pool.map(lambda i: _timed(episodes[i], write_state, episodes[i], tasks[i], sessions[i]),
@@ -272,9 +273,10 @@ def prepare(episode: Episode, task: AgentTask, session: SandboxSession) -> None:
         episode.finish("infra")
 
 
-def act(turn: Turn, session: SandboxSession, allowed: dict[str, tuple[str, ...]], call_format: CallFormat) -> None:
+def act(turn: Turn, session: SandboxSession, allowed: dict[str, tuple[str, ...]], call_format: CallFormat,
+        env_tools: dict[str, Executor] | None = None) -> None:
     """Run the calls of ``turn`` (in ``call_format``) in order, recording a step and an observation each; stop after
-    ``submit``."""
+    ``submit``. ``env_tools``: the executors of the env-bound tools its task grants (``AgentTask.env_tools``)."""
     calls = call_format.parse(turn.text, allowed)
     if not calls:
         _record(turn, "", {}, Observation(NO_CALL, ok=False), 0.0, error="no_tool_call")
@@ -285,7 +287,7 @@ def act(turn: Turn, session: SandboxSession, allowed: dict[str, tuple[str, ...]]
         t0, mark = time.monotonic(), len(session.log)
         error = ""
         try:
-            obs = run_tool(session, call.name, call.arguments)
+            obs = run_tool(session, call.name, call.arguments, env_tools)
         except SessionError as exc:  # infra only when the sandbox failed the step; a refused argument is the agent's
             obs = Observation(f"error: {exc}", ok=False, infra_error=exc.infra_error)
         except Exception as exc:  # noqa: BLE001 - a tool raised on what the agent sent: its failure, not the batch's

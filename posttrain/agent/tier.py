@@ -41,7 +41,7 @@ from posttrain.envs.spec import EnvSpec
 from posttrain.envs.tools import tool_specs
 from posttrain.rollout.collect import iteration_seed, pick_envs
 from posttrain.rollout.engine import TokenRolloutEngine
-from posttrain.schemas import AgentScored, Steps, empty
+from posttrain.schemas import AgentScored, EpisodeSnapshots, Steps, empty
 from posttrain.timing import timed
 
 AGENT = "agent"  # EnvSpec.kind of the envs this tier runs
@@ -86,7 +86,7 @@ def run_batch(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence[EnvSpe
     """``rollout_episodes`` (n episodes per env, group ids ``it<iteration>/<env_id>``) and the batch's stats;
     no envs: empty tables, and no session is opened."""
     if not envs:
-        return AgentBatch(empty(AgentScored), empty(Steps), {}), AgentStats()
+        return AgentBatch(empty(AgentScored), empty(Steps), {}, empty(EpisodeSnapshots)), AgentStats()
     timed_engine = TimedEngine(engine)
     with timed() as episodes:
         batch = rollout_episodes(timed_engine, fmt, list(envs), n, cfg, sandbox, sandbox_cfg, max_context, iteration)

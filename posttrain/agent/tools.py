@@ -1,5 +1,5 @@
 """The agent's tools, run in the env's sandbox session: ``bash``, ``python``, ``read_file``, ``write_file``,
-``edit_file`` (search/replace, exactly one match), ``submit``.
+``edit_file`` (search/replace, exactly one match), ``check`` (env-bound: ``posttrain.agent.check``), ``submit``.
 
 The tools are named, described and given their arguments by the env spec's vocabulary (``posttrain.envs.tools``:
 ``TOOLS``, ``tool_specs``); here each has its ``execute(session, args) -> Observation`` in ``EXECUTORS``, under the
@@ -100,20 +100,28 @@ def _edit(session: SandboxSession, args: dict) -> Observation:
     return _write(session, {"path": args["path"], "content": edited})
 
 
+def _unchecked(session: SandboxSession, args: dict) -> Observation:
+    return Observation(text="error: check: this env has no answer file to check", ok=False)
+
+
 def _submit(session: SandboxSession, args: dict) -> Observation:
     return Observation(text="submitted", ok=True, submitted=True)
 
 
-EXECUTORS: dict[str, Callable[[SandboxSession, dict], Observation]] = {  # by the names of TOOLS
+Executor = Callable[[SandboxSession, dict], Observation]
+EXECUTORS: dict[str, Executor] = {  # by the names of TOOLS; an env-bound tool's here serves envs that lack one
     "bash": lambda s, a: _command(s, NO_PYC + a["command"]),
     "python": lambda s, a: _command(s, ["python3", "-B", "-"], a["code"], "python"),
     "read_file": _read,
     "write_file": _write,
     "edit_file": _edit,
+    "check": _unchecked,
     "submit": _submit,
 }
 
 
-def run_tool(session: SandboxSession, name: str, arguments: dict) -> Observation:
-    """Execute one (already validated) call of tool ``name`` in ``session``."""
-    return EXECUTORS[name](session, arguments)
+def run_tool(session: SandboxSession, name: str, arguments: dict, env_tools: dict[str, Executor] | None = None
+             ) -> Observation:
+    """Execute one (already validated) call of tool ``name`` in ``session``: with the env's own executor when
+    ``env_tools`` (the env-bound tools its task grants: ``posttrain.agent.check``) has one, else the registry's."""
+    return (env_tools or {}).get(name, EXECUTORS[name])(session, arguments)

@@ -26,8 +26,8 @@ Example:
     ...     print(problem)
     ('agent.max_step', 'unknown key for agent settings (allowed: context_budget, deadline_s, max_new_tokens, \
 max_steps, snapshot_every, token_budget, tools)')
-    ('agent.tools[1]', "must be 'bash' or 'python' or 'read_file' or 'write_file' or 'edit_file' or 'submit', \
-got 'curl'")
+    ('agent.tools[1]', "must be 'bash' or 'python' or 'read_file' or 'write_file' or 'edit_file' or 'check' or \
+'submit', got 'curl'")
     ('agent.deadline_s', 'must be a positive number, got 0')
     >>> settings_problems({"tools": ["bash"]})
     [('agent.tools', 'must include submit: the agent ends its episode with it')]

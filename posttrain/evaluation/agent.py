@@ -25,6 +25,7 @@ Example (pure: the envs evaluated, and the per-episode rows of an AgentScored ta
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -38,7 +39,9 @@ from posttrain.envs.spec import EnvSpec
 from posttrain.evaluation.greedy import split_envs
 from posttrain.evaluation.results import eval_results
 from posttrain.rollout.engine import TokenRolloutEngine
-from posttrain.schemas import EvalResults, Steps, empty
+from posttrain.schemas import EpisodeSnapshots, EvalResults, Steps, empty
+
+log = logging.getLogger(__name__)
 
 
 def eval_envs(envs: Mapping[str, EnvSpec], limit: int = 0, split: str = "eval") -> list[EnvSpec]:
@@ -63,13 +66,14 @@ def episode_rows(scored: pd.DataFrame, version: int) -> pd.DataFrame:
 def evaluate_agent(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Mapping[str, EnvSpec], cfg: AgentConfig,
                    sandbox, sandbox_cfg: SandboxConfig, max_context: int, limit: int = 0,
                    previous: pd.DataFrame | Mapping[str, bool | None] | None = None,
-                   ) -> tuple[pd.DataFrame, pd.DataFrame, AgentStats]:
-    """``(EvalResults, Steps, stats)`` of greedy episodes of the policy ``engine`` serves on the agent eval envs
-    (``limit``: the first ``limit`` by id; 0: all). ``previous``: the previous policy's greedy verdicts, for the
-    ``no_regression`` assertion (``eval_results``)."""
+                   ) -> tuple[pd.DataFrame, pd.DataFrame, AgentStats, pd.DataFrame]:
+    """``(EvalResults, Steps, stats, EpisodeSnapshots)`` of greedy episodes of the policy ``engine`` serves on the
+    agent eval envs (``limit``: the first ``limit`` by id; 0: all); the snapshots are the failed episodes'
+    (``kept_snapshots``). ``previous``: the previous policy's greedy verdicts, for the ``no_regression`` assertion
+    (``eval_results``)."""
     chosen = eval_envs(envs, limit)
     if not chosen:
-        return empty(EvalResults), empty(Steps), AgentStats()
+        return empty(EvalResults), empty(Steps), AgentStats(), empty(EpisodeSnapshots)
     batch, stats = run_batch(engine, fmt, chosen, 1, replace(cfg, temperature=0.0), sandbox, sandbox_cfg,
                              max_context, iteration=0)
     version = max(0, engine.version)
@@ -77,4 +81,31 @@ def evaluate_agent(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Mapping[st
     effects = {(eval_group(version, env_id), idx): found for (env_id, idx), found in batch.effects.items()}
     results = eval_results(episode_rows(batch.scored, version), {e.id: e for e in chosen}, steps=steps,
                            previous=previous, effects=effects)
-    return results, steps, stats
+    snapshots = batch.snapshots.assign(group_id=[eval_group(version, e) for e in batch.snapshots["env_id"]])
+    return results, steps, stats, kept_snapshots(snapshots, results, cfg.snapshot_keep_mb)
+
+
+def kept_snapshots(snapshots: pd.DataFrame, results: pd.DataFrame, keep_mb: int) -> pd.DataFrame:
+    """The ``snapshots`` (``EpisodeSnapshots``) of the episodes whose env failed (``results``: ``EvalResults``), whole
+    episodes in env order while their archives total at most ``keep_mb`` MiB; one that would cross it keeps none
+    (logged).
+
+    >>> snaps = pd.DataFrame({"env_id": ["t/a", "t/a", "t/b", "t/c"], "group_id": ["g/a", "g/a", "g/b", "g/c"],
+    ...                       "sample_idx": 0, "turn": [-1, 0, -1, -1], "archive": [b"x" * 400_000] * 4})
+    >>> results = pd.DataFrame({"env_id": ["t/a", "t/b", "t/c"], "passed": [False, True, False]})
+    >>> kept_snapshots(snaps, results, keep_mb=1)[["group_id", "turn"]].values.tolist()
+    [['g/a', -1], ['g/a', 0]]
+    """
+    failed = set(results.env_id[~results.passed.astype(bool)])
+    rows = snapshots[snapshots.env_id.isin(failed)].sort_values(["env_id", "sample_idx", "turn"])
+    sizes = rows.archive.map(len).groupby([rows.group_id, rows.sample_idx], sort=False).sum()
+    kept, total = set(), 0
+    for episode, size in sizes.items():
+        if total + size > keep_mb << 20:
+            log.warning("eval snapshots of %s/%s not kept: %d bytes over agent.snapshot_keep_mb=%d with the others",
+                        *episode, size, keep_mb)
+            continue
+        kept.add(episode)
+        total += size
+    chosen = pd.Series([key in kept for key in zip(rows.group_id, rows.sample_idx)], index=rows.index, dtype=bool)
+    return EpisodeSnapshots.validate(rows[chosen].reset_index(drop=True))

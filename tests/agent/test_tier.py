@@ -70,7 +70,7 @@ def test_the_oracle_rollout_of_an_iteration_solves_its_picked_train_envs(fmt, bo
 def test_the_greedy_eval_has_one_row_per_agent_eval_env(fmt, box, policy):
     scripts = {e.prompt: oracle(e) for e in AGENT_ENVS} if policy == "oracle" else {}
     engine = ScriptedPolicy(fmt, scripts, version=5) if scripts else noop_policy(fmt, version=5)
-    results, steps, stats = evaluate_agent(engine, fmt, ENVS, CFG, box, SandboxConfig(), max_context=4096)
+    results, steps, stats, _ = evaluate_agent(engine, fmt, ENVS, CFG, box, SandboxConfig(), max_context=4096)
     evals = sorted(e.id for e in AGENT_ENVS if e.split == "eval")
     assert results.env_id.tolist() == evals
     assert (results.decoding == "greedy").all()
@@ -97,7 +97,7 @@ def test_the_greedy_eval_judges_no_destructive_command_by_effect_too(fmt, box):
     [source] = [path for path in evals[deleter].workspace if path.startswith("src/")]
     scripts = {evals[deleter].prompt: [{"name": "bash", "arguments": {"command": f"rm {source}"}}, SUBMIT],
                evals[solver].prompt: oracle(evals[solver])}
-    results, steps, _ = evaluate_agent(ScriptedPolicy(fmt, scripts), fmt, evals, CFG, box, SandboxConfig(), 4096)
+    results, steps, _, _ = evaluate_agent(ScriptedPolicy(fmt, scripts), fmt, evals, CFG, box, SandboxConfig(), 4096)
     verdicts = {r.env_id: json.loads(r.assertions)["behavior/no_destructive_command"] for r in results.itertuples()}
     assert verdicts == {deleter: False, solver: True}
     assert not destructive_commands(steps[steps.env_id == deleter].to_dict("records"))  # clean by text
@@ -107,7 +107,7 @@ def test_a_suite_without_agent_envs_runs_nothing(fmt):
     single = {e.id: e for e in SINGLE_TURN}
     engine = noop_policy(fmt)
     scored, steps, stats = rollout_agent(engine, fmt, single, CFG, None, SandboxConfig(), 4096, 1, 8, 4)
-    results, eval_steps, eval_stats = evaluate_agent(engine, fmt, single, CFG, None, SandboxConfig(), 4096)
+    results, eval_steps, eval_stats, _ = evaluate_agent(engine, fmt, single, CFG, None, SandboxConfig(), 4096)
     assert len(scored) == len(steps) == len(results) == len(eval_steps) == 0
     assert stats.episodes == eval_stats.episodes == 0
 
@@ -128,7 +128,7 @@ def test_the_bundled_suites_assertions_are_judged_on_real_episodes(fmt, box):
                envs[wordy].prompt: [peek] * 3 + oracle(envs[wordy]),
                envs[destroyer].prompt: [{"name": "bash", "arguments": {"command": "rm -f /etc/hosts"}},
                                         *oracle(envs[destroyer])]}
-    results, _, _ = evaluate_agent(ScriptedPolicy(fmt, scripts), fmt, envs, CFG, box, SandboxConfig(), 4096)
+    results, _, _, _ = evaluate_agent(ScriptedPolicy(fmt, scripts), fmt, envs, CFG, box, SandboxConfig(), 4096)
     judged = judge_regressions(results, {env_id: True for env_id in envs})
     verdicts = {r.env_id: json.loads(r.assertions) for r in judged.itertuples()}
     assert verdicts[oracle_env] == {"result/tests_pass": True, "result/no_regression": True,
@@ -140,3 +140,20 @@ def test_the_bundled_suites_assertions_are_judged_on_real_episodes(fmt, box):
                       regressed: ["behavior/used_tool/bash", "result/no_regression", "result/tests_pass"]}
     before = {r.env_id: json.loads(r.assertions)["result/no_regression"] for r in results.itertuples()}
     assert set(before.values()) == {None}  # the episodes' own node had no previous verdicts to judge by
+
+
+def test_the_greedy_eval_keeps_the_snapshots_of_its_failed_episodes_only(fmt, box):
+    evals = {e.id: e for e in AGENT_ENVS if e.split == "eval"}
+    failing, solved = sorted(evals)
+    engine = ScriptedPolicy(fmt, {evals[solved].prompt: oracle(evals[solved])}, version=2)  # the other submits
+    results, _, _, snapshots = evaluate_agent(engine, fmt, evals, replace(CFG, snapshot_every=1), box,
+                                              SandboxConfig(), 4096)
+    assert dict(zip(results.env_id, results.passed)) == {failing: False, solved: True}
+    assert set(snapshots.group_id) == {f"eval-v2/{failing}"}
+    assert snapshots.turn.tolist() == [-1, 0]  # the prepared workspace, and after its one turn (submit)
+    assert all(len(archive) > 0 for archive in snapshots.archive)
+    _, _, _, none_kept = evaluate_agent(engine, fmt, evals, replace(CFG, snapshot_every=1, snapshot_keep_mb=0), box,
+                                        SandboxConfig(), 4096)
+    assert none_kept.empty
+    _, _, _, off = evaluate_agent(engine, fmt, evals, CFG, box, SandboxConfig(), 4096)
+    assert off.empty

@@ -162,6 +162,7 @@ def test_a_suite_without_agent_envs_starts_no_engine(tiny_policy, flyte_cache):
                        sandbox=SandboxConfig(), rollout_cfg=RolloutConfig(replicas=1), policy_version=0, rollout=True,
                        evaluate=True)
     assert len(out.scored) == len(out.steps) == len(out.eval_results) == len(out.eval_steps) == 0
+    assert out.eval_snapshots.empty
     assert (out.metrics, out.eval_metrics) == ({"agent/episodes": 0.0}, {"agent_eval/episodes": 0.0})
     assert live.counters() == before
 

@@ -185,6 +185,11 @@ def any_kind(spec: EnvSpec) -> str:
     return ""
 
 
+def workspace_is_solution(spec: EnvSpec) -> str:
+    """Default ``answer_file``: an agent episode's final workspace is itself the solution."""
+    return ""
+
+
 def no_own_files(spec: EnvSpec) -> frozenset[str]:
     """Default ``own_files``: the verifier writes nothing into the sandbox besides the workspace."""
     return frozenset()
@@ -244,6 +249,10 @@ class Verifier:
     - ``vacuous_tests(spec)`` -> names of tests that pass whenever they run (none).
     - ``agent_only(spec)`` -> why only an agent episode can be graded, e.g. "without a solution_file grades an
       agent's edit script"; "" when a single completion can ("").
+    - ``answer_file(spec)`` -> the workspace file whose text is the solution of an agent episode (its final
+      workspace otherwise: "").
+    - ``feedback``: None, or ``(spec, solution)`` -> (all checks passed, a report an agent may read: which checks
+      fail, never an expected value), what the agent's ``check`` tool says of its answer file (``agent.check``).
     - ``own_files(spec)`` -> files the verifier writes into the sandbox besides the workspace (none).
     - ``solution_language(spec)`` -> the language of a solution program, for scanning the files it reads; ""
       when the solution is data (the runtime's language).
@@ -286,6 +295,8 @@ class Verifier:
     signals: Mapping[str, str] = field(default_factory=dict)
     unmeasured: Callable[[EnvSpec], dict[str, str]] = every_signal_measured
     on_demand: Mapping[str, Callable[[EnvSpec, str], tuple[float, str]]] = field(default_factory=dict)
+    answer_file: Callable[[EnvSpec], str] = workspace_is_solution
+    feedback: Callable[[EnvSpec, str], tuple[bool, str]] | None = None
 
     def validate(self, spec: EnvSpec) -> Problems:
         """Problems with a spec's verifier config, as (field, reason) pairs; empty when valid. The suite loader

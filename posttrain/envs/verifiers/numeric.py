@@ -193,6 +193,9 @@ class NumericConfig:
                                  "right")] = field(default_factory=list)
     formula_rel_tol: Annotated[Tolerance, Rule(doc="formulas' relative tolerance (default: rel_tol)")] = None
     formula_abs_tol: Annotated[Tolerance, Rule(doc="formulas' absolute tolerance (default: abs_tol)")] = None
+    answer_file: Annotated[str, Rule(pattern=r"^[\w.-]+(/[\w.-]+)*$", noun="relative path",
+                                     doc="agent envs (and only they): the workspace file the episode leaves its "
+                                         "answer in; the verifier scores that file's text")] = ""
 
     def field_check(self, name: str) -> tuple[float, float, float]:
         """(expected value, rel_tol, abs_tol) of one field: its own tolerances, else the defaults."""
@@ -209,8 +212,11 @@ class NumericConfig:
 
 
 def check_config(spec: EnvSpec) -> Problems:
-    """Formulas that do not parse, name unknown fields, or do not hold for the expected values."""
+    """Formulas that do not parse, name unknown fields, or do not hold for the expected values; an agent env
+    without ``answer_file`` (its episode leaves a workspace, not an answer text)."""
     config, problems = parse(NumericConfig, spec.verifier), []
+    if spec.kind == "agent" and not config.answer_file:
+        problems.append(("verifier.answer_file", "an agent env names the workspace file its answer is read from"))
     fields = config.fields
     expected = {name: config.field_check(name)[0] for name in fields}
     rel, absolute = config.formula_tolerances()
@@ -283,6 +289,17 @@ SIGNALS = {
 }
 
 
+def answer_file(spec: EnvSpec) -> str:
+    """The workspace file an agent episode's answer is read from ("": none; the raw mapping, read defensively)."""
+    name = spec.verifier.get("answer_file") if isinstance(spec.verifier, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def agent_only(spec: EnvSpec) -> str:
+    """With an ``answer_file``, only an agent episode leaves the answer to grade."""
+    return f"reads its answer from the workspace file {answer_file(spec)}" if answer_file(spec) else ""
+
+
 def unmeasured(spec: EnvSpec) -> dict[str, str]:
     """``formulas`` of a valid spec that declares none."""
     return {} if parse(NumericConfig, spec.verifier).formulas else {"formulas": "it declares no formulas"}
@@ -292,56 +309,105 @@ def _signals(fields_right: int, fields: int, formulas_credited: int, formulas: i
     return {"fields": fields_right / fields, **({"formulas": formulas_credited / formulas} if formulas else {})}
 
 
+@dataclass(frozen=True)
+class Check:
+    """One check of an answer: a field or a formula, whether it ``passed`` (a formula: it holds and its fields are
+    right), ``status``: what the agent's ``check`` tool may say of it (``feedback``: never an expected value), and
+    ``detail``: why it failed, for the verdict (with the expected value)."""
+
+    name: str
+    passed: bool
+    status: str
+    detail: str = ""
+
+
+def _field_checks(config: NumericConfig, answer: dict) -> tuple[list[Check], dict[str, float]]:
+    """A check per field, and the answer's numeric values by field."""
+    checks, got = [], {}
+    for name in config.fields:
+        want, rel, absolute = config.field_check(name)
+        value = _number(answer[name]) if name in answer else None
+        if name not in answer:
+            checks.append(Check(name, False, "missing", f"{name}: missing"))
+        elif value is None:
+            checks.append(Check(name, False, "not a number", f"{name}: not a number ({json.dumps(answer[name])[:40]})"))
+        else:
+            got[name] = value
+            right = close(value, want, rel, absolute)
+            checks.append(Check(name, right, "ok" if right else "does not match",
+                                "" if right else f"{name}: got {value:.6g}, expected {want:.6g}"))
+    return checks, got
+
+
+def _formula_check(config: NumericConfig, text: str, got: dict[str, float], wrong: set[str]) -> Check:
+    """The check of one formula over the answer's values ``got``; credited only when no field it names is ``wrong``."""
+    lhs, tree = parse_formula(text, set(config.fields))
+    name = f"formula {text}"
+    try:
+        if lhs not in got:
+            raise FormulaError(f"{lhs} is missing")
+        value = evaluate(tree, got)
+    except FormulaError as error:  # names fields only, never a value
+        return Check(name, False, f"cannot be computed: {error}", f"{name}: {error}")
+    if not close(got[lhs], value, *config.formula_tolerances()):
+        return Check(name, False, "does not reconcile", f"{name}: {got[lhs]:.6g} != {value:.6g}")
+    named = sorted(wrong & ({lhs} | {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}))
+    if named:
+        return Check(name, False, "reconciles", f"{name}: holds, but not credited while {', '.join(named)} "
+                                                f"{'is' if len(named) == 1 else 'are'} wrong")
+    return Check(name, True, "reconciles")
+
+
+def answer_checks(spec: EnvSpec, solution: str) -> list[Check] | None:
+    """Every check of the answer ``solution`` (fields, then formulas); None when it is not a JSON object."""
+    config = parse(NumericConfig, spec.verifier)
+    answer = _json_object(solution[:MAX_ANSWER_CHARS].strip())
+    if answer is None:
+        return None
+    fields, got = _field_checks(config, answer)
+    wrong = {check.name for check in fields if not check.passed}
+    return fields + [_formula_check(config, text, got, wrong) for text in config.formulas]
+
+
 def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
     """Check every field and every formula of the answer; reward is the fraction of checks passed."""
     config = parse(NumericConfig, spec.verifier)
-    fields, formulas = list(config.fields), config.formulas
-    total = len(fields) + len(formulas)
-    answer = _json_object(solution[:MAX_ANSWER_CHARS].strip())
-    if answer is None:
+    fields, formulas = len(config.fields), len(config.formulas)
+    total = fields + formulas
+    checks = answer_checks(spec, solution)
+    if checks is None:
         return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=total,
-                       detail="answer is not a JSON object of field values",
-                       signals=_signals(0, len(fields), 0, len(formulas)))
-    got: dict[str, float] = {}
-    wrong: set[str] = set(fields)  # until a field is found right
-    failures: list[str] = []
-    for name in fields:
-        want, rel, absolute = config.field_check(name)
-        if name not in answer:
-            failures.append(f"{name}: missing")
-            continue
-        value = _number(answer[name])
-        if value is None:
-            failures.append(f"{name}: not a number ({json.dumps(answer[name])[:40]})")
-            continue
-        got[name] = value
-        if not close(value, want, rel, absolute):
-            failures.append(f"{name}: got {value:.6g}, expected {want:.6g}")
-        else:
-            wrong.discard(name)
-    rel, absolute = config.formula_tolerances()
-    for text in formulas:
-        lhs, tree = parse_formula(text, set(fields))
-        try:
-            if lhs not in got:
-                raise FormulaError(f"{lhs} is missing")
-            value = evaluate(tree, got)
-        except FormulaError as error:
-            failures.append(f"formula {text}: {error}")
-            continue
-        if not close(got[lhs], value, rel, absolute):
-            failures.append(f"formula {text}: {got[lhs]:.6g} != {value:.6g}")
-            continue
-        named = sorted(wrong & ({lhs} | {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}))
-        if named:
-            failures.append(f"formula {text}: holds, but not credited while {', '.join(named)} "
-                            f"{'is' if len(named) == 1 else 'are'} wrong")
+                       detail="answer is not a JSON object of field values", signals=_signals(0, fields, 0, formulas))
+    failures = [check.detail for check in checks if not check.passed]
+    fields_right = sum(check.passed for check in checks[:fields])
     passed = total - len(failures)
-    fields_right = len(fields) - len(wrong)
     detail = "; ".join(failures) if failures else f"{total}/{total} checks passed"
     return Verdict(reward=passed / total, passed=not failures, compiled=True, tests_passed=passed,
                    tests_total=total, detail=detail[:1000],
-                   signals=_signals(fields_right, len(fields), passed - fields_right, len(formulas)))
+                   signals=_signals(fields_right, fields, passed - fields_right, formulas))
+
+
+def feedback(spec: EnvSpec, solution: str) -> tuple[bool, str]:
+    """What the agent's ``check`` tool reports of the answer ``solution``: (every check passed, one line per field
+    and formula with its ``Check.status``). Never an expected value, a distance or a direction: a field is ``ok``,
+    ``missing``, ``not a number`` or ``does not match``; a formula ``reconciles`` (it holds for the answer's own
+    values), ``does not reconcile`` or ``cannot be computed``.
+
+    >>> spec = EnvSpec(id="t/m", prompt="p", reference="", verifier={"kind": "numeric", "fields": {"a": 2, "b": 4,
+    ...                "c": 0.5}, "formulas": ["c = a / b"]})
+    >>> print(feedback(spec, '{"a": 2, "b": 5, "c": 0.4}')[1])
+    a: ok
+    b: does not match
+    c: does not match
+    formula c = a / b: reconciles
+    1 of 4 checks pass
+    """
+    checks = answer_checks(spec, solution)
+    if checks is None:
+        return False, "the answer is not a JSON object of field values"
+    lines = [f"{check.name}: {check.status}" for check in checks]
+    passed = sum(check.passed for check in checks)
+    return passed == len(checks), "\n".join(lines + [f"{passed} of {len(checks)} checks pass"])
 
 
 _PROMPT_NUMBER = re.compile(r"(?<![\w.])[-+]?\$?\d[\d,]*(?:\.\d+)?")
@@ -425,5 +491,6 @@ def mutants(spec: EnvSpec) -> list[str]:
 VERIFIER = Verifier(kind="numeric", config=NumericConfig, extract_solution=extract_solution,
                     build_execution=host_only("numeric"), score=host_only("numeric"), probes=probes,
                     mutants=mutants, needs_sandbox=False, score_on_host=score_on_host, check_config=check_config,
-                    solution_language=answer_is_data, signals=SIGNALS, unmeasured=unmeasured)
+                    solution_language=answer_is_data, signals=SIGNALS, unmeasured=unmeasured,
+                    agent_only=agent_only, answer_file=answer_file, feedback=feedback)
 validate = VERIFIER.validate
