@@ -81,6 +81,11 @@ class AgentStats:
     wall_s: float = 0.0  # the whole stage (set by the task)
     memory_peak_mb: float = 0.0  # the stage's processes, engine and tool sandboxes included (posttrain.memory; task)
     layer: dict[str, float] = field(default_factory=dict)  # per verdict signal, its mean over the usable episodes
+    # episodes that called check (an env-bound tool: posttrain.agent.check), of those without an infra error: how
+    # many passed their first check (the first answer was right), how many passed at the end (after corrections)
+    checked: int = 0
+    first_check_passed: int = 0
+    checked_final_passed: int = 0
 
 
 def agent_stats(scored: pd.DataFrame, steps: pd.DataFrame, seconds: float = 0.0,
@@ -104,8 +109,29 @@ def agent_stats(scored: pd.DataFrame, steps: pd.DataFrame, seconds: float = 0.0,
         tokens=int(scored["tokens"].sum()), prompt_tokens=prompt, cached_tokens=cached,
         prefix_cache_hit=cached / prompt if prompt else 0.0,
         tool_s=round(float(steps["duration_ms"].sum()) / 1000, 6), generate_s=generate_s, seconds=seconds,
-        tool_calls_per_s=tool_calls / seconds if seconds > 0 else 0.0, layer=layer_means(episodes))
+        tool_calls_per_s=tool_calls / seconds if seconds > 0 else 0.0, layer=layer_means(episodes),
+        **check_outcomes(usable, steps))
     return stats
+
+
+def check_outcomes(episodes: pd.DataFrame, steps: pd.DataFrame) -> dict[str, int]:
+    """Of ``episodes`` (one row each) that called ``check``: how many (``checked``), how many of their first checks
+    passed (``ok``: every field and formula right at the first try), how many passed at the end (the verdict on the
+    final answer, ``schemas.all_tests_passed``).
+
+    >>> episodes = pd.DataFrame({"group_id": "g", "sample_idx": [0, 1, 2], "tests_passed": [3, 3, 1],
+    ...                          "tests_total": 3})
+    >>> steps = pd.DataFrame({"group_id": "g", "sample_idx": [0, 0, 1, 2], "tool": ["check", "check", "check", "bash"],
+    ...                       "error": "", "ok": [False, True, True, True]})
+    >>> check_outcomes(episodes, steps)
+    {'checked': 2, 'first_check_passed': 1, 'checked_final_passed': 2}
+    """
+    checks = steps[(steps["tool"] == "check") & (steps["error"] == "")]
+    first = checks.drop_duplicates(EPISODE).set_index(EPISODE)["ok"].astype(bool)  # steps are in episode order
+    final = pd.Series(all_tests_passed(episodes).to_numpy(), index=pd.MultiIndex.from_frame(episodes[EPISODE]))
+    first = first[first.index.isin(final.index)]
+    return {"checked": len(first), "first_check_passed": int(first.sum()),
+            "checked_final_passed": int(final[first.index].sum())}
 
 
 def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent") -> dict[str, float]:
@@ -114,7 +140,10 @@ def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent")
     the episodes), ``solve_rate``, ``reward_mean``, ``layer/<signal>`` (each verdict signal's mean over the episodes
     without an infra error: what the rewards were made of); per step: ``failed_call_fraction``, ``no_call_fraction``
     (turns without a call), ``compressed_fraction`` (observations summarized by the context budget), ``calls/<tool>``
-    (accepted calls of each tool, per episode); throughput and time: ``tool_calls_per_s``, ``prefix_cache_hit``,
+    (accepted calls of each tool, per episode); for the episodes that called ``check`` (mismatch feedback, e.g. the
+    ``finance_agent`` suite; absent when none did): ``first_check_passed`` (their first answer was right) and
+    ``checked_final_passed`` (their final answer is), the first try against the outcome after corrections;
+    throughput and time: ``tool_calls_per_s``, ``prefix_cache_hit``,
     ``tokens``, ``seconds``, ``generate_s``, ``engine_start_s``, ``engine_swap_s``, ``wall_s``, ``memory_peak_mb`` (the
     stage's processes, engine included, when measured: ``posttrain.memory``); in the sandbox
     (``episode_resources``): ``tool_s_mean`` (wall seconds of the tool calls per episode), ``cpu_s_mean`` and
@@ -135,6 +164,9 @@ def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent")
            for name in ("seconds", "generate_s", "engine_start_s", "engine_swap_s", "wall_s")},
     }
     metrics.update({f"{p}/layer/{name}": value for name, value in stats.layer.items()})
+    if stats.checked:
+        metrics[f"{p}/first_check_passed"] = stats.first_check_passed / stats.checked
+        metrics[f"{p}/checked_final_passed"] = stats.checked_final_passed / stats.checked
     if stats.memory_peak_mb:  # the task measures its processes once, for the rollout's metrics
         metrics[f"{p}/memory_peak_mb"] = stats.memory_peak_mb
     if len(steps):

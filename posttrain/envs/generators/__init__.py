@@ -3,6 +3,7 @@
 Each generator module has ``specs() -> list[EnvSpec]`` and a ``main`` that writes one YAML file per env:
 
     $ python -m posttrain.envs.generators.finance posttrain/envs/suites/finance
+    $ python -m posttrain.envs.generators.finance_agent posttrain/envs/suites/finance_agent
     $ python -m posttrain.envs.generators.scene posttrain/envs/suites/scene
     $ python -m posttrain.envs.generators.terminal posttrain/envs/suites/terminal
     $ python -m posttrain.envs.generators.node posttrain/envs/suites/node

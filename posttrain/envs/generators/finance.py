@@ -377,33 +377,45 @@ EXTRA_TASKS = ("gross_margin", "segments", "eps")  # envs 9..11, over companies 
 EVAL = {3, 10}  # env numbers in the eval split
 
 
+PLAIN = "Give plain numbers (no units, currency symbols, thousands separators or % signs).\n"
+
+
+def listing(qs: list[Question]) -> str:
+    """The keys an answer must have, one line each with what it asks."""
+    return "\n".join(f'- "{q.key}": {q.text}' for q in qs) + "\n"
+
+
+def numeric_verifier(qs: list[Question], formulas: list[str]) -> dict:
+    """The ``numeric`` verifier config of a question set: each field with its tolerance, the formulas."""
+    return {"kind": "numeric", "rel_tol": 0.0, "fields": {q.key: {"value": q.value, **q.tol} for q in qs},
+            "formulas": formulas, "formula_rel_tol": 0.002, "formula_abs_tol": 0.0006}
+
+
 def make_spec(number: int, company_index: int, task: str) -> EnvSpec:
     c = make_company(company_index)
     qs, formulas, difficulty = questions(c, task)
-    listing = "\n".join(f'- "{q.key}": {q.text}' for q in qs)
     prompt = (report(c, company_index) + "\n---\n\n"
               f"Read the annual report of {c.name} above and answer with one JSON object with exactly these keys:\n"
-              f"{listing}\n"
-              "Give plain numbers (no units, currency symbols, thousands separators or % signs).\n")
+              f"{listing(qs)}{PLAIN}")
     answer = {q.key: q.value for q in qs}
     slug = c.name.split()[0].lower()
     return EnvSpec(
         id=f"finance/{slug}_{task}", domain="finance", difficulty=difficulty, kind="single_turn", runtime="python",
         split="eval" if number in EVAL else "train", tags=["finance", "extraction", task], prompt=prompt,
-        reference=json.dumps(answer) + "\n",
-        verifier={"kind": "numeric", "rel_tol": 0.0, "fields": {q.key: {"value": q.value, **q.tol} for q in qs},
-                  "formulas": formulas, "formula_rel_tol": 0.002, "formula_abs_tol": 0.0006},
+        reference=json.dumps(answer) + "\n", verifier=numeric_verifier(qs, formulas),
         limits=Limits(timeout_s=5.0, memory_mb=256))
 
 
+def pairs() -> list[tuple[int, int, str]]:
+    """(env number, company index, task) of the suite's 12 envs: every task once (companies in turn), then three
+    more company/task pairs."""
+    return [(number, number % len(COMPANIES), TASKS[number] if number < len(TASKS) else
+             EXTRA_TASKS[number - len(TASKS)]) for number in range(12)]
+
+
 def specs() -> list[EnvSpec]:
-    """12 envs: every task once (companies in turn), then three more company/task pairs."""
-    out = []
-    for number in range(12):
-        company = number % len(COMPANIES)
-        task = TASKS[number] if number < len(TASKS) else EXTRA_TASKS[number - len(TASKS)]
-        out.append(make_spec(number, company, task))
-    return out
+    """12 envs, one per ``pairs()``."""
+    return [make_spec(*pair) for pair in pairs()]
 
 
 if __name__ == "__main__":

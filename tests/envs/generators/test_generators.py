@@ -12,7 +12,7 @@ import pytest
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.generators import file_name, render
-from posttrain.envs.generators import agent_repo, finance, node, regression_hunt, scene, terminal
+from posttrain.envs.generators import agent_repo, finance, finance_agent, node, regression_hunt, scene, terminal
 from posttrain.envs.suite import load_suite
 from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.sandbox import make_sandbox
@@ -21,9 +21,9 @@ pytestmark = pytest.mark.integration
 
 SUITES = Path("posttrain/envs/suites")
 MINIMUM = {"demo_python": 400, "terminal": 10, "finance": 10, "scene": 10, "node": 5, "agent_repo": 96,
-           "regression_hunt": 96}
+           "regression_hunt": 96, "finance_agent": 12}
 GENERATORS = {"finance": finance, "scene": scene, "terminal": terminal, "node": node, "agent_repo": agent_repo,
-              "regression_hunt": regression_hunt}
+              "regression_hunt": regression_hunt, "finance_agent": finance_agent}
 CFG = SandboxConfig(backend="bwrap", batch_concurrency=2)
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap (bwrap) is not installed: these tests run real sandboxes")
@@ -60,7 +60,7 @@ def test_committed_files_equal_generator_output(name):
             f"regenerate with: python -m posttrain.envs.generators.{name} {SUITES / name}"
 
 
-@pytest.mark.parametrize("name", ["finance", "scene"])
+@pytest.mark.parametrize("name", ["finance", "scene", "finance_agent"])
 def test_host_suites_references_pass_cheats_fail_mutants_die(name):
     for spec in load_suite(SUITES / name).envs:
         verifier = get_verifier(spec.verifier_kind)
