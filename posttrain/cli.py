@@ -7,6 +7,9 @@
     posttrain reason-codes [--write F] print every admission reason code as a Markdown table, or rewrite F's block
     posttrain config-docs [--write F]  print every config field as Markdown tables, or rewrite F's block
     posttrain doctor                   check that bwrap, dockerd + sandbox image, vLLM and DeepSpeed are usable
+    posttrain replay RUN_ID [--episode GROUP_ID] [--sample N]
+                                       an evaluated version's failed agent eval episodes, or one step by step:
+                                       messages, tool calls, outputs, workspace diffs (MLFLOW_TRACKING_URI)
 
 Example:
     $ posttrain admit posttrain/envs/suites/demo_python --out /tmp/admission
@@ -129,6 +132,13 @@ def _doctor(args) -> int:
     return 0 if all(checks.values()) else 1
 
 
+def _replay(args) -> int:
+    from posttrain.agent.replay import load_tables, replay_lines
+
+    print("\n".join(replay_lines(load_tables(args.run_id), args.run_id, args.episode, args.sample)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="posttrain", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -170,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_config_docs)
     p = sub.add_parser("doctor", help="check the real components are usable")
     p.set_defaults(func=_doctor)
+    p = sub.add_parser("replay", help="an agent eval episode step by step, from an iteration run's MLflow tables")
+    p.add_argument("run_id", help="the MLflow run of an evaluated version (a child of the loop's run)")
+    p.add_argument("--episode", help="the episode's group id (eval-v<k>/<env_id>); without it, the failed ones")
+    p.add_argument("--sample", type=int, default=0, help="the episode's sample index")
+    p.set_defaults(func=_replay)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -104,6 +104,26 @@ def episode_lines(steps: pd.DataFrame, snapshots: pd.DataFrame, group_id: str, s
     return lines
 
 
+def replay_lines(tables: dict[str, pd.DataFrame], run_id: str, episode: str | None = None,
+                 sample_idx: int = 0) -> list[str]:
+    """What ``posttrain replay`` prints: ``episode`` (a group id) step by step, or without one the run's failed eval
+    episodes, one line each, and how to replay one."""
+    steps, snapshots = tables["steps"], tables["snapshots"]
+    if steps.empty:
+        return [f"run {run_id} logged no agent_eval_steps table: pass the run of an evaluated version (an iteration "
+                f"run, a child of the loop's run)"]
+    if episode is not None:
+        return episode_lines(steps, snapshots, episode, sample_idx)
+    failed = failed_episodes(steps, tables["results"])
+    if failed.empty:
+        return [f"run {run_id}: no failed eval episode ({steps.groupby(['group_id', 'sample_idx']).ngroups} ran)"]
+    kept = set(zip(snapshots.group_id, snapshots.sample_idx))
+    return [f"run {run_id}: {len(failed)} failed eval episodes",
+            *(f"  {row.group_id}  sample {row.sample_idx}  {row.calls} calls"
+              f"{'  snapshots' if (row.group_id, row.sample_idx) in kept else ''}" for row in failed.itertuples()),
+            f"replay one: posttrain replay {run_id} --episode GROUP_ID [--sample N]"]
+
+
 def failed_episodes(steps: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
     """The eval episodes of ``steps`` whose env did not pass (``results``: ``EvalResults``), one row each:
     group_id, sample_idx, env_id, calls."""
