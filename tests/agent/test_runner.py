@@ -15,7 +15,7 @@ from posttrain.agent.scripted import ScriptedPolicy, noop_policy
 from posttrain.agent.table import steps_table, trajectories_table
 from posttrain.config import AgentConfig
 from posttrain.envs.agent_settings import AgentSettings
-from posttrain.envs.tools import TOOLS
+from posttrain.envs.tools import DEFAULT_TOOLS
 from posttrain.schemas import UNACCOUNTED
 from tests.agent.conftest import Recording, assert_exact_tokens
 from tests.sandbox.cases import ALLOCATE_100MB, BURN_CPU, usage_unaccounted
@@ -299,7 +299,7 @@ def test_each_episode_ends_at_its_own_envs_max_steps_within_one_batch(fmt, sandb
     steps = steps_table(episodes, policy_version=0)
     budgets = steps.drop_duplicates("env_id").set_index("env_id")
     columns = ["allowed_tools", "max_steps", "max_new_tokens", "token_budget", "context_budget", "deadline_s"]
-    tools = json.dumps(list(TOOLS))
+    tools = json.dumps(DEFAULT_TOOLS)
     assert budgets.loc["t/short", columns].tolist() == [tools, 2, cfg.max_new_tokens, 900, 700, cfg.deadline_s]
     assert budgets.loc["t/long", columns].tolist() == [tools, 5, cfg.max_new_tokens, cfg.token_budget,
                                                        cfg.context_budget, cfg.deadline_s]
@@ -324,7 +324,7 @@ def test_a_tool_outside_the_envs_set_is_rejected_and_never_runs(fmt, sandbox):
     assert all(w[0].token_ids == shut.prefix_ids for w in shut.all_windows())
     assert_exact_tokens(shut, engine)
     steps = steps_table([shut, open_], policy_version=0)
-    assert steps.allowed_tools.unique().tolist() == ['["bash", "submit"]', json.dumps(list(TOOLS))]
+    assert steps.allowed_tools.unique().tolist() == ['["bash", "submit"]', json.dumps(DEFAULT_TOOLS)]
 
 
 def test_an_envs_own_deadline_ends_its_episode_and_not_the_others(fmt, sandbox):
