@@ -10,7 +10,7 @@ import pytest
 
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
 from posttrain.config import DockerPoolConfig, SandboxConfig, default_policy_dir
-from posttrain.envs.tools import TOOLS, tool_specs
+from posttrain.envs.tools import DEFAULT_TOOLS, tool_specs
 from posttrain.sandbox import make_sandbox
 from tests.sandbox.cases import docker_reason
 
@@ -32,7 +32,7 @@ def tokenizer(demo_policy):
 
 @pytest.fixture(scope="session")
 def fmt(tokenizer) -> ChatFormat:
-    return ChatFormat(tokenizer, tool_specs(list(TOOLS)), AGENT_TEMPLATE)
+    return ChatFormat(tokenizer, tool_specs(DEFAULT_TOOLS), AGENT_TEMPLATE)  # what the loop lists: agent.tools
 
 
 @pytest.fixture(scope="module", params=["bwrap-warm", "docker"])
