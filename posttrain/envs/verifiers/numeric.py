@@ -20,9 +20,11 @@ Spec config::
       abs_tol: 0.0
       formulas: ["net_margin = net_income / revenue"]   # optional; names are fields
       formula_rel_tol: 0.01            # optional (default: rel_tol), formula_abs_tol likewise
+      answer_file: answer.json         # agent envs only (required there): the answer is this workspace file's text
 
 Reward = checks passed / checks (one per field, one per formula whose fields are right); ``detail`` gives the
-reason of each failure. Signals (``SIGNALS``, for reward layers): ``fields`` and ``formulas``, the fractions of each
+reason of each failure. ``feedback`` says of the same checks only what an agent may read (the env-bound ``check``
+tool, ``posttrain.agent.check``): which fields do not match and which formulas do not reconcile, never a value. Signals (``SIGNALS``, for reward layers): ``fields`` and ``formulas``, the fractions of each
 kind of check passed; the reward is their mean weighted by how many checks of each kind there are.
 
 Example:
@@ -310,7 +312,7 @@ def _signals(fields_right: int, fields: int, formulas_credited: int, formulas: i
 
 
 @dataclass(frozen=True)
-class Check:
+class AnswerCheck:
     """One check of an answer: a field or a formula, whether it ``passed`` (a formula: it holds and its fields are
     right), ``status``: what the agent's ``check`` tool may say of it (``feedback``: never an expected value), and
     ``detail``: why it failed, for the verdict (with the expected value)."""
@@ -321,25 +323,25 @@ class Check:
     detail: str = ""
 
 
-def _field_checks(config: NumericConfig, answer: dict) -> tuple[list[Check], dict[str, float]]:
+def _field_checks(config: NumericConfig, answer: dict) -> tuple[list[AnswerCheck], dict[str, float]]:
     """A check per field, and the answer's numeric values by field."""
     checks, got = [], {}
     for name in config.fields:
         want, rel, absolute = config.field_check(name)
         value = _number(answer[name]) if name in answer else None
         if name not in answer:
-            checks.append(Check(name, False, "missing", f"{name}: missing"))
+            checks.append(AnswerCheck(name, False, "missing", f"{name}: missing"))
         elif value is None:
-            checks.append(Check(name, False, "not a number", f"{name}: not a number ({json.dumps(answer[name])[:40]})"))
+            checks.append(AnswerCheck(name, False, "not a number", f"{name}: not a number ({json.dumps(answer[name])[:40]})"))
         else:
             got[name] = value
             right = close(value, want, rel, absolute)
-            checks.append(Check(name, right, "ok" if right else "does not match",
+            checks.append(AnswerCheck(name, right, "ok" if right else "does not match",
                                 "" if right else f"{name}: got {value:.6g}, expected {want:.6g}"))
     return checks, got
 
 
-def _formula_check(config: NumericConfig, text: str, got: dict[str, float], wrong: set[str]) -> Check:
+def _formula_check(config: NumericConfig, text: str, got: dict[str, float], wrong: set[str]) -> AnswerCheck:
     """The check of one formula over the answer's values ``got``; credited only when no field it names is ``wrong``."""
     lhs, tree = parse_formula(text, set(config.fields))
     name = f"formula {text}"
@@ -348,17 +350,17 @@ def _formula_check(config: NumericConfig, text: str, got: dict[str, float], wron
             raise FormulaError(f"{lhs} is missing")
         value = evaluate(tree, got)
     except FormulaError as error:  # names fields only, never a value
-        return Check(name, False, f"cannot be computed: {error}", f"{name}: {error}")
+        return AnswerCheck(name, False, f"cannot be computed: {error}", f"{name}: {error}")
     if not close(got[lhs], value, *config.formula_tolerances()):
-        return Check(name, False, "does not reconcile", f"{name}: {got[lhs]:.6g} != {value:.6g}")
+        return AnswerCheck(name, False, "does not reconcile", f"{name}: {got[lhs]:.6g} != {value:.6g}")
     named = sorted(wrong & ({lhs} | {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}))
     if named:
-        return Check(name, False, "reconciles", f"{name}: holds, but not credited while {', '.join(named)} "
+        return AnswerCheck(name, False, "reconciles", f"{name}: holds, but not credited while {', '.join(named)} "
                                                 f"{'is' if len(named) == 1 else 'are'} wrong")
-    return Check(name, True, "reconciles")
+    return AnswerCheck(name, True, "reconciles")
 
 
-def answer_checks(spec: EnvSpec, solution: str) -> list[Check] | None:
+def answer_checks(spec: EnvSpec, solution: str) -> list[AnswerCheck] | None:
     """Every check of the answer ``solution`` (fields, then formulas); None when it is not a JSON object."""
     config = parse(NumericConfig, spec.verifier)
     answer = _json_object(solution[:MAX_ANSWER_CHARS].strip())
@@ -389,7 +391,7 @@ def score_on_host(spec: EnvSpec, solution: str) -> Verdict:
 
 def feedback(spec: EnvSpec, solution: str) -> tuple[bool, str]:
     """What the agent's ``check`` tool reports of the answer ``solution``: (every check passed, one line per field
-    and formula with its ``Check.status``). Never an expected value, a distance or a direction: a field is ``ok``,
+    and formula with its ``AnswerCheck.status``). Never an expected value, a distance or a direction: a field is ``ok``,
     ``missing``, ``not a number`` or ``does not match``; a formula ``reconciles`` (it holds for the answer's own
     values), ``does not reconcile`` or ``cannot be computed``.
 

@@ -11,8 +11,8 @@ from posttrain.envs.spec import EnvSpec
 from posttrain.envs.suite import load_suite
 from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.envs.verifiers.base import HostOnlyError
-from posttrain.envs.verifiers.numeric import (FormulaError, evaluate, extract_solution, mutants, parse_formula,
-                                              probes, score_on_host, validate)
+from posttrain.envs.verifiers.numeric import (FormulaError, evaluate, extract_solution, feedback, mutants,
+                                              parse_formula, probes, score_on_host, validate)
 
 pytestmark = pytest.mark.unit
 
@@ -147,3 +147,19 @@ def test_self_consistent_garbage_earns_nothing_on_the_finance_suite():
     rewards = [score_on_host(s, garbage(s.verifier)).reward for s in envs]
     assert sum(rewards) / len(rewards) <= 0.02, rewards
     assert all(score_on_host(s, extract_solution(f"Answer: {s.reference}")).reward == 1.0 for s in envs)
+
+
+@pytest.mark.parametrize("answer,lines", [
+    ({**ANSWER, "profit": 400.0}, ["revenue: ok", "profit: does not match", "margin: ok",
+                                    "formula margin = profit / revenue: does not reconcile", "2 of 4 checks pass"]),
+    ({"revenue": "n/a", "margin": 0.3}, ["revenue: not a number", "profit: missing", "margin: does not match",
+                                         "formula margin = profit / revenue: cannot be computed: profit is missing",
+                                         "0 of 4 checks pass"]),
+    (ANSWER, ["revenue: ok", "profit: ok", "margin: ok", "formula margin = profit / revenue: reconciles",
+              "4 of 4 checks pass"]),
+])
+def test_feedback_says_which_checks_fail_on_the_verdicts_own_checks_and_never_a_value(answer, lines):
+    passed, report = feedback(spec(), json.dumps(answer))
+    assert report.splitlines() == lines
+    assert passed == score_on_host(spec(), json.dumps(answer)).passed
+    assert feedback(spec(), "not json") == (False, "the answer is not a JSON object of field values")
