@@ -71,3 +71,23 @@ def test_a_restart_needs_a_snapshot_and_an_episode_that_went_on(fmt, sandbox):
             restart(ScriptedPolicy(fmt, {}), fmt, FIX, session, e, 5, AgentConfig(), MAX_CONTEXT)
     with pytest.raises(ValueError, match="ended at turn 1"):
         rebuild(e, fmt, FIX, 1, MAX_CONTEXT)
+
+
+def test_a_restart_after_a_compression_sends_the_prompt_the_original_sent(fmt, sandbox):
+    """Turns 0..2 of four long outputs, the first compressed into the state file: the restart from turn 2 rebuilds
+    the window the compression opened, so the engine's next prompt is the original's turn-3 prompt, token for
+    token, and the state file is the snapshot's."""
+    script = [{"name": "bash", "arguments": {"command": f"seq {k}00 {k}40"}} for k in range(1, 5)]
+    cfg = AgentConfig(context_budget=len(fmt.prompt_ids(FIX.messages())) + 600, keep_recent_turns=1,
+                      snapshot_every=1)
+    original = Recording(ScriptedPolicy(fmt, {FIX.prompt: script}))
+    with sandbox.session() as session:
+        [e] = run_episodes(original, fmt, [FIX], [session], cfg, MAX_CONTEXT)
+    assert e.compressions and e.compressions[0].turn <= 2
+    again = Recording(ScriptedPolicy(fmt, {FIX.prompt: script}))
+    with sandbox.session() as session:
+        resumed = restart(again, fmt, FIX, session, e, 2, cfg, MAX_CONTEXT)
+    assert again.calls[0][0] == original.calls[3][0]
+    assert [c.turn for c in resumed.compressions] == [c.turn for c in e.compressions]
+    assert [t.model_ids for t in resumed.turns] == [t.model_ids for t in e.turns]
+    assert [s.compressed_at_turn for s in resumed.steps] == [s.compressed_at_turn for s in e.steps]
