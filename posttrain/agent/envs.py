@@ -8,9 +8,9 @@ its isolation are the same for agent episodes as for single-turn solutions. A fi
 fails its own episode only: as the agent's outcome (reward 0) when the capture itself failed (a workspace over its
 size), as infra (excluded) only when the sandbox failed the step. A verifier that reads its answer from a workspace
 file (``Verifier.answer_file``: ``numeric`` with ``answer_file``) scores that file's text instead
-(``final_solution``: read on the host from the captured tar; a missing file is an empty answer). ``final_effects`` reads what a captured final
-workspace shows of the episode's destructive effects (task files deleted or emptied), the evidence by effect of the
-``no_destructive_command`` assertion.
+(``final_solution``: read on the host from the captured tar; a missing file is an empty answer). ``final_effects``
+reads what a captured final workspace shows of the episode's destructive effects (task files deleted or emptied), the
+evidence by effect of the ``no_destructive_command`` assertion.
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec

@@ -332,7 +332,8 @@ def _field_checks(config: NumericConfig, answer: dict) -> tuple[list[AnswerCheck
         if name not in answer:
             checks.append(AnswerCheck(name, False, "missing", f"{name}: missing"))
         elif value is None:
-            checks.append(AnswerCheck(name, False, "not a number", f"{name}: not a number ({json.dumps(answer[name])[:40]})"))
+            why = f"{name}: not a number ({json.dumps(answer[name])[:40]})"
+            checks.append(AnswerCheck(name, False, "not a number", why))
         else:
             got[name] = value
             right = close(value, want, rel, absolute)
