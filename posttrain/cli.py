@@ -133,7 +133,7 @@ def _doctor(args) -> int:
 
 
 def _replay(args) -> int:
-    from posttrain.agent.replay import load_tables, replay_lines
+    from posttrain.agent.episode_replay import load_tables, replay_lines
 
     print("\n".join(replay_lines(load_tables(args.run_id), args.run_id, args.episode, args.sample)))
     return 0

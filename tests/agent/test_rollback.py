@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.agent.replay import workspace_files
+from posttrain.agent.episode_replay import workspace_files
 from posttrain.agent.rollback import rebuild, restart
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import ScriptedPolicy
