@@ -3,6 +3,8 @@ its fix at turn 2 restarted from turn 1's snapshot with another continuation, wh
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from posttrain.agent.episode_replay import workspace_files
@@ -10,6 +12,7 @@ from posttrain.agent.rollback import rebuild, restart
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import ScriptedPolicy
 from posttrain.config import AgentConfig
+from posttrain.envs.agent_settings import parse_settings
 from posttrain.sandbox.session import Snapshot
 from tests.agent.conftest import Recording
 from tests.agent.test_runner import FIX, MAX_CONTEXT, calc_tests_pass
@@ -34,6 +37,16 @@ def test_snapshots_are_taken_every_n_turns_and_after_the_last(fmt, sandbox):
         [off] = run_episodes(ScriptedPolicy(fmt, {FIX.prompt: [TEST]}), fmt, [FIX], [session], AgentConfig(),
                              MAX_CONTEXT)
     assert off.snapshots == {}
+
+
+def test_an_env_asks_for_snapshots_over_the_runs_setting(fmt, sandbox):
+    """The env's ``agent: {snapshot_every: 1}`` under a run without snapshots; another env in the batch takes none."""
+    asks = replace(FIX, settings=parse_settings({"snapshot_every": 1}))
+    other = replace(FIX, env_id="repo/other", group_id="g-other")
+    with sandbox.session() as one, sandbox.session() as two:
+        wanted, plain = run_episodes(ScriptedPolicy(fmt, {FIX.prompt: [TEST]}), fmt, [asks, other], [one, two],
+                                     AgentConfig(), MAX_CONTEXT)
+    assert sorted(wanted.snapshots) == [-1, 0, 1] and plain.snapshots == {}
 
 
 def test_an_episode_restarts_from_a_snapshot_and_solves_the_env(fmt, sandbox):
