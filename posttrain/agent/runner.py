@@ -216,47 +216,6 @@ def _timed(episode: Episode, fn, *args) -> None:
         episode.spent_s += time.monotonic() - t0
 
 
-def snapshot_due(episode: Episode) -> bool:
-    """Whether the turn ``episode`` just ran is snapshotted: every ``snapshot_every``-th turn, and its last.
-
-    >>> e = Episode("e", "g", 0, [0], AgentConfig(snapshot_every=2))
-    >>> e.turns = [None, None, None]
-    >>> snapshot_due(e), e.finish("submit"), snapshot_due(e)
-    (False, None, True)
-    """
-    every = episode.config.snapshot_every
-    return bool(every) and episode.infra_error == "" and (len(episode.turns) % every == 0 or not episode.active)
-
-
-def snapshot(episode: Episode, session: SandboxSession) -> None:
-    """Keep the workspace as a tar in ``episode.snapshots`` under its last turn (-1 before the first); a snapshot
-    that cannot be taken is logged and missing, never the episode's failure."""
-    try:
-        episode.snapshots[len(episode.turns) - 1] = session.snapshot().data
-    except SessionError as exc:
-        log.warning("episode %s/%s: no snapshot after turn %d: %s", episode.group_id, episode.sample_idx,
-                    len(episode.turns) - 1, exc)
-
-
-def _listed(task: AgentTask) -> list[dict] | None:
-    """The tool specs ``task``'s prompt lists: its env's own tools, else (None) the chat format's."""
-    return None if task.settings.tools is None else tool_specs(task.settings.tools)
-
-
-def _allowed(episode: Episode) -> dict[str, tuple[str, ...]]:
-    """The tools ``episode`` may call, with their argument names (a call of any other is rejected, never run)."""
-    return {name: TOOLS[name].arguments for name in episode.config.tools}
-
-
-def _timed(episode: Episode, fn, *args) -> None:
-    """``fn(*args)``, its wall time added to ``episode.spent_s`` (the episode's own time, for its deadline)."""
-    t0 = time.monotonic()
-    try:
-        fn(*args)
-    finally:
-        episode.spent_s += time.monotonic() - t0
-
-
 def prepare(episode: Episode, task: AgentTask, session: SandboxSession) -> None:
     """Write the task's files into the workspace and run its setup; a session that cannot, or a setup that fails
     (the env's fault, never the agent's), ends the episode as ``infra``."""

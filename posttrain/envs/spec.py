@@ -88,7 +88,7 @@ class EnvSpec:
     agent: dict = declare(factory=dict, doc=(
         "``kind: agent`` only: the env's own episode settings, each over the run's ``agent.*`` for its episodes: "
         "``{tools: [bash, read_file, submit], max_steps: N, max_new_tokens: N, token_budget: N, context_budget: N, "
-        "deadline_s: S}``, every key optional; empty: the run's (docs/env-spec.md, Agent settings)"))
+        "deadline_s: S, snapshot_every: N}``, every key optional; empty: the run's (docs/env-spec.md, Agent settings)"))
     source: str = ""  # file the spec was loaded from, for error messages (set by the loader, never in a spec file)
 
     @property
