@@ -17,7 +17,7 @@ from posttrain.envs.spec import EnvSpec
 from posttrain.evaluation.results import eval_results
 from posttrain.reward import reward_stats
 from posttrain.rollout.collect import RolloutStats
-from posttrain.schemas import Scored
+from posttrain.schemas import EpisodeSnapshots, Scored
 from posttrain.tracking import registry
 from posttrain.tracking.metrics import reward_metrics, rollout_metrics, sample_times, train_metrics
 from posttrain.training.trainer import TrainStats
@@ -102,3 +102,17 @@ def test_start_tracking_says_where_to_open_the_run(store, capfd):
         f"make mlflow-ui, then open http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}"]
     assert start_tracking(cfg=cfg, report=report, suite_digest="suite-sha", policy=policy(store, 0)) == run_id
     assert printed(capfd)[0].startswith(f"MLflow run {run_id} (experiment posttrain-track-test, resumed): ")
+
+
+def test_an_evaluated_versions_failed_episode_snapshots_are_logged_with_its_run(store):
+    """``snapshots`` (agent_sample's ``eval_snapshots``) through the task's typed input to
+    ``tables/agent_eval_snapshots.parquet``, archives byte for byte (what ``posttrain replay`` reads)."""
+    parent = tracking.start_run("posttrain-track-test", run_name="rl_loop-snapshots")
+    snapshots = EpisodeSnapshots.validate(pd.DataFrame({"env_id": "a", "group_id": "eval-v1/a", "sample_idx": 0,
+                                                        "turn": [-1, 0], "archive": [b"tar\x00-1", b"tar\x000"]}))
+    child = log_iteration(run_id=parent, iteration=1, policy=policy(store, 1), metrics=[], scored=scored(), steps={},
+                          results=results(1, {"a": False, "b": True}),
+                          snapshots={"agent_eval_snapshots": snapshots})
+    logged = pd.read_parquet(tracking.client().download_artifacts(child, "tables/agent_eval_snapshots.parquet"))
+    assert logged.archive.tolist() == [b"tar\x00-1", b"tar\x000"]
+    assert logged.turn.tolist() == [-1, 0]
