@@ -6,7 +6,9 @@ shows (``posttrain.evaluation.results.eval_results``): the batch the agent rollo
 
 An eval row's ``reward`` is the verifier's (``verifier_reward``: shaping terms are a training signal, not a
 measurement); ``passed``: the verifier passed the final workspace and no infra error got in the way; ``steps``:
-the episode's model turns. Eval episodes' group ids are ``eval-v<version>/<env_id>`` (their Steps rows too).
+the episode's model turns. Eval episodes' group ids are ``eval-v<version>/<env_id>`` (their Steps rows too). With
+``agent.snapshot_every``, the workspace snapshots of the episodes that failed are kept (``kept_snapshots``, at most
+``agent.snapshot_keep_mb``), for ``posttrain replay`` (docs/agent.md, Snapshots, replay, rollback).
 
 Example (pure: the envs evaluated, and the per-episode rows of an AgentScored table with two windows):
     >>> from posttrain.envs.spec import EnvSpec
