@@ -7,8 +7,8 @@ was accepted (``error`` empty), whatever its exit code; a *failed* step is one w
 command, a rejected call, a turn without a call). ``solve_rate``: episodes whose final workspace passed every test
 (``schemas.all_tests_passed``; the reward, its layers and shaping aside), of those without an infra error. What an
 episode used in its sandbox (``episode_resources``): its tool calls' CPU seconds summed, the largest of their memory
-peaks, their wall seconds summed (the ``Steps`` table's ``cpu_s``, ``memory_peak_mb``, ``duration_ms``; the session's own work, such as
-writing the task's files and the verifier's run, is not a tool call).
+peaks, their wall seconds summed (the ``Steps`` table's ``cpu_s``, ``memory_peak_mb``, ``duration_ms``; the
+session's own work, such as writing the task's files and the verifier's run, is not a tool call).
 
 Example (one solved episode of two turns, one episode cut at max_steps after a turn without a call):
     >>> import pandas as pd
