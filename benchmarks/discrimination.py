@@ -50,6 +50,7 @@ from posttrain.admission.discrimination import gap_decision  # noqa: E402
 from posttrain.config import DEMO_SUITE, AdmissionConfig, RolloutConfig, SandboxConfig  # noqa: E402
 from posttrain.envs.suite import load_suite  # noqa: E402
 from posttrain.sandbox import make_sandbox  # noqa: E402
+from posttrain.tracking.policies import resolved  # noqa: E402
 
 CLASSES = ("both_unsolved", "both_solved", "tie_between", "regressed", "improved")
 THRESHOLDS = (0.0, 0.05, 0.1, 0.125, 0.25, 0.5)
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     box = make_sandbox(sandbox_cfg)
     try:
         started = time.perf_counter()
-        result = admit(args.suite, box, sandbox_cfg, cfg, rollout=RolloutConfig())
+        result = admit(args.suite, box, sandbox_cfg, resolved(cfg), rollout=RolloutConfig())
         seconds = time.perf_counter() - started
     finally:
         box.close()

@@ -66,7 +66,9 @@ def _admit(args) -> int:
     from posttrain.admission.report import rejection_reasons, stats_text
     from posttrain.sandbox import make_sandbox
 
-    cfg = _admission_config(args)
+    from posttrain.tracking.policies import resolved
+
+    cfg = resolved(_admission_config(args))
     sandbox_cfg = SandboxConfig(backend=args.backend)
     box = make_sandbox(sandbox_cfg)
     try:
@@ -133,7 +135,7 @@ def _doctor(args) -> int:
 
 
 def _replay(args) -> int:
-    from posttrain.agent.episode_replay import load_tables, replay_lines
+    from posttrain.tracking.episode_replay import load_tables, replay_lines
 
     print("\n".join(replay_lines(load_tables(args.run_id), args.run_id, args.episode, args.sample)))
     return 0

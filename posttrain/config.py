@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -137,17 +138,35 @@ def policy_reference(ref: str) -> str:
     return "" if ref in (DEMO_POLICY, DEMO_AGENT_POLICY) or ref.startswith("models:/") else folder_reference(ref)
 
 
-def admission_policy(name: str) -> str:
-    """A scripted policy (``posttrain.admission.policies.SCRIPTED``) or a policy reference (``policy_reference``)."""
-    from posttrain.admission.policies import SCRIPTED, scripted_policy
+SCRIPTED_POLICIES = ("reference", "identity", "noop", "noisy:P")  # admission's scripted policies (admission.policies)
 
+
+def noisy_probability(name: str) -> float | None:
+    """P of a ``noisy:P`` policy name; None for any other name; ``ValueError`` when P is not a number in [0, 1].
+
+    >>> noisy_probability("noisy:0.25"), noisy_probability("identity")
+    (0.25, None)
+    """
+    if not name.startswith("noisy:"):
+        return None
     try:
-        if scripted_policy(name):
+        p = float(name.split(":", 1)[1])
+    except ValueError:
+        p = math.nan
+    if not 0.0 <= p <= 1.0:
+        raise ValueError("must be noisy:P with P a number in [0, 1]")
+    return p
+
+
+def admission_policy(name: str) -> str:
+    """A scripted policy (``SCRIPTED_POLICIES``) or a policy reference (``policy_reference``)."""
+    try:
+        if name in SCRIPTED_POLICIES or noisy_probability(name) is not None:
             return ""
-    except ValueError as malformed:  # noisy:P without a P in [0, 1]
+    except ValueError as malformed:
         return str(malformed)
     problem = policy_reference(name)
-    return problem and f"not a scripted policy ({', '.join(SCRIPTED)}) nor a policy reference: {problem}"
+    return problem and f"not a scripted policy ({', '.join(SCRIPTED_POLICIES)}) nor a policy reference: {problem}"
 
 
 def _get(cfg, path: str):

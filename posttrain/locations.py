@@ -8,8 +8,8 @@ A reference is one of
 - a local directory (``file://`` or a plain path): used as it is.
 
 A policy reference may also be ``demo`` / ``demo-agent`` (the demo policies, built on first use) or a registered
-version or alias (``models:/posttrain-policy@champion``, ``models:/posttrain-policy/3``): ``policy_dir`` gives the
-local directory of any of them, the one resolution every stage that samples a policy goes through.
+version or alias (``models:/posttrain-policy@champion``, ``models:/posttrain-policy/3``): resolving those needs the
+trainer and the registry, so it lives above them (``posttrain.tracking.policies.policy_dir``).
 
 Example:
     >>> local_copy("posttrain:envs/suites/demo_python").endswith("posttrain/envs/suites/demo_python")
@@ -20,8 +20,6 @@ Example:
     ('no folder envs/suites/nope in the posttrain package', "unknown filesystem 'nosuchfs'")
     >>> display_name("s3://bucket/suites/mine/"), display_name("posttrain:envs/suites/demo_python")
     ('mine', 'demo_python')
-    >>> policy_dir("models:/posttrain-policy@champion")  # doctest: +SKIP
-    '/tmp/posttrain-policy-x1y2/policy'
 """
 
 from __future__ import annotations
@@ -79,27 +77,6 @@ def local_copy(ref: str) -> str:
     if not local.is_dir():
         raise FileNotFoundError(f"{ref}: nothing could be fetched from there")
     return str(local)
-
-
-def policy_dir(ref: str) -> str:
-    """The local directory of the policy ``ref`` names, checked (config.json, weights, tokenizer): ``demo`` /
-    ``demo-agent``, the demo (agent) policy, built, seeded and cached on disk if absent; a registered version or alias,
-    downloaded from the MLflow registry; a URI, fetched (``local_copy``); a local or packaged folder, as it is."""
-    from posttrain.config import DEMO_AGENT_POLICY, DEMO_POLICY, default_agent_policy_dir, default_policy_dir
-    from posttrain.tracking import registry
-    from posttrain.training.checkpoints import check_policy_dir
-
-    if ref == DEMO_POLICY:
-        from posttrain.training.demo_policy import main_demo_policy
-
-        return str(check_policy_dir(main_demo_policy(default_policy_dir())))
-    if ref == DEMO_AGENT_POLICY:
-        from posttrain.agent.warm_start import main_agent_policy
-
-        return str(check_policy_dir(main_agent_policy(default_agent_policy_dir())))
-    if registry.parse_model_uri(ref):
-        return str(check_policy_dir(registry.download_policy(ref, tempfile.mkdtemp(prefix="posttrain-policy-"))))
-    return str(check_policy_dir(local_copy(ref)))
 
 
 def display_name(ref: str) -> str:

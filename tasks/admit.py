@@ -12,13 +12,14 @@ from pandera.typing import DataFrame
 
 from posttrain import tracking
 from posttrain.admission import admit
-from posttrain.admission.policies import POLICY_FIELDS, pin_aliases, scripted_policy
+from posttrain.admission.policies import POLICY_FIELDS, scripted_policy
 from posttrain.admission.render import write_report
 from posttrain.config import AdmissionConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.suite import suite_digest
 from posttrain.locations import local_copy
 from posttrain.envs.table import envs_to_table
 from posttrain.sandbox import make_sandbox
+from posttrain.tracking.policies import pin_aliases, resolved
 from posttrain.schemas import AdmissionCheckStats, AdmissionDetails, AdmissionReport, Envs
 from tasks.execution import execution_name
 from tasks.resources import CACHE_VERSION, stage
@@ -48,7 +49,7 @@ def admission_rollout(rollout: RolloutConfig, cfg: AdmissionConfig) -> RolloutCo
 @task(**stage("track"))
 def pin_policies(cfg: AdmissionConfig) -> AdmissionConfig:
     """``cfg`` with each registry alias among its policies pinned to the version it points at now
-    (``admission.policies.pin_aliases``): admission's cache key changes when the alias moves, and its report names the
+    (``posttrain.tracking.policies.pin_aliases``): admission's cache key changes when the alias moves, and its report names the
     version it sampled."""
     return pin_aliases(cfg)
 
@@ -57,10 +58,12 @@ def pin_policies(cfg: AdmissionConfig) -> AdmissionConfig:
 def admit_suite(suite: str, digest: str, sandbox: SandboxConfig, cfg: AdmissionConfig,
                 rollout: RolloutConfig = RolloutConfig()) -> Admission:
     """Run the admission checks on every env of ``suite``; only admitted envs reach training. ``rollout``: how
-    checkpoint policies are served and prompted (``admission_rollout``)."""
+    checkpoint policies are served and prompted (``admission_rollout``); policy references are resolved here, in the
+    pod that samples them."""
+    local = resolved(cfg)
     box = make_sandbox(sandbox)
     try:
-        result = admit(local_copy(suite), box, sandbox, cfg, progress=True, rollout=rollout)
+        result = admit(local_copy(suite), box, sandbox, local, progress=True, rollout=rollout)
     finally:
         box.close()
     return Admission(report=result.report, envs=envs_to_table(result.admitted), details=result.details,

@@ -7,7 +7,8 @@ from typing import Annotated
 from flytekit import HashMethod, task
 from flytekit.types.directory import FlyteDirectory
 
-from posttrain.locations import is_remote, policy_dir
+from posttrain.locations import is_remote
+from posttrain.tracking.policies import policy_dir
 from posttrain.training.checkpoints import dir_digest
 from tasks.resources import stage
 
@@ -31,7 +32,7 @@ def prepare_policy(policy: str) -> PolicyDir:
 def policy_folder(ref: str) -> FlyteDirectory:
     """The policy a reference names: a URI (``s3://...``), referenced as it is (not copied; ``PolicyDir`` fetches it
     to hash it); any other reference (``demo``, ``demo-agent``, ``models:/posttrain-policy@champion``, a local or
-    packaged folder), its checked local directory (``posttrain.locations.policy_dir``)."""
+    packaged folder), its checked local directory (``posttrain.tracking.policies.policy_dir``)."""
     if is_remote(ref):
         return FlyteDirectory(ref.rstrip("/"))
     return FlyteDirectory(policy_dir(ref))

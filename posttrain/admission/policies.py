@@ -10,11 +10,11 @@ already passed through the env verifier's ``extract_solution`` (ready for ``veri
 - ``NoisyReferencePolicy(p)``: each sample is the reference with probability p, else one of the verifier's mutants
   of it (seeded by env id, seed and sample index: the same call gives the same samples).
 - ``VLLMPolicy(policy_dir)``: samples a checkpoint on the process's live vLLM engine (``posttrain.rollout.live``).
-``make_policy(name)`` builds one from its config string: ``reference``, ``identity``, ``noop``, ``noisy:P``, or any
-policy reference (``demo``, ``models:/posttrain-policy@champion``, ``models:/posttrain-policy/3``, a checkpoint dir,
-a URI), resolved by ``posttrain.locations.policy_dir``; ``config_policy(cfg, field)`` builds the one an
-``AdmissionConfig`` field names, and a reference it cannot resolve raises ``ConfigError`` naming the field.
-``pin_aliases(cfg)`` pins registry aliases to the versions they point at now.
+``make_policy(name)`` builds one from its config string: ``reference``, ``identity``, ``noop``, ``noisy:P``, or a
+local checkpoint directory. A policy reference (``demo``, ``models:/posttrain-policy@champion``, a URI) is resolved
+to one before admission by its entry points (``posttrain.tracking.policies.resolved``: the registry and the demo
+builders sit above this layer); ``config_policy(cfg, field)`` builds the one an ``AdmissionConfig`` field names, and
+one that is not a checkpoint raises ``ConfigError`` naming the field.
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec
@@ -31,27 +31,20 @@ Example:
     (True, 'noisy:0.5')
     >>> scripted_policy("models:/posttrain-policy@champion") is None  # a reference: sampled through vLLM
     True
-    >>> cfg = AdmissionConfig(weak_policy="demo", strong_policy="models:/posttrain-policy@champion")
-    >>> pin_aliases(cfg).strong_policy                             # doctest: +SKIP
-    'models:/posttrain-policy/3'
-    >>> config_policy(cfg, "strong_policy").policy_dir             # doctest: +SKIP
-    '/tmp/posttrain-policy-x1y2/policy'
 """
 
 from __future__ import annotations
 
 import random
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Iterator, Protocol, Sequence
 
-from posttrain.config import AdmissionConfig, ConfigError, RolloutConfig
+from posttrain.config import SCRIPTED_POLICIES, AdmissionConfig, ConfigError, RolloutConfig, noisy_probability
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.verifiers import get_verifier
-from posttrain.locations import policy_dir
-from posttrain.training.checkpoints import policy_version
+from posttrain.training.checkpoints import check_policy_dir, policy_version
 
-SCRIPTED = ("reference", "identity", "noop", "noisy:P")
+SCRIPTED = SCRIPTED_POLICIES
 POLICY_FIELDS = ("weak_policy", "strong_policy", "learnability_policy")  # the AdmissionConfig fields naming a policy
 
 
@@ -175,20 +168,15 @@ def scripted_policy(name: str) -> ScriptedSolutionPolicy | None:
         return ReferencePolicy()
     if name in DegeneratePolicy.MODES:
         return DegeneratePolicy(name)
-    if name.startswith("noisy:"):
-        try:
-            p = float(name.split(":", 1)[1])
-        except ValueError:
-            raise ValueError("must be noisy:P with P a number in [0, 1]") from None
-        return NoisyReferencePolicy(p)
-    return None
+    p = noisy_probability(name)
+    return None if p is None else NoisyReferencePolicy(p)
 
 
 def make_policy(name: str, temperature: float = 1.0, max_new_tokens: int = 64,
                 rollout: RolloutConfig | None = None) -> SolutionPolicy:
-    """The policy a config string names: a scripted one (``SCRIPTED``), else the policy reference's directory
-    (``posttrain.locations.policy_dir``) sampled through vLLM."""
-    return scripted_policy(name) or VLLMPolicy(policy_dir(name), temperature=temperature,
+    """The policy a config string names: a scripted one (``SCRIPTED``), else the checkpoint directory it names (a
+    reference resolved first: ``posttrain.tracking.policies.resolved``) sampled through vLLM."""
+    return scripted_policy(name) or VLLMPolicy(str(check_policy_dir(name)), temperature=temperature,
                                                max_new_tokens=max_new_tokens, rollout=rollout)
 
 
@@ -207,16 +195,3 @@ def config_policy(cfg: AdmissionConfig, field: str, rollout: RolloutConfig | Non
     with naming(field):
         return make_policy(getattr(cfg, field), temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                            rollout=rollout)
-
-
-def pin_aliases(cfg: AdmissionConfig) -> AdmissionConfig:
-    """``cfg`` with each registry alias among its policies replaced by the version it points at now
-    (``models:/posttrain-policy@champion`` -> ``models:/posttrain-policy/3``), so that what admission samples, its
-    report and its cache key say which version it was and change when the alias moves."""
-    from posttrain.tracking import registry
-
-    pinned = {}
-    for field in POLICY_FIELDS:
-        with naming(field):
-            pinned[field] = registry.pinned(getattr(cfg, field))
-    return replace(cfg, **pinned)

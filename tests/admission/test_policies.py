@@ -14,9 +14,9 @@ from posttrain.admission.policies import (
     VLLMPolicy,
     config_policy,
     make_policy,
-    pin_aliases,
 )
 from posttrain.config import AdmissionConfig, ConfigError
+from posttrain.tracking.policies import pin_aliases, resolved
 from posttrain.training.checkpoints import weights_digest
 from tests import mlflow_store
 from tests.admission.common import spec
@@ -66,7 +66,7 @@ def registered(tmp_path, monkeypatch, tiny_policy):
 @pytest.mark.parametrize("reference", ["models:/posttrain-policy@champion", "models:/posttrain-policy/1"])
 def test_weak_and_strong_policies_resolve_registered_versions_and_aliases(registered, tiny_policy, reference):
     cfg = AdmissionConfig(weak_policy="identity", strong_policy=reference, temperature=0.5)
-    policy = config_policy(cfg, "strong_policy")
+    policy = config_policy(resolved(cfg), "strong_policy")
     assert isinstance(policy, VLLMPolicy)
     assert weights_digest(policy.policy_dir) == weights_digest(tiny_policy)  # the registered weights, downloaded
     assert policy.temperature == 0.5
@@ -79,7 +79,7 @@ def test_an_alias_that_names_nothing_is_refused_naming_the_config_field(register
     cfg = AdmissionConfig(weak_policy="models:/posttrain-policy@nobody", strong_policy=str(tmp_path))
     expected = r"admission.weak_policy: policy='models:/posttrain-policy@nobody': no such registered version or alias"
     with pytest.raises(ConfigError, match=expected):
-        config_policy(cfg, "weak_policy")
+        resolved(cfg)
     with pytest.raises(ConfigError, match=expected):
         pin_aliases(cfg)
     with pytest.raises(ConfigError, match=f"admission.strong_policy: policy dir {tmp_path} has no config.json"):

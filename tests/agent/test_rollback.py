@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from posttrain.agent.episode_replay import workspace_files
+from posttrain.tracking.episode_replay import workspace_files
 from posttrain.agent.rollback import rebuild, restart
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import ScriptedPolicy
