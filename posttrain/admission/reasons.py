@@ -72,6 +72,8 @@ REASON_CODES: dict[str, dict[str, str]] = {
                                                "tool outside the env's own `agent.tools`",
         "consistency.oracle_over_max_steps": "the oracle's calls before its `submit` are more turns than the env's "
                                              "own `agent.max_steps`",
+        "consistency.check_not_served": "the env's `agent.tools` grants `check`, but its verifier cannot serve it "
+                                        "(it gives no mismatch feedback, or the spec names no `answer_file`)",
         "consistency.entry_point_not_in_prompt": "the entry point is not named in the prompt",
         "consistency.entry_point_mismatch": "the (Python) reference does not define the entry point",
         "consistency.entry_point_not_in_reference": "the entry point is not named in the reference (non-Python "

@@ -115,7 +115,7 @@ def value_problem(value: object, declared: Any) -> str:
     >>> value_problem(0, ASSERTIONS["max_steps"].value), value_problem(False, ASSERTIONS["tests_pass"].value)
     ('expected an integer >= 1, got 0', 'expected true, got False (leave the assertion out instead)')
     >>> value_problem("file_edit", ASSERTIONS["used_tool"].value)
-    "unknown tool 'file_edit' (did you mean 'edit_file'?); known: bash, python, read_file, write_file, edit_file, submit"
+    "unknown tool 'file_edit' (did you mean 'edit_file'?); known: bash, python, read_file, ..., check, submit"
     """
     if not value_problems(value, declared):
         return ""
