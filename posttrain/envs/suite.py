@@ -247,20 +247,60 @@ def load_spec(path: str | Path) -> EnvSpec:
     return spec
 
 
-def spec_files(path: str | Path) -> list[Path]:
-    """Every ``*.yaml`` / ``*.yml`` file under a suite folder, sorted by relative path."""
-    root = Path(path)
+INCLUDE = "include.txt"  # in a suite folder: more suite folders whose specs join it, one reference per line
+
+
+def suite_files(path: str | Path) -> list[tuple[str, Path]]:
+    """Every ``*.yaml`` / ``*.yml`` file of a suite folder, each with its name in the suite: the folder's own files
+    (named by their relative path, sorted), then those of the folders its ``include.txt`` names, in its order (named
+    ``<the line>/<relative path>``). An include line is a folder reference (``posttrain:envs/suites/finance``, an
+    absolute path, a URI: ``posttrain.locations.local_copy``) or a path relative to the including folder; blank lines
+    and ``#`` comments are skipped; a folder reached twice is read once. A composite suite is a folder with an
+    ``include.txt`` and no specs of its own: ``posttrain/envs/suites/agent_long`` holds the regression hunts and the
+    finance correction envs.
+
+    >>> from posttrain.locations import local_copy
+    >>> names = [name for name, _ in suite_files(local_copy("posttrain:envs/suites/agent_long"))]
+    >>> len(names), names[0], names[-1]
+    (108, '../regression_hunt/dictkit_count_by_h12_far.yaml', '../finance_agent/quillfeather_segments.yaml')
+    """
+    return _suite_files(Path(path), "", set())
+
+
+def _suite_files(root: Path, prefix: str, seen: set[Path]) -> list[tuple[str, Path]]:
     if not root.is_dir():
         raise FileNotFoundError(f"suite folder not found: {root}")
-    return sorted((p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()),
-                  key=lambda p: p.relative_to(root).as_posix())
+    seen.add(root.resolve())
+    files = sorted(((prefix + p.relative_to(root).as_posix(), p) for p in root.rglob("*")
+                    if p.suffix in (".yaml", ".yml") and p.is_file()), key=lambda named: named[0])
+    include = root / INCLUDE
+    if not include.is_file():
+        return files
+    from posttrain.locations import PACKAGE, is_remote, local_copy
+
+    for number, line in enumerate(include.read_text().splitlines(), 1):
+        ref = line.split("#", 1)[0].strip()
+        if not ref:
+            continue
+        folder = Path(local_copy(ref)) if ref.startswith(PACKAGE) or is_remote(ref) else root / ref
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{include}: line {number}: suite folder not found: {ref}")
+        if folder.resolve() not in seen:
+            files += _suite_files(folder, f"{prefix}{ref.rstrip('/')}/", seen)
+    return files
+
+
+def spec_files(path: str | Path) -> list[Path]:
+    """Every spec file of a suite folder, its includes' too, in ``suite_files``' order."""
+    return [file for _, file in suite_files(path)]
 
 
 def suite_digest(path: str | Path) -> str:
-    """A content hash of every spec file under ``path`` (names and bytes): changes whenever any spec does."""
-    root, digest = Path(path), hashlib.sha256()
-    for file in spec_files(root):
-        for part in (file.relative_to(root).as_posix().encode(), file.read_bytes()):
+    """A content hash of every spec file of a suite (names and bytes; included folders' too): changes whenever any
+    spec does."""
+    digest = hashlib.sha256()
+    for name, file in suite_files(path):
+        for part in (name.encode(), file.read_bytes()):
             digest.update(len(part).to_bytes(8, "big") + part)
     return digest.hexdigest()
 

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.suite import DOCUMENT, SpecError, load_spec, load_suite
+from posttrain.envs.suite import DOCUMENT, SpecError, load_spec, load_suite, suite_digest, suite_files
+from posttrain.locations import local_copy
 
 pytestmark = pytest.mark.unit
 
@@ -155,6 +156,47 @@ def test_missing_folder_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="suite folder not found"):
         load_suite(tmp_path / "nope")
 
+
+
+def test_a_suite_includes_other_folders_by_relative_path_and_by_reference(tmp_path):
+    write(tmp_path / "code", "a.yaml", GOOD)
+    write(tmp_path / "more", "b.yaml", spec_with(id="t/b"))
+    write(tmp_path / "both", "own.yaml", spec_with(id="t/own"))
+    write(tmp_path / "both", "include.txt", f"# two folders\n../code\n\n{tmp_path / 'more'}  # absolute\n../code\n")
+    names = [name for name, _ in suite_files(tmp_path / "both")]
+    assert names == ["own.yaml", "../code/a.yaml", f"{tmp_path / 'more'}/b.yaml"]  # a folder reached twice: once
+    assert [e.id for e in load_suite(tmp_path / "both").envs] == ["t/own", "t/add_1", "t/b"]
+    packaged = load_suite(local_copy("posttrain:envs/suites/agent_long"))
+    assert {e.id.split("/")[0] for e in packaged.envs} == {"regression_hunt", "finance_agent"}
+    assert packaged.rejections == []
+
+
+def test_a_cycle_of_includes_reads_each_folder_once(tmp_path):
+    write(tmp_path / "a", "a.yaml", GOOD)
+    write(tmp_path / "a", "include.txt", "../b\n")
+    write(tmp_path / "b", "b.yaml", spec_with(id="t/b"))
+    write(tmp_path / "b", "include.txt", "../a\n")
+    assert [e.id for e in load_suite(tmp_path / "a").envs] == ["t/add_1", "t/b"]
+
+
+def test_a_missing_include_names_the_include_file_and_its_line(tmp_path):
+    write(tmp_path / "a", "a.yaml", GOOD)
+    include = write(tmp_path / "a", "include.txt", "# first\n../nope\n")
+    with pytest.raises(FileNotFoundError, match=f"{re.escape(include)}: line 2: suite folder not found: ../nope"):
+        load_suite(tmp_path / "a")
+
+
+def test_the_digest_covers_included_specs_and_keeps_a_plain_suites_value(tmp_path):
+    write(tmp_path / "code", "a.yaml", GOOD)
+    plain = suite_digest(tmp_path / "code")
+    write(tmp_path / "both", "include.txt", "../code\n")
+    before = suite_digest(tmp_path / "both")
+    assert before != plain  # the names carry the include
+    write(tmp_path / "code", "a.yaml", spec_with(prompt="# Write a function add_1(x): x plus one.\n"))
+    assert suite_digest(tmp_path / "both") != before
+    assert suite_digest(tmp_path / "code") != plain
+    write(tmp_path / "code", "a.yaml", GOOD)
+    assert suite_digest(tmp_path / "code") == plain
 
 AGENT = {
     "id": "t/fix_x", "kind": "agent", "runtime": "python", "workspace": {"a.py": "x = 1\n"},
