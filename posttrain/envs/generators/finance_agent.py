@@ -7,8 +7,9 @@ number`` / ``does not match`` and, per formula, whether the answer's own values 
 (``posttrain.agent.check``). It may correct and check again within ``max_steps`` turns, then submits; the verifier
 (``numeric`` with ``answer_file: answer.json``) scores the file the episode leaves. How often the first check already
 passed, against how often the final answer does, is logged per iteration (``agent/first_check_passed``,
-``agent/checked_final_passed``: docs/agent.md). The oracle writes the right answer, checks it and submits; the
-reference is that answer (what the verifier scores).
+``agent/checked_final_passed``: docs/agent.md). The oracle reads the report, writes the right answer, checks it and
+submits (a demonstration a policy can learn from: the values are in what it read); the reference is that answer
+(what the verifier scores).
 
 12 envs (``finance.pairs``), 10 train and 2 eval, like ``finance``. Write the suite with:
     $ python -m posttrain.envs.generators.finance_agent posttrain/envs/suites/finance_agent
@@ -18,7 +19,7 @@ Example:
     >>> len(envs), {e.kind for e in envs}, envs[0].verifier["answer_file"], envs[0].agent["tools"]
     (12, {'agent'}, 'answer.json', ['read_file', 'write_file', 'check', 'submit'])
     >>> [call["name"] for call in envs[0].oracle]
-    ['write_file', 'check', 'submit']
+    ['read_file', 'write_file', 'check', 'submit']
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def make_spec(number: int, company_index: int, task: str) -> EnvSpec:
         id=f"finance_agent/{slug}_{task}", domain="finance", difficulty=difficulty, kind="agent", runtime="python",
         split="eval" if number in EVAL else "train", tags=["finance", "extraction", "feedback", task],
         prompt=prompt, workspace={DOCUMENT: report(c, company_index)}, reference=answer,
-        oracle=[{"name": "write_file", "arguments": {"path": ANSWER, "content": answer}},
+        oracle=[{"name": "read_file", "arguments": {"path": DOCUMENT}},
+                {"name": "write_file", "arguments": {"path": ANSWER, "content": answer}},
                 {"name": "check", "arguments": {}}, {"name": "submit", "arguments": {}}],
         agent={"tools": TOOLS, "max_steps": MAX_STEPS},
         verifier={**numeric_verifier(qs, formulas), "answer_file": ANSWER},

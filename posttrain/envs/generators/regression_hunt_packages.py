@@ -196,3 +196,45 @@ DICTKIT = Package("dictkit", "Small helpers for dicts.", {
 ))
 
 PACKAGES = (NUMKIT, TEXTKIT, LISTKIT, DICTKIT)
+
+# Regressions of functions the suite never breaks, for warm-start data only (``regression_hunt.warm_up_specs``): an
+# agent policy warm-started on them learns to read the fix off the bad commit's diff, not to recall the suite's eight.
+WARM_UP_REGRESSIONS = {
+    ("numkit", "clamp"): Regression("return max(low, min(x, high))", "return min(low, max(x, high))",
+                                    "write clamp() with the bounds the other way round"),
+    ("numkit", "percent"): Regression("return round(100 * part / whole, 1)", "return round(100 * part // whole, 1)",
+                                      "use integer division in percent()"),
+    ("numkit", "round_to"): Regression("return round(x / step) * step", "return int(x / step) * step",
+                                       "avoid a float round in round_to()"),
+    ("numkit", "spread"): Regression("return max(values) - min(values)", "return max(values) - min(values[1:])",
+                                     "skip the first value's comparison in spread()"),
+    ("textkit", "snake_case"): Regression('return "_".join(text.lower().split())', 'return "_".join(text.split())',
+                                          "keep the case of words in snake_case()"),
+    ("textkit", "initials"): Regression('return "".join(word[0].upper() for word in name.split())',
+                                        'return "".join(word[0] for word in name.split())',
+                                        "keep the initials as written in initials()"),
+    ("textkit", "word_count"): Regression("return len(text.split())", 'return len(text.split(" "))',
+                                          "split words on spaces only in word_count()"),
+    ("textkit", "vowel_count"): Regression('return sum(1 for ch in text.lower() if ch in "aeiou")',
+                                           'return sum(1 for ch in text if ch in "aeiou")',
+                                           "drop the lower() call of vowel_count()"),
+    ("listkit", "pairs"): Regression("return list(zip(items, items[1:]))", "return list(zip(items, items[2:]))",
+                                     "pair every other item in pairs()"),
+    ("listkit", "top_n"): Regression("return sorted(items, reverse=True)[:n]", "return sorted(items)[:n]",
+                                     "sort once, ascending, in top_n()"),
+    ("listkit", "rotate"): Regression("return items[k:] + items[:k]", "return items[k:] + items[:k - 1]",
+                                      "trim the wrapped part in rotate()"),
+    ("listkit", "first_over"): Regression("return next((item for item in items if item > limit), None)",
+                                          "return next((item for item in items if item >= limit), None)",
+                                          "include the limit itself in first_over()"),
+    ("dictkit", "merge"): Regression("return {**a, **b}", "return {**b, **a}", "merge the dicts in one pass"),
+    ("dictkit", "defaults"): Regression("return {**fallback, **data}", "return {**data, **fallback}",
+                                        "apply the fallback last in defaults()"),
+    ("dictkit", "without_none"): Regression(
+        "return {key: value for key, value in data.items() if value is not None}",
+        "return {key: value for key, value in data.items() if value}", "shorten the test of without_none()"),
+    ("dictkit", "omit"): Regression("return {key: value for key, value in data.items() if key not in keys}",
+                                    "return {key: value for key, value in data.items() if key in keys}",
+                                    "simplify the key test of omit()"),
+}
+

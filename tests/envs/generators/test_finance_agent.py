@@ -1,6 +1,6 @@
 """The ``finance_agent`` generator: 12 agent envs over the ``finance`` documents and questions, each granting
-``check``; the suite is admitted (its oracle writes, checks and submits; the no-op agent earns nothing) and an agent
-env of a verifier that cannot serve ``check`` is not."""
+``check``; the suite is admitted (its oracle reads, writes, checks and submits; the no-op agent earns nothing) and an
+agent env of a verifier that cannot serve ``check`` is not."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_each_env_asks_the_finance_question_of_its_document_in_answer_json():
         assert env.kind == "agent" and get_verifier("numeric").validate(env) == []
         assert env.workspace["report.txt"] in single.prompt  # the same document, in the workspace
         assert {**env.verifier, "answer_file": ""} == {**single.verifier, "answer_file": ""}
-        assert json.loads(env.oracle[0]["arguments"]["content"]) == json.loads(single.reference)
+        assert json.loads(env.oracle[1]["arguments"]["content"]) == json.loads(single.reference)
         assert "check" in env.agent["tools"] and "bash" not in env.agent["tools"]
 
 

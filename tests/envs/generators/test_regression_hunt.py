@@ -3,7 +3,9 @@ length and by the bad commit's distance from HEAD). In real sandboxes: the setup
 the declared length, the commit ids the host's git makes too, the tests passing up to the bad commit and failing from
 it on) on warm bwrap and docker; sampled references pass while the untouched workspace, the test-editing cheat,
 resetting to before the bad commit and reverting it fail; oracle episodes solve envs on docker and the agent probes
-fail; a sample of every package passes admission on warm bwrap (oracle episodes and agent probes included)."""
+fail; a sample of every package passes admission on warm bwrap (oracle episodes and agent probes included). The
+warm-up envs (warm-start data only) break other functions than the suite's, and every warm-up regression's oracle
+episode solves its env while the untouched workspace fails."""
 
 from __future__ import annotations
 
@@ -15,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from posttrain.admission import admit
-from posttrain.admission.agent_episodes import agent_probes, oracle_calls, run_scripted
+from posttrain.admission.agent_episodes import NOOP, agent_probes, oracle_calls, run_scripted
 from posttrain.admission.batch import SandboxBatches
 from posttrain.agent.parser import FORMATS, parse_calls
 from posttrain.config import AdmissionConfig, DockerPoolConfig, SandboxConfig
 from posttrain.envs.generators import file_name
 from posttrain.envs.generators.git_history import STREAM
-from posttrain.envs.generators.regression_hunt import DISTANCES, HISTORIES, specs
-from posttrain.envs.generators.regression_hunt_packages import PACKAGES
+from posttrain.envs.generators.regression_hunt import DISTANCES, HISTORIES, specs, warm_up_specs
+from posttrain.envs.generators.regression_hunt_packages import PACKAGES, WARM_UP_REGRESSIONS
 from posttrain.envs.tools import TOOLS
 from posttrain.envs.verifiers import get_verifier, verify_many
 from posttrain.sandbox import make_sandbox
@@ -182,3 +184,31 @@ def test_a_sample_of_every_package_passes_admission(tmp_path):
     assert {e.id for e in result.admitted} == {e.id for e in chosen}, details[~details["passed"]]["detail"].tolist()
     solvability = details[details["check"] == "solvability"]["detail"].tolist()
     assert all("oracle episode: 3/3 tests passed" in d for d in solvability), solvability
+
+
+@pytest.mark.unit
+def test_warm_up_envs_break_other_functions_than_the_suites():
+    warm = warm_up_specs()
+    suite_targets = {(p.name, f.name) for p in PACKAGES for f in p.functions if f.regression}
+    assert suite_targets.isdisjoint(WARM_UP_REGRESSIONS) and len(WARM_UP_REGRESSIONS) == 16
+    fixes = {tuple(sorted(c["arguments"].items())) for e in warm for c in e.oracle if c["name"] == "edit_file"}
+    suite_fixes = {tuple(sorted(c["arguments"].items())) for e in ENVS for c in e.oracle if c["name"] == "edit_file"}
+    assert len(fixes) == 16 and fixes.isdisjoint(suite_fixes)
+    assert not {e.prompt for e in warm} & {e.prompt for e in ENVS}  # a scripted oracle knows its task by the prompt
+
+
+@pytest.mark.integration
+@needs_bwrap
+def test_every_warm_up_regressions_oracle_episode_solves_it_and_the_no_op_fails():
+    chosen = [e for e in warm_up_specs() if e.id.endswith("_h12_near")]
+    assert len(chosen) == len(WARM_UP_REGRESSIONS)
+    cfg = SandboxConfig(backend="bwrap-warm")
+    box = make_sandbox(cfg)
+    try:
+        jobs = [(e, oracle_calls(e)) for e in chosen] + [(e, agent_probes(e)[NOOP]) for e in chosen]
+        verdicts = run_scripted(SandboxBatches(box, cfg), "solvability", box, cfg, AdmissionConfig(), jobs)
+    finally:
+        box.close()
+    assert not [v.detail for v in verdicts if v.excluded]
+    assert all(v.passed for v in verdicts[:len(chosen)]), [v.detail for v in verdicts[:len(chosen)] if not v.passed]
+    assert not any(v.passed for v in verdicts[len(chosen):])
