@@ -7,10 +7,11 @@ STAMP := $(VENV)/.installed
 EXTRA ?= cpu
 POLICY ?= .posttrain/demo-policy
 AGENT_POLICY ?= .posttrain/agent-policy
+AGENT_LONG_POLICY ?= .posttrain/agent-long-policy
 export DS_ACCELERATOR ?= cpu
 export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
 
-.PHONY: install setup policy agent-policy sandbox-image demo demo-agent smoke test test-fast mlflow-ui bench gpu-check doctor clean
+.PHONY: install setup policy agent-policy agent-long-policy sandbox-image demo demo-agent demo-agent-long smoke test test-fast mlflow-ui bench gpu-check doctor clean
 .PHONY: package images
 
 # Cluster images and the registration archive (make package; make images). Tags default to the commit.
@@ -61,6 +62,13 @@ agent-policy: $(STAMP)
 demo-agent: setup $(STAMP) agent-policy
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_agent_demo
 	@echo; echo "Done. Review the runs: make mlflow-ui (experiment posttrain; agent/* and agent_eval/* curves)."
+
+agent-long-policy: $(STAMP)
+	$(BIN)/posttrain agent-policy --recipe demo-agent-long $(AGENT_LONG_POLICY)
+
+demo-agent-long: setup $(STAMP) agent-long-policy
+	time $(BIN)/pyflyte run workflows/rl_loop.py rl_agent_long_demo
+	@echo; echo "Done. Review the runs: make mlflow-ui (experiment posttrain; agent_eval/* and eval/assertion/* curves)."
 
 smoke: setup $(STAMP) policy
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_smoke

@@ -21,7 +21,8 @@ import argparse
 import shutil
 import sys
 
-from posttrain.config import SandboxConfig, default_agent_policy_dir, default_policy_dir
+from posttrain.config import DEMO_AGENT_POLICIES, DEMO_AGENT_POLICY, SandboxConfig, default_agent_policy_dir, \
+    default_policy_dir
 from posttrain.envs.importers.jsonl import add_arguments as add_jsonl_arguments
 from posttrain.envs.importers.jsonl import import_jsonl_command
 from posttrain.sandbox import BACKENDS
@@ -35,9 +36,9 @@ def _demo_policy(args) -> int:
 
 
 def _agent_policy(args) -> int:
-    from posttrain.agent.warm_start import main_agent_policy
+    from posttrain.agent.warm_start import RECIPES, main_agent_policy
 
-    print(main_agent_policy(args.out))
+    print(main_agent_policy(args.out or default_agent_policy_dir(args.recipe), RECIPES[args.recipe]))
     return 0
 
 
@@ -147,8 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("demo-policy", help="build the demo policy")
     p.add_argument("out", nargs="?", default=default_policy_dir())
     p.set_defaults(func=_demo_policy)
-    p = sub.add_parser("agent-policy", help="build the demo agent policy (warm-started on oracle episodes, ~15 min)")
-    p.add_argument("out", nargs="?", default=default_agent_policy_dir())
+    p = sub.add_parser("agent-policy", help="build a demo agent policy (warm-started on oracle episodes, ~15 min)")
+    p.add_argument("out", nargs="?", help="where (default: .posttrain/agent-policy or .posttrain/agent-long-policy)")
+    p.add_argument("--recipe", default=DEMO_AGENT_POLICY, choices=sorted(DEMO_AGENT_POLICIES),
+                   help="demo-agent: agent_repo and its warm-up envs; demo-agent-long: the regression hunts and the "
+                        "finance correction envs, with warm-up regressions of other functions")
     p.set_defaults(func=_agent_policy)
     p = sub.add_parser("admit", help="admit a suite: per-env verdicts with reason codes, per-check statistics")
     p.add_argument("suite")

@@ -41,7 +41,10 @@ DEMO_SUITE = str(Path(__file__).resolve().parent / "envs" / "suites" / "demo_pyt
 DEMO_SUITE_REF = "posttrain:envs/suites/demo_python"  # in configs: resolved where it runs (posttrain.locations)
 DEMO_POLICY = "demo"  # in configs: the demo policy, built on first use at default_policy_dir()
 AGENT_SUITE_REF = "posttrain:envs/suites/agent_repo"  # 96 generated repository bug-fix envs, each with an oracle
+AGENT_LONG_SUITE_REF = "posttrain:envs/suites/agent_long"  # the regression hunts and the finance correction envs
 DEMO_AGENT_POLICY = "demo-agent"  # the demo agent policy (posttrain.agent.warm_start), at default_agent_policy_dir()
+DEMO_AGENT_LONG_POLICY = "demo-agent-long"  # the long-horizon one (make demo-agent-long)
+DEMO_AGENT_POLICIES = {DEMO_AGENT_POLICY: "agent-policy", DEMO_AGENT_LONG_POLICY: "agent-long-policy"}  # name -> dir
 
 
 def default_policy_dir() -> str:
@@ -49,9 +52,11 @@ def default_policy_dir() -> str:
     return os.environ.get("POSTTRAIN_POLICY", str(PROJECT_ROOT / ".posttrain" / "demo-policy"))
 
 
-def default_agent_policy_dir() -> str:
-    """Where the demo agent policy is built and cached (``POSTTRAIN_AGENT_POLICY`` overrides it)."""
-    return os.environ.get("POSTTRAIN_AGENT_POLICY", str(PROJECT_ROOT / ".posttrain" / "agent-policy"))
+def default_agent_policy_dir(name: str = DEMO_AGENT_POLICY) -> str:
+    """Where the demo agent policy ``name`` is built and cached: ``.posttrain/agent-policy`` (``POSTTRAIN_AGENT_POLICY``
+    overrides it) or ``.posttrain/agent-long-policy`` (``POSTTRAIN_AGENT_LONG_POLICY``)."""
+    folder = DEMO_AGENT_POLICIES[name]
+    return os.environ.get("POSTTRAIN_" + folder.upper().replace("-", "_"), str(PROJECT_ROOT / ".posttrain" / folder))
 
 
 class ConfigError(ValueError):
@@ -135,7 +140,8 @@ def folder_reference(ref: str) -> str:
 
 def policy_reference(ref: str) -> str:
     """A folder reference, the demo policy (``demo``) or a registered version or alias (``models:/name@alias``)."""
-    return "" if ref in (DEMO_POLICY, DEMO_AGENT_POLICY) or ref.startswith("models:/") else folder_reference(ref)
+    builtin = ref == DEMO_POLICY or ref in DEMO_AGENT_POLICIES or ref.startswith("models:/")
+    return "" if builtin else folder_reference(ref)
 
 
 SCRIPTED_POLICIES = ("reference", "identity", "noop", "noisy:P")  # admission's scripted policies (admission.policies)
@@ -658,6 +664,23 @@ class LoopConfig(Validated):
             rollout=RolloutConfig(max_model_len=1024),
             agent=AgentConfig(envs_per_iteration=8, samples_per_env=8, temperature=0.8, max_new_tokens=128,
                               token_budget=768),
+            train=TrainConfig(micro_batch_size=8, learning_rate=1e-4),
+            eval=EvalConfig(every=4),
+            admission=AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]),
+        )
+
+    @classmethod
+    def agent_long_demo(cls) -> "LoopConfig":
+        """RL on long-horizon agent episodes (``make demo-agent-long``): the long demo agent policy (warm-started on
+        oracle episodes of regression hunts of other functions) on ``agent_long``, the regression hunts (git history,
+        bisect, a one-line fix) and the finance correction envs (``check`` feedback). A context budget of 768 tokens
+        compresses the older observations of most episodes (docs/agent.md, Context budget); greedy agent eval of
+        every eval env every 4 versions."""
+        return cls(
+            suite=AGENT_LONG_SUITE_REF, policy=DEMO_AGENT_LONG_POLICY, iterations=12,
+            rollout=RolloutConfig(max_model_len=4096),
+            agent=AgentConfig(envs_per_iteration=8, samples_per_env=8, temperature=0.8, max_new_tokens=160,
+                              token_budget=1024, context_budget=768),
             train=TrainConfig(micro_batch_size=8, learning_rate=1e-4),
             eval=EvalConfig(every=4),
             admission=AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]),

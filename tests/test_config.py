@@ -17,7 +17,9 @@ from posttrain.config import (
     RolloutConfig,
     SandboxConfig,
     TrainConfig,
+    policy_reference,
 )
+from posttrain.locations import local_copy
 
 pytestmark = pytest.mark.unit
 
@@ -36,6 +38,13 @@ def test_smoke_is_valid_and_unchanged():
             cfg.train.micro_batch_size, cfg.eval.limit, cfg.eval.max_new_tokens, cfg.admission.checks) == \
            (1, 4, 6, 40, 24, 12, 40, ["consistency", "solvability", "anti_hacking"])
     assert replace(cfg) == cfg  # built again through __init__: still valid
+
+
+@pytest.mark.parametrize("preset", ["smoke", "agent_demo", "agent_long_demo"])
+def test_every_workflow_preset_is_valid_and_names_what_exists(preset):
+    cfg = getattr(LoopConfig, preset)()
+    assert replace(cfg) == cfg  # built again through __init__: every field and relation checked
+    assert local_copy(cfg.suite) and policy_reference(cfg.policy) == ""
 
 
 @pytest.mark.parametrize("cls, kwargs, message", [

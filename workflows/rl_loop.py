@@ -120,3 +120,10 @@ def rl_smoke(cfg: LoopConfig = LoopConfig.smoke()) -> PolicyDir:
 def rl_agent_demo(cfg: LoopConfig = LoopConfig.agent_demo()) -> PolicyDir:
     """RL on agent episodes: the demo agent policy on the agent_repo suite (``make demo-agent``)."""
     return rl_loop(cfg=cfg)
+
+
+@workflow(on_failure=release_engines)
+def rl_agent_long_demo(cfg: LoopConfig = LoopConfig.agent_long_demo()) -> PolicyDir:
+    """RL on long-horizon agent episodes: regression hunts in git histories and finance extractions corrected with
+    ``check`` feedback (``make demo-agent-long``)."""
+    return rl_loop(cfg=cfg)

@@ -139,7 +139,8 @@ def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent")
     greedy eval). Per episode: ``steps_mean`` (model turns), ``tool_calls_mean``, ``finish/<reason>`` (fraction of
     the episodes), ``solve_rate``, ``reward_mean``, ``layer/<signal>`` (each verdict signal's mean over the episodes
     without an infra error: what the rewards were made of); per step: ``failed_call_fraction``, ``no_call_fraction``
-    (turns without a call), ``compressed_fraction`` (observations summarized by the context budget), ``calls/<tool>``
+    (turns without a call), ``compressed_fraction`` (observations summarized by the context budget) and
+    ``compressed_episode_fraction`` (episodes the budget compressed at least once, over all), ``calls/<tool>``
     (accepted calls of each tool, per episode); for the episodes that called ``check`` (mismatch feedback, e.g. the
     ``finance_agent`` suite; absent when none did): ``first_check_passed`` (their first answer was right) and
     ``checked_final_passed`` (their final answer is), the first try against the outcome after corrections;
@@ -173,6 +174,8 @@ def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent")
         metrics[f"{p}/failed_call_fraction"] = float((~steps["ok"].astype(bool)).mean())
         metrics[f"{p}/no_call_fraction"] = float((steps["error"] == "no_tool_call").mean())
         metrics[f"{p}/compressed_fraction"] = float((steps["compressed_at_turn"] >= 0).mean())
+        compressed = steps[steps["compressed_at_turn"] >= 0].groupby(["group_id", "sample_idx"]).ngroups
+        metrics[f"{p}/compressed_episode_fraction"] = compressed / n
         metrics[f"{p}/observation_bytes_mean"] = float(steps["observation_bytes"].mean())
         accepted = steps[(steps["tool"] != "") & (steps["error"] == "")]
         for tool, count in accepted["tool"].value_counts().sort_index().items():

@@ -28,10 +28,11 @@ Example (pure: the pairs of one episode):
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from posttrain.agent.envs import task_of
@@ -39,12 +40,14 @@ from posttrain.agent.episode import Episode, concat
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import ScriptedPolicy
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
-from posttrain.config import DEMO_SUITE, AgentConfig, DemoPolicyConfig, SandboxConfig
+from posttrain.config import DEMO_AGENT_LONG_POLICY, DEMO_AGENT_POLICY, DEMO_SUITE, AgentConfig, DemoPolicyConfig, \
+    SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.tools import tool_specs
 from posttrain.training.checkpoints import POLICY_META
 
 AGENT_SUITE = str(Path(DEMO_SUITE).parent / "agent_repo")
+AGENT_LONG_SUITE = str(Path(DEMO_SUITE).parent / "agent_long")
 from posttrain.training.demo_policy import build_demo_policy
 
 
@@ -94,6 +97,11 @@ def build_agent_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, single
     return out
 
 
+def visible_files(env: EnvSpec) -> list[str]:
+    """The texts of ``env``'s workspace files but those under ``.git/`` (a history stream is not what agents read)."""
+    return [text for path, text in env.workspace.items() if not path.startswith(".git/")]
+
+
 def built_from(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, sources: dict) -> bool:
     """True when ``out_dir`` holds a finished agent policy built with ``cfg`` from exactly ``sources``."""
     from posttrain.training.demo_policy import is_complete
@@ -104,36 +112,67 @@ def built_from(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, sources: dict)
 
 
 AGENT_POLICY_CFG = DemoPolicyConfig(vocab_size=512, max_position_embeddings=1024, sft_steps=1200, sft_batch_size=8)
+# The long-horizon policy reads git logs, diffs and reports: a larger vocabulary keeps its contexts short (~2.5
+# characters a token on that text against ~1.2 with 384 tokens trained on Python alone) and its positions hold them
+# (a finance report read whole is ~2,500 tokens).
+AGENT_LONG_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=4096, sft_steps=1200,
+                                         sft_batch_size=8)
 
 
-def main_agent_policy(out_dir: str | os.PathLike, suite: str = AGENT_SUITE, cfg: DemoPolicyConfig = AGENT_POLICY_CFG,
-                      sandbox_cfg: SandboxConfig | None = None, warm_up: Sequence[EnvSpec] | None = None) -> Path:
-    """Build the demo agent policy into ``out_dir`` unless one built with ``cfg`` from the same sources (suite
-    digests, warm-up envs, agent config, template) is there: the oracle episodes of ``suite``'s train split and of
-    the ``warm_up`` envs (default: ``agent_repo.warm_up_specs()``, module names no suite env uses) as turn pairs,
-    plus the demo suite's single-turn train pairs. ~15 min on a 2-core CPU for the default 1200 steps; a cached
-    policy is found without running the oracle episodes."""
-    from posttrain.envs.generators.agent_repo import warm_up_specs
+@dataclass(frozen=True)
+class Recipe:
+    """What a demo agent policy is built from: the oracle episodes of ``suite``'s train split and of the envs
+    ``warm_up`` (``module:function``, called on use) makes for warm-start data only, run under ``agent`` (the
+    context budget of the runs the policy is meant for, so the contexts it learns from are compressed where theirs
+    will be), plus the demo suite's single-turn pairs, through the demo recipe with ``cfg``."""
+
+    suite: str
+    warm_up: str
+    cfg: DemoPolicyConfig
+    agent: AgentConfig = field(default_factory=lambda: AgentConfig(temperature=0.0))
+
+    def warm_up_envs(self) -> list[EnvSpec]:
+        module, function = self.warm_up.split(":")
+        return list(getattr(importlib.import_module(module), function)())
+
+
+RECIPES = {
+    DEMO_AGENT_POLICY: Recipe(AGENT_SUITE, "posttrain.envs.generators.agent_repo:warm_up_specs", AGENT_POLICY_CFG),
+    DEMO_AGENT_LONG_POLICY: Recipe(AGENT_LONG_SUITE, "posttrain.envs.generators.regression_hunt:warm_up_specs",
+                                   AGENT_LONG_POLICY_CFG, AgentConfig(temperature=0.0, context_budget=768)),
+}
+
+
+def main_agent_policy(out_dir: str | os.PathLike, recipe: Recipe = RECIPES[DEMO_AGENT_POLICY],
+                      sandbox_cfg: SandboxConfig | None = None) -> Path:
+    """Build the demo agent policy of ``recipe`` into ``out_dir`` unless one built from the same sources (suite
+    digests, warm-up envs, agent config, template, ``recipe.cfg``) is there: the oracle episodes of the recipe's
+    suite's train split and of its warm-up envs as turn pairs, plus the demo suite's single-turn train pairs. ~15 min
+    on a 2-core CPU for the default recipe's 1200 steps; a cached policy is found without running the oracle
+    episodes. The episodes run under ``recipe.agent`` with a scratch tokenizer's token counts (trained on the
+    single-turn pairs and the envs' prompts and visible files, of the recipe's vocabulary size), so their contexts are
+    compressed about where the policy's will be under the same ``context_budget``."""
     from posttrain.envs.suite import load_suite, suite_digest
     from posttrain.sandbox import make_sandbox
     from posttrain.training.demo_policy import building, train_tokenizer
 
-    warm_up = warm_up_specs() if warm_up is None else list(warm_up)
-    agent_cfg = AgentConfig(temperature=0.0)
-    sources = {"agent_suite": suite_digest(suite), "single_turn_suite": suite_digest(DEMO_SUITE),
+    warm_up = recipe.warm_up_envs()
+    agent_cfg = recipe.agent
+    sources = {"agent_suite": suite_digest(recipe.suite), "single_turn_suite": suite_digest(DEMO_SUITE),
                "warm_up": hashlib.sha256(json.dumps([[e.prompt, e.workspace, e.oracle] for e in warm_up],
                                                     sort_keys=True).encode()).hexdigest(),
                "agent_config": asdict(agent_cfg), "template": hashlib.sha256(AGENT_TEMPLATE.encode()).hexdigest()}
     with building(out_dir):
-        if built_from(out_dir, cfg, sources):
+        if built_from(out_dir, recipe.cfg, sources):
             return Path(out_dir)
-        train = [e for e in load_suite(suite).envs if e.split == "train" and e.kind == "agent" and e.oracle] + warm_up
+        train = [e for e in load_suite(recipe.suite).envs if e.split == "train" and e.kind == "agent" and e.oracle]
+        train += warm_up
         single = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
-        scratch = ChatFormat(train_tokenizer([t for pair in single for t in pair], 384), tool_specs(agent_cfg.tools),
-                             AGENT_TEMPLATE)
+        texts = [t for pair in single for t in pair] + [t for e in train for t in (e.prompt, *visible_files(e))]
+        scratch = ChatFormat(train_tokenizer(texts, recipe.cfg.vocab_size), tool_specs(agent_cfg.tools), AGENT_TEMPLATE)
         box = make_sandbox(sandbox_cfg or SandboxConfig())
         try:
             pairs = oracle_pairs(train, [e.oracle for e in train], scratch, box, agent_cfg)
         finally:
             box.close()
-        return build_agent_policy(out_dir, cfg, single, pairs, sources)
+        return build_agent_policy(out_dir, recipe.cfg, single, pairs, sources)

@@ -5,10 +5,10 @@ It sits above the trainer (it builds the demo policies) and the registry (it dow
 library layers below take local checkpoint directories and the entry points resolve first: the Flyte tasks in the
 pod that samples, ``posttrain admit`` before admission.
 
-- ``policy_dir(ref)``: the local directory of ``demo`` / ``demo-agent`` (built, seeded and cached on disk if absent),
-  a registered version or alias (``models:/posttrain-policy@champion``, ``/3``: downloaded), a URI (fetched:
-  ``posttrain.locations.local_copy``) or a local or packaged folder (as it is), checked (config.json, weights,
-  tokenizer).
+- ``policy_dir(ref)``: the local directory of ``demo`` / ``demo-agent`` / ``demo-agent-long`` (built, seeded and
+  cached on disk if absent), a registered version or alias (``models:/posttrain-policy@champion``, ``/3``:
+  downloaded), a URI (fetched: ``posttrain.locations.local_copy``) or a local or packaged folder (as it is), checked
+  (config.json, weights, tokenizer).
 - ``pin_aliases(cfg)``: an ``AdmissionConfig`` with each registry alias among its policies replaced by the version it
   points at now, so admission's cache key and report say which version it sampled.
 - ``resolved(cfg)``: an ``AdmissionConfig`` with each policy reference among its policies replaced by its local
@@ -33,7 +33,7 @@ import tempfile
 from dataclasses import replace
 
 from posttrain.admission.policies import POLICY_FIELDS, naming, scripted_policy
-from posttrain.config import DEMO_AGENT_POLICY, DEMO_POLICY, AdmissionConfig, default_agent_policy_dir, \
+from posttrain.config import DEMO_AGENT_POLICIES, DEMO_POLICY, AdmissionConfig, default_agent_policy_dir, \
     default_policy_dir
 from posttrain.locations import local_copy
 from posttrain.tracking import registry
@@ -46,10 +46,10 @@ def policy_dir(ref: str) -> str:
         from posttrain.training.demo_policy import main_demo_policy
 
         return str(check_policy_dir(main_demo_policy(default_policy_dir())))
-    if ref == DEMO_AGENT_POLICY:
-        from posttrain.agent.warm_start import main_agent_policy
+    if ref in DEMO_AGENT_POLICIES:
+        from posttrain.agent.warm_start import RECIPES, main_agent_policy
 
-        return str(check_policy_dir(main_agent_policy(default_agent_policy_dir())))
+        return str(check_policy_dir(main_agent_policy(default_agent_policy_dir(ref), RECIPES[ref])))
     if registry.parse_model_uri(ref):
         return str(check_policy_dir(registry.download_policy(ref, tempfile.mkdtemp(prefix="posttrain-policy-"))))
     return str(check_policy_dir(local_copy(ref)))

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from posttrain.config import DEMO_SUITE, DemoPolicyConfig
+from posttrain.progress import progress
 from posttrain.timing import timed
 from posttrain.training.checkpoints import POLICY_META
 
@@ -122,6 +123,7 @@ def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -
     gen = torch.Generator().manual_seed(cfg.seed)
     order: list[int] = []
     model.train()
+    bar = progress(total=cfg.sft_steps, desc="demo policy SFT", unit="step")  # a build takes minutes: say where it is
     for _ in range(cfg.sft_steps):
         while len(order) < cfg.sft_batch_size:
             order += torch.randperm(len(examples), generator=gen).tolist()
@@ -133,6 +135,8 @@ def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -
         optim.step()
         sched.step()
         optim.zero_grad(set_to_none=True)
+        bar.update(1)
+    bar.close()
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

@@ -95,6 +95,7 @@ def test_metrics_have_the_loop_names_and_per_episode_values(tables):
     assert m["agent/failed_call_fraction"] == 4 / 8
     assert m["agent/no_call_fraction"] == 2 / 8
     assert m["agent/compressed_fraction"] == 1 / 8
+    assert m["agent/compressed_episode_fraction"] == 1 / 5  # one episode of five had an observation summarized
     assert m["agent/tool_calls_per_s"] == 1.5
     assert {k: v for k, v in m.items() if k.startswith("agent/calls/")} == {
         "agent/calls/bash": 2 / 5, "agent/calls/edit_file": 1 / 5, "agent/calls/read_file": 1 / 5,

@@ -1,20 +1,24 @@
 """Warm start data and build: oracle episodes become (exact context, call) pairs; the built agent policy ships the
-agent chat template in its tokenizer, so ``ChatFormat`` uses it without being told."""
+agent chat template in its tokenizer, so ``ChatFormat`` uses it without being told. The long recipe's episodes
+(regression hunts, finance correction) put what each call needs in its context (the diff before the fix, the report
+before the answer) and are compressed under a small context budget; each named demo agent policy has a recipe and a
+folder of its own."""
 
 from __future__ import annotations
 
 import pytest
 
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
-from posttrain.agent.warm_start import build_agent_policy, built_from, oracle_pairs
-from posttrain.config import AgentConfig, DemoPolicyConfig
+from posttrain.agent.warm_start import RECIPES, build_agent_policy, built_from, oracle_pairs
+from posttrain.config import DEMO_AGENT_POLICIES, AgentConfig, DemoPolicyConfig, default_agent_policy_dir
+from posttrain.envs.generators import finance_agent, regression_hunt
 from posttrain.envs.generators.agent_repo import oracle, specs
 from posttrain.envs.tools import tool_specs
 from posttrain.sandbox import make_sandbox
 
-pytestmark = pytest.mark.integration
 
 
+@pytest.mark.integration
 def test_oracle_turns_become_pairs_and_the_policy_ships_the_template(fmt, tmp_path):
     envs = specs()[:2]
     box = make_sandbox("bwrap-warm")
@@ -42,3 +46,35 @@ def test_oracle_turns_become_pairs_and_the_policy_ships_the_template(fmt, tmp_pa
     built = ChatFormat(AutoTokenizer.from_pretrained(policy), tool_specs(["bash", "submit"]))
     assert built.template == AGENT_TEMPLATE
     assert built.tokenizer.chat_template == AGENT_TEMPLATE
+
+
+@pytest.mark.integration
+def test_the_long_recipes_episodes_hold_what_each_call_needs_and_are_compressed_under_a_budget(tokenizer):
+    hunt = next(e for e in regression_hunt.warm_up_specs() if e.id.endswith("_h24_far"))
+    finance = finance_agent.specs()[0]
+    box = make_sandbox("bwrap-warm")
+    try:
+        pairs = {env.id: oracle_pairs([env], [env.oracle], ChatFormat(tokenizer, tool_specs(env.agent.get(
+            "tools", ["bash", "edit_file", "submit"])), AGENT_TEMPLATE), box, AgentConfig(context_budget=256))
+            for env in (hunt, finance)}
+    finally:
+        box.close()
+    fix = next(call["arguments"] for call in hunt.oracle if call["name"] == "edit_file")
+    context, call = pairs[hunt.id][4]
+    assert '"edit_file"' in call and f"-    {fix['replace']}\n+    {fix['search']}" in context  # the diff, -U0
+    assert "full text: .agent/state.md]" in context  # git log's output, over the budget, became its summary line
+    context, call = pairs[finance.id][1]
+    assert '"write_file"' in call and "Annual Report" in context  # the report read before the answer is written
+
+
+@pytest.mark.unit
+def test_each_named_demo_agent_policy_has_a_recipe_and_its_own_folder(monkeypatch):
+    assert set(RECIPES) == set(DEMO_AGENT_POLICIES)
+    folders = {name: default_agent_policy_dir(name) for name in DEMO_AGENT_POLICIES}
+    assert len(set(folders.values())) == len(folders)
+    monkeypatch.setenv("POSTTRAIN_AGENT_LONG_POLICY", "/elsewhere/long")
+    assert default_agent_policy_dir("demo-agent-long") == "/elsewhere/long"
+    assert default_agent_policy_dir() == folders["demo-agent"]
+    long = RECIPES["demo-agent-long"]
+    assert long.cfg.max_position_embeddings >= 2048 and long.suite.endswith("agent_long")
+    assert {e.id.split("/")[0] for e in long.warm_up_envs()} == {"regression_hunt"}
