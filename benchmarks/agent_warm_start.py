@@ -28,8 +28,8 @@ from pathlib import Path
 from posttrain.agent.rollout import collect_episodes
 from posttrain.agent.template import ChatFormat
 from posttrain.agent.warm_start import RECIPES, main_agent_policy
-from posttrain.config import DEMO_AGENT_LONG_POLICY, DEMO_AGENT_POLICIES, DEMO_AGENT_POLICY, AgentConfig, \
-    LoopConfig, RolloutConfig, SandboxConfig, default_agent_policy_dir
+from posttrain.config import DEMO_AGENT_LONG_POLICY, DEMO_AGENT_POLICIES, DEMO_AGENT_POLICY, LoopConfig, \
+    RolloutConfig, SandboxConfig, default_agent_policy_dir
 from posttrain.envs.suite import load_suite
 from posttrain.envs.tools import tool_specs
 from posttrain.sandbox import make_sandbox

@@ -6,12 +6,13 @@ admission only uses cached verdicts for envs whose reference passed the reproduc
 not vary between runs); the reproducibility repeats themselves are always run afresh (``fresh=True``).
 Infra verdicts are never cached.
 
-A verdict that hit a deadline (the execution's, or one test's: ``Verdict.hit_deadline``) is run once more after the
-batch, with the other deadline-hit runs only, and the second verdict kept: in a batch of hundreds of concurrent
-executions on a loaded machine, a test that needs a fraction of its time alone can run out of it, and admission
-would then reject a sound env (a reference that "failed", a guard label "wrong", a reproducibility "flake"). A
-solution that loops stays timed out, at the cost of one more deadline per check. ``reruns`` counts them per check
-(``executions`` counts first runs only, so it does not vary with the load).
+A verdict that hit a deadline (the execution's, or one test's: ``Verdict.hit_deadline``) or failed on infra (a
+sandbox that did not start, a workspace setup that timed out) is run once more after the batch, with the other such
+runs only, and the second verdict kept: in a batch of hundreds of concurrent executions on a loaded machine, a test
+or a setup that needs a fraction of its time alone can run out of it, and admission would then reject a sound env (a
+reference that "failed", a guard label "wrong", a reproducibility "flake", an env it could not run). A solution that
+loops stays timed out and a setup that cannot work stays infra, at the cost of one more run each per check.
+``reruns`` counts them per check (``executions`` counts first runs only, so it does not vary with the load).
 
 Example:
     >>> from posttrain.config import DEMO_SUITE, SandboxConfig
@@ -69,7 +70,7 @@ class SandboxBatches:
         self.cache: dict[tuple[str, str], Verdict] = {}
         self.seconds: dict[str, float] = defaultdict(float)
         self.executions: dict[str, int] = defaultdict(int)
-        self.reruns: dict[str, int] = defaultdict(int)  # deadline-hit verdicts run again after their batch
+        self.reruns: dict[str, int] = defaultdict(int)  # deadline-hit and infra verdicts run again after their batch
 
     def time(self, check: str):
         """A context manager adding wall seconds to ``check`` (host-side work such as consistency or sampling)."""
@@ -94,7 +95,7 @@ class SandboxBatches:
             verdicts = verify_many([pairs[i] for i in todo], self.box, self.cfg) if todo else []
             self.bar.update(self.box.budget)  # host-scored verifiers never reach the sandbox
             self.box.budget = 0
-            verdicts = self._rerun_deadlines(check, [pairs[i] for i in todo], verdicts)
+            verdicts = self._rerun_stalled(check, [pairs[i] for i in todo], verdicts)
         self.executions[check] += len(todo)
         fresh_verdicts: dict[int, Verdict] = dict(zip(todo, verdicts))
         this_batch: dict[tuple[str, str], Verdict] = {}
@@ -104,11 +105,11 @@ class SandboxBatches:
                 self.cache.setdefault(keys[i], verdict)
         return [fresh_verdicts.get(i) or this_batch.get(keys[i]) or self.cache[keys[i]] for i in range(len(pairs))]
 
-    def _rerun_deadlines(self, check: str, pairs: Sequence[tuple[EnvSpec, str]],
-                         verdicts: list[Verdict]) -> list[Verdict]:
-        """``verdicts`` with those that hit a deadline replaced by a second run of theirs, made once the batch is
-        over (the second verdict is kept, whatever it is)."""
-        again = [i for i, verdict in enumerate(verdicts) if verdict.hit_deadline and not verdict.excluded]
+    def _rerun_stalled(self, check: str, pairs: Sequence[tuple[EnvSpec, str]],
+                       verdicts: list[Verdict]) -> list[Verdict]:
+        """``verdicts`` with those that hit a deadline or failed on infra replaced by a second run of theirs, made
+        once the batch is over (the second verdict is kept, whatever it is)."""
+        again = [i for i, verdict in enumerate(verdicts) if verdict.hit_deadline or verdict.excluded]
         if not again:
             return verdicts
         self.reruns[check] += len(again)
