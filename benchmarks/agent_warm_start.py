@@ -63,6 +63,7 @@ def main() -> None:
     parser.add_argument("--policy", help="measure this checkpoint instead of building the recipe's")
     parser.add_argument("--splits", default="train,eval")
     parser.add_argument("--context-budgets", default="", help="comma-separated; default: the preset's budget")
+    parser.add_argument("--max-model-len", type=int, help="the engine's context (default: the preset's)")
     args = parser.parse_args()
     from posttrain.rollout.engine import VLLMEngine
 
@@ -70,7 +71,7 @@ def main() -> None:
     agent_cfg = replace(preset.agent, temperature=0.0)
     budgets = [int(b) for b in args.context_budgets.split(",") if b] or [agent_cfg.context_budget]
     envs = [e for e in load_suite(RECIPES[args.recipe].suite).envs if e.kind == "agent"]
-    context = preset.rollout.max_model_len
+    context = args.max_model_len or preset.rollout.max_model_len
     sandbox_cfg = SandboxConfig(backend="bwrap-warm")
     box = make_sandbox(sandbox_cfg)
     result = {"recipe": args.recipe}

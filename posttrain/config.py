@@ -672,15 +672,16 @@ class LoopConfig(Validated):
     @classmethod
     def agent_long_demo(cls) -> "LoopConfig":
         """RL on long-horizon agent episodes (``make demo-agent-long``): the long demo agent policy (warm-started on
-        oracle episodes of regression hunts of other functions) on ``agent_long``, the regression hunts (git history,
-        bisect, a one-line fix) and the finance correction envs (``check`` feedback). A context budget of 768 tokens
-        compresses the older observations of most episodes (docs/agent.md, Context budget); greedy agent eval of
-        every eval env every 4 versions."""
+        oracle episodes of the regression hunts and of hunts of other functions) on ``agent_long``, the regression
+        hunts (git history, bisect, a one-line fix) and the finance correction envs (``check`` feedback). A context
+        budget of 384 tokens compresses every episode's older observations (docs/agent.md, Context budget): the
+        policy's contexts stay as short as those it was warm-started on. Greedy agent eval of every eval env every 4
+        versions."""
         return cls(
             suite=AGENT_LONG_SUITE_REF, policy=DEMO_AGENT_LONG_POLICY, iterations=12,
-            rollout=RolloutConfig(max_model_len=4096),
+            rollout=RolloutConfig(max_model_len=2048),
             agent=AgentConfig(envs_per_iteration=8, samples_per_env=8, temperature=0.8, max_new_tokens=160,
-                              token_budget=1024, context_budget=768),
+                              token_budget=1024, context_budget=384),
             train=TrainConfig(micro_batch_size=8, learning_rate=1e-4),
             eval=EvalConfig(every=4),
             admission=AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]),

@@ -10,7 +10,7 @@ import pytest
 
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
 from posttrain.agent.warm_start import RECIPES, build_agent_policy, built_from, oracle_pairs
-from posttrain.config import DEMO_AGENT_POLICIES, AgentConfig, DemoPolicyConfig, default_agent_policy_dir
+from posttrain.config import DEMO_AGENT_POLICIES, AgentConfig, DemoPolicyConfig, LoopConfig, default_agent_policy_dir
 from posttrain.envs.generators import finance_agent, regression_hunt
 from posttrain.envs.generators.agent_repo import oracle, specs
 from posttrain.envs.tools import tool_specs
@@ -76,5 +76,6 @@ def test_each_named_demo_agent_policy_has_a_recipe_and_its_own_folder(monkeypatc
     assert default_agent_policy_dir("demo-agent-long") == "/elsewhere/long"
     assert default_agent_policy_dir() == folders["demo-agent"]
     long = RECIPES["demo-agent-long"]
-    assert long.cfg.max_position_embeddings >= 2048 and long.suite.endswith("agent_long")
+    assert long.cfg.max_position_embeddings >= 2048 and long.suite.endswith("regression_hunt")
+    assert long.agent.context_budget == LoopConfig.agent_long_demo().agent.context_budget  # trained as it will run
     assert {e.id.split("/")[0] for e in long.warm_up_envs()} == {"regression_hunt"}
