@@ -42,7 +42,7 @@ NO_REGRESSION = "result/no_regression"
 
 StepLogs = Mapping[tuple[str, int], Sequence[Mapping]]  # (group_id, sample_idx) -> the episode's Steps rows
 Effects = Mapping[tuple[str, int], Sequence[str] | None]  # (group_id, sample_idx) -> workspace_effects; None: unseen
-
+STRATA = ("difficulty", "domain")  # the columns pass@1 is also logged per value of
 
 def eval_results(scored: pd.DataFrame, envs: dict[str, EnvSpec], steps: pd.DataFrame | StepLogs | None = None,
                  previous: pd.DataFrame | Mapping[str, bool | None] | None = None,
@@ -146,7 +146,8 @@ def _verdicts(previous: pd.DataFrame | Mapping[str, bool | None] | None) -> dict
 
 
 def eval_metrics(results: pd.DataFrame) -> dict[str, float]:
-    """Headline metrics over completions without infra errors: greedy pass@1 overall and per difficulty, and, when
+    """Headline metrics over completions without infra errors: greedy pass@1 overall, per difficulty and per domain
+    (``STRATA``: a run over several suites gets a curve per domain), and, when
     the table has sampled completions, sampled pass@1 likewise (``sampled_pass_at_1``); ``eval/infra_errors``
     counts every eval completion (greedy and sampled) whose verification hit one."""
     greedy = results[results["decoding"] == "greedy"]
@@ -157,15 +158,16 @@ def eval_metrics(results: pd.DataFrame) -> dict[str, float]:
         "eval/envs": float(len(greedy)),
         "eval/infra_errors": float((results["infra_error"] != "").sum()),
     }
-    for difficulty, part in usable.groupby("difficulty"):
-        summary[f"eval/pass_at_1/difficulty_{difficulty}"] = float(part["passed"].mean())
+    for stratum in STRATA if len(usable) else ():
+        for group, part in usable.groupby(stratum):
+            summary[f"eval/pass_at_1/{stratum}_{group}"] = float(part["passed"].mean())
     sampled = results[results["decoding"] == "sampled"]
     return {**summary, **sampled_pass_at_1(sampled)} if len(sampled) else summary
 
 
 def sampled_pass_at_1(sampled: pd.DataFrame) -> dict[str, float]:
     """Sampled pass@1: per env the unbiased pass@1 of its usable samples (c of n passed: c / n), averaged over the
-    envs, overall and per difficulty. An env whose every sample hit an infra error has no estimate.
+    envs, overall and per difficulty and domain (those of ``STRATA`` the table has). An env whose every sample hit an infra error has no estimate.
 
     >>> sampled = pd.DataFrame({"env_id": ["a", "a", "b", "b", "b"], "difficulty": [1, 1, 2, 2, 2],
     ...                         "passed": [True, False, True, True, False],
@@ -175,10 +177,12 @@ def sampled_pass_at_1(sampled: pd.DataFrame) -> dict[str, float]:
 'eval/pass_at_1_sampled/difficulty_2': 1.0}
     """
     usable = sampled[sampled["infra_error"] == ""]
+    strata = [stratum for stratum in STRATA if stratum in usable]
     per_env = usable.groupby("env_id").agg(n=("passed", "size"), c=("passed", "sum"),
-                                           difficulty=("difficulty", "first"))
+                                           **{stratum: (stratum, "first") for stratum in strata})
     per_env["pass_at_1"] = [pass_at_k(int(n), int(c), 1) for n, c in zip(per_env["n"], per_env["c"])]
     summary = {"eval/pass_at_1_sampled": float(per_env["pass_at_1"].mean()) if len(per_env) else 0.0}
-    for difficulty, part in per_env.groupby("difficulty"):
-        summary[f"eval/pass_at_1_sampled/difficulty_{difficulty}"] = float(part["pass_at_1"].mean())
+    for stratum in strata:
+        for group, part in per_env.groupby(stratum):
+            summary[f"eval/pass_at_1_sampled/{stratum}_{group}"] = float(part["pass_at_1"].mean())
     return summary

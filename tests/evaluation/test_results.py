@@ -58,7 +58,16 @@ def test_greedy_and_sampled_pass_at_1_per_difficulty():
 def test_greedy_only_decode_logs_no_sampled_metric():
     summary = eval_metrics(eval_results(_scored([("x", "greedy", 1.0), ("z", "greedy", 0.0)]), ENVS))
     assert summary == {"eval/pass_at_1": 0.5, "eval/reward_mean": 0.5, "eval/envs": 2.0, "eval/infra_errors": 0.0,
-                       "eval/pass_at_1/difficulty_1": 1.0, "eval/pass_at_1/difficulty_2": 0.0}
+                       "eval/pass_at_1/difficulty_1": 1.0, "eval/pass_at_1/difficulty_2": 0.0,
+                       "eval/pass_at_1/domain_python": 0.5}
+
+
+def test_a_table_of_several_domains_gets_pass_at_1_per_domain():
+    envs = {**ENVS, "f": EnvSpec(id="f", prompt="p", verifier={"kind": "numeric"}, reference="", domain="finance")}
+    summary = eval_metrics(eval_results(_scored([("x", "greedy", 1.0), ("z", "greedy", 0.0), ("f", "greedy", 1.0),
+                                                 ("f", "sampled", 1.0), ("f", "sampled", 0.0)]), envs))
+    assert (summary["eval/pass_at_1/domain_python"], summary["eval/pass_at_1/domain_finance"]) == (0.5, 1.0)
+    assert summary["eval/pass_at_1_sampled/domain_finance"] == 0.5
 
 
 def _agent_envs() -> dict[str, EnvSpec]:
