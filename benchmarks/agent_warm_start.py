@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from posttrain.agent.metrics import compressed_episodes
 from posttrain.agent.rollout import collect_episodes
 from posttrain.agent.template import ChatFormat
 from posttrain.agent.warm_start import RECIPES, main_agent_policy
@@ -45,12 +46,10 @@ def measured(scored, steps, domains: dict[str, str]) -> dict:
     ``scored`` has a row per context window: an episode the budget compressed has several, with one verdict."""
     scored = scored.drop_duplicates(["group_id", "sample_idx"], keep="last")
     solved, domain = all_tests_passed(scored), scored.env_id.map(domains)
-    episodes = steps.groupby(["group_id", "sample_idx"])
-    compressed = steps[steps.compressed_at_turn >= 0].groupby(["group_id", "sample_idx"]).ngroups
     return {"envs": len(scored), "solve_rate": round(float(solved.mean()), 3),
             "per_domain": {name: round(float(solved[domain == name].mean()), 3) for name in sorted(set(domain))},
             "mean_reward": round(float(scored.verifier_reward.mean()), 3),
-            "compressed_episodes": round(compressed / max(1, episodes.ngroups), 3),
+            "compressed_episodes": round(compressed_episodes(steps) / max(1, len(scored)), 3),
             "valid_call_rate": round(float((steps.error == "").mean()), 3),
             "tools": dict(Counter(steps.tool)), "finish": dict(Counter(scored.finish_reason))}
 

@@ -45,6 +45,7 @@ AGENT_LONG_SUITE_REF = "posttrain:envs/suites/agent_long"  # the regression hunt
 DEMO_AGENT_POLICY = "demo-agent"  # the demo agent policy (posttrain.agent.warm_start), at default_agent_policy_dir()
 DEMO_AGENT_LONG_POLICY = "demo-agent-long"  # the long-horizon one (make demo-agent-long)
 DEMO_AGENT_POLICIES = {DEMO_AGENT_POLICY: "agent-policy", DEMO_AGENT_LONG_POLICY: "agent-long-policy"}  # name -> dir
+AGENT_LONG_CONTEXT_BUDGET = 384  # the long demo's budget: its policy is warm-started under it (agent.warm_start)
 
 
 def default_policy_dir() -> str:
@@ -681,7 +682,7 @@ class LoopConfig(Validated):
             suite=AGENT_LONG_SUITE_REF, policy=DEMO_AGENT_LONG_POLICY, iterations=12,
             rollout=RolloutConfig(max_model_len=2048),
             agent=AgentConfig(envs_per_iteration=8, samples_per_env=8, temperature=0.8, max_new_tokens=160,
-                              token_budget=1024, context_budget=384),
+                              token_budget=1024, context_budget=AGENT_LONG_CONTEXT_BUDGET),
             # a compressed episode is several training sequences (one per context window): 32 windows a step keeps
             # the steps per iteration near the agent demo's 8 (8 a step gave 34 and an approx KL of 0.03-0.04 a
             # step, and the greedy solve rate fell from 0.56 to 0.06 in four iterations)

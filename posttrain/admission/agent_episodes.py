@@ -161,20 +161,21 @@ def run_scripted(batches: SandboxBatches, check: str, sandbox, sandbox_cfg: Sand
                             tool_concurrency=max(1, batches.cfg.batch_concurrency), temperature=0.0)
     solutions: list[str | Verdict] = [""] * len(jobs)
     endings = [""] * len(jobs)
+
+    def run(chosen: list[int]) -> None:  # the episodes of jobs[chosen], in rounds of distinct prompts
+        for batch in _rounds([jobs[i] for i in chosen], max(1, size)):
+            ran = _episode_batch([jobs[chosen[k]] for k in batch], sandbox, sandbox_cfg, agent_cfg, own_settings)
+            for k, (solution, ending) in zip(batch, ran):
+                solutions[chosen[k]], endings[chosen[k]] = solution, ending
+
     with batches.time(check):
         batches.bar.set_description(f"{check}: agent episodes")
-        for batch in _rounds(jobs, max(1, size)):
-            ran = _episode_batch([jobs[i] for i in batch], sandbox, sandbox_cfg, agent_cfg, own_settings)
-            for i, (solution, ending) in zip(batch, ran):
-                solutions[i], endings[i] = solution, ending
+        run(list(range(len(jobs))))
         # an episode whose session could not be prepared (a setup that timed out on a busy host) runs once more,
         # after the rest, as the batches re-run stalled verdicts (admission.batch); its second outcome is kept
         again = [i for i, solution in enumerate(solutions) if isinstance(solution, Verdict) and solution.excluded]
         batches.reruns[check] += len(again)
-        for batch in _rounds([jobs[i] for i in again], max(1, size)):
-            ran = _episode_batch([jobs[again[k]] for k in batch], sandbox, sandbox_cfg, agent_cfg, own_settings)
-            for k, (solution, ending) in zip(batch, ran):
-                solutions[again[k]], endings[again[k]] = solution, ending
+        run(again)
     todo = [i for i, s in enumerate(solutions) if isinstance(s, str)]
     scored = batches.run(check, [(jobs[i][0], solutions[i]) for i in todo], fresh=True)
     verdicts = list(solutions)

@@ -174,8 +174,7 @@ def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent")
         metrics[f"{p}/failed_call_fraction"] = float((~steps["ok"].astype(bool)).mean())
         metrics[f"{p}/no_call_fraction"] = float((steps["error"] == "no_tool_call").mean())
         metrics[f"{p}/compressed_fraction"] = float((steps["compressed_at_turn"] >= 0).mean())
-        compressed = steps[steps["compressed_at_turn"] >= 0].groupby(["group_id", "sample_idx"]).ngroups
-        metrics[f"{p}/compressed_episode_fraction"] = compressed / n
+        metrics[f"{p}/compressed_episode_fraction"] = compressed_episodes(steps) / n
         metrics[f"{p}/observation_bytes_mean"] = float(steps["observation_bytes"].mean())
         accepted = steps[(steps["tool"] != "") & (steps["error"] == "")]
         for tool, count in accepted["tool"].value_counts().sort_index().items():
@@ -188,6 +187,11 @@ def agent_metrics(stats: AgentStats, steps: pd.DataFrame, prefix: str = "agent")
                 metrics[f"{p}/{name}_mean"] = float(measured.mean())
                 metrics[f"{p}/{name}_max"] = float(measured.max())
     return metrics
+
+
+def compressed_episodes(steps: pd.DataFrame) -> int:
+    """How many episodes of ``steps`` (``Steps``) the context budget compressed at least once."""
+    return steps[steps["compressed_at_turn"] >= 0].groupby(["group_id", "sample_idx"]).ngroups
 
 
 def episode_resources(steps: pd.DataFrame) -> pd.DataFrame:

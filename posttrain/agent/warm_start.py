@@ -40,8 +40,8 @@ from posttrain.agent.episode import Episode, concat
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import ScriptedPolicy
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
-from posttrain.config import DEMO_AGENT_LONG_POLICY, DEMO_AGENT_POLICY, DEMO_SUITE, AgentConfig, DemoPolicyConfig, \
-    SandboxConfig
+from posttrain.config import AGENT_LONG_CONTEXT_BUDGET, DEMO_AGENT_LONG_POLICY, DEMO_AGENT_POLICY, DEMO_SUITE, \
+    AgentConfig, DemoPolicyConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.tools import tool_specs
 from posttrain.training.checkpoints import POLICY_META
@@ -119,7 +119,6 @@ AGENT_POLICY_CFG = DemoPolicyConfig(vocab_size=512, max_position_embeddings=1024
 # of ~1,000 tokens; docs/agent.md). 2000 steps: 1200 left the fix's line and path uncopied (no env solved).
 AGENT_LONG_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=2048, sft_steps=2000,
                                          sft_batch_size=8)
-AGENT_LONG_CONTEXT_BUDGET = 384
 
 
 @dataclass(frozen=True)
