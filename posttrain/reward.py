@@ -27,6 +27,8 @@ means over the usable rows that carry each in ``RewardStats.layer`` (the ``rewar
     >>> layer_means(pd.DataFrame({"signals": ['{"tests": 1.0, "lint": 0.0}', '{"tests": 0.5}', '{}'],
     ...                           "infra_error": ["", "", "gone"]}))
     {'lint': 0.0, 'tests': 0.75}
+
+and per env domain, the mean reward of its rows in ``RewardStats.domain`` (``reward/domain/<domain>``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class RewardStats:
     sandbox_memory_peak_max_mb: float = 0.0
     memory_peak_mb: float = 0.0  # the stage's own processes (posttrain.memory: the task and every process it started)
     layer: dict[str, float] = field(default_factory=dict)  # per signal, its mean over the usable rows (layer_means)
+    domain: dict[str, float] = field(default_factory=dict)  # per env domain, its usable rows' mean reward
 
 
 def percentile(values, q: float) -> float:
@@ -145,9 +148,23 @@ def layer_means(scored: pd.DataFrame) -> dict[str, float]:
     return {name: float(rows[name].mean()) for name in sorted(rows.columns)}
 
 
-def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0, memory_peak_mb: float = 0.0) -> RewardStats:
+def domain_means(scored: pd.DataFrame, domains: dict[str, str]) -> dict[str, float]:
+    """Per domain of the rows' envs (``domains``: env id -> domain), the mean reward of its usable rows: one training
+    curve per domain when a run trains on several.
+
+    >>> domain_means(pd.DataFrame({"env_id": ["c1", "c1", "f1"], "reward": [1.0, 0.0, 0.5], "infra_error": ""}),
+    ...              {"c1": "python", "f1": "finance"})
+    {'finance': 0.5, 'python': 0.5}
+    """
+    usable = trainable_rows(scored)
+    means = usable.groupby(usable["env_id"].map(domains))["reward"].mean()
+    return {str(name): float(mean) for name, mean in sorted(means.items())}
+
+
+def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0, memory_peak_mb: float = 0.0,
+                 domains: dict[str, str] | None = None) -> RewardStats:
     """The reward stage's summary of its Scored table; ``wall_s``: how long the stage took, ``memory_peak_mb``: the
-    most its processes held."""
+    most its processes held, ``domains`` (env id -> domain): what ``domain_means`` is taken over."""
     usable = trainable_rows(scored)
     cpu = scored.loc[scored["sandbox_cpu_s"] != UNACCOUNTED, "sandbox_cpu_s"]
     peaks = scored.loc[scored["sandbox_memory_peak_mb"] != UNACCOUNTED, "sandbox_memory_peak_mb"]
@@ -169,4 +186,5 @@ def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0, memory_peak_mb: floa
         sandbox_memory_peak_max_mb=float(peaks.max()) if len(peaks) else 0.0,
         memory_peak_mb=memory_peak_mb,
         layer=layer_means(scored),
+        domain=domain_means(scored, domains) if domains else {},
     )

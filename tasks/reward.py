@@ -33,17 +33,24 @@ def reward(trajectories: Table[Trajectories], envs: Table[Envs], sandbox: Sandbo
             scored = score(trajectories, envs_from_table(envs), box, sandbox)
         finally:
             box.close()
-    stats = reward_stats(scored, wall_s=clock.seconds, memory_peak_mb=memory.peak_mb)
+    stats = reward_stats(scored, wall_s=clock.seconds, memory_peak_mb=memory.peak_mb, domains=env_domains(envs))
     return Reward(scored=scored, metrics=reward_metrics(stats))
+
+
+def env_domains(envs: pd.DataFrame) -> dict[str, str]:
+    """Env id -> domain, from an Envs table."""
+    return dict(zip(envs["env_id"], envs["domain"]))
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("track"))
 def add_round(so_far: Table[Scored], so_far_rollout: dict[str, float], so_far_reward: dict[str, float],
-              more: Table[Scored], more_rollout: dict[str, float], more_reward: dict[str, float]) -> Rounds:
+              more: Table[Scored], more_rollout: dict[str, float], more_reward: dict[str, float],
+              envs: Table[Envs]) -> Rounds:
     """The iteration's rollout so far plus one refill round (``more``): one Scored table, the rollout metrics
     combined, the reward metrics recomputed over every row (the stage times added up)."""
     joined = Scored.validate(pd.concat([so_far, more], ignore_index=True))
     wall_s = so_far_reward["reward/wall_s"] + more_reward["reward/wall_s"]
     memory_peak_mb = max(so_far_reward["reward/memory_peak_mb"], more_reward["reward/memory_peak_mb"])
     return Rounds(scored=joined, rollout_metrics=combine_rollouts(so_far_rollout, more_rollout),
-                  reward_metrics=reward_metrics(reward_stats(joined, wall_s=wall_s, memory_peak_mb=memory_peak_mb)))
+                  reward_metrics=reward_metrics(reward_stats(joined, wall_s=wall_s, memory_peak_mb=memory_peak_mb,
+                                                             domains=env_domains(envs))))

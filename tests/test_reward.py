@@ -83,3 +83,7 @@ def test_each_row_carries_its_signals_and_the_metrics_log_each_layer_mean():
     metrics = reward_metrics(reward_stats(scored))
     layers = {name: value for name, value in metrics.items() if name.startswith("reward/layer/")}
     assert layers == {"reward/layer/compiles": 1.0, "reward/layer/lint": 0.5, "reward/layer/tests": 1.0}
+    by_domain = reward_metrics(reward_stats(scored, domains={a.id: "python", linted.id: "linted"}))
+    assert {name: value for name, value in by_domain.items() if name.startswith("reward/domain/")} == \
+           pytest.approx({"reward/domain/python": 1.0, "reward/domain/linted": 0.95})
+    assert not any(name.startswith("reward/domain/") for name in metrics)  # no domains given: none logged

@@ -68,7 +68,7 @@ def refill(policy: PolicyDir, envs: Table[Envs], cfg: LoopConfig, policy_version
                   rollout=True, evaluate=False, env_ids=env_ids, seed_offset=len(scored))
     rewarded = reward(trajectories=more.trajectories, envs=envs, sandbox=cfg.sandbox)
     joined = add_round(so_far=scored, so_far_rollout=rollout_metrics, so_far_reward=reward_metrics,
-                       more=rewarded.scored, more_rollout=more.metrics, more_reward=rewarded.metrics)
+                       more=rewarded.scored, more_rollout=more.metrics, more_reward=rewarded.metrics, envs=envs)
     return refill(policy=policy, envs=envs, cfg=cfg, policy_version=policy_version, scored=joined.scored,
                   rollout_metrics=joined.rollout_metrics, reward_metrics=joined.reward_metrics, rounds=rounds + 1,
                   refilled=refilled + len(env_ids))
