@@ -10,6 +10,9 @@ Each generator module has ``specs() -> list[EnvSpec]`` and a ``main`` that write
     $ python -m posttrain.envs.generators.demo_python posttrain/envs/suites/demo_python
     $ python -m posttrain.envs.generators.agent_repo posttrain/envs/suites/agent_repo
     $ python -m posttrain.envs.generators.regression_hunt posttrain/envs/suites/regression_hunt
+    $ python -m posttrain.envs.generators.finance_facts posttrain/envs/suites/finance_facts
+    $ python -m posttrain.envs.generators.scene_layouts posttrain/envs/suites/scene_layouts
+    $ python -m posttrain.envs.generators.terminal_tasks posttrain/envs/suites/terminal_tasks
 
 Example:
     >>> from posttrain.envs.spec import EnvSpec

@@ -21,9 +21,11 @@ pytestmark = pytest.mark.integration
 
 SUITES = Path("posttrain/envs/suites")
 MINIMUM = {"demo_python": 400, "terminal": 10, "finance": 10, "scene": 10, "node": 5, "agent_repo": 96,
-           "regression_hunt": 96, "finance_agent": 12}
+           "regression_hunt": 96, "finance_agent": 12, "finance_facts": 208, "scene_layouts": 208,
+           "terminal_tasks": 208}
 GENERATORS = {"finance": finance, "scene": scene, "terminal": terminal, "node": node, "agent_repo": agent_repo,
               "regression_hunt": regression_hunt, "finance_agent": finance_agent}
+# finance_facts, scene_layouts and terminal_tasks: their own test files check their committed files
 CFG = SandboxConfig(backend="bwrap", batch_concurrency=2)
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap (bwrap) is not installed: these tests run real sandboxes")
@@ -60,7 +62,7 @@ def test_committed_files_equal_generator_output(name):
             f"regenerate with: python -m posttrain.envs.generators.{name} {SUITES / name}"
 
 
-@pytest.mark.parametrize("name", ["finance", "scene", "finance_agent"])
+@pytest.mark.parametrize("name", ["finance", "scene", "finance_agent", "finance_facts", "scene_layouts"])
 def test_host_suites_references_pass_cheats_fail_mutants_die(name):
     for spec in load_suite(SUITES / name).envs:
         verifier = get_verifier(spec.verifier_kind)

@@ -1,0 +1,93 @@
+"""The ``finance_facts`` generator: >= 150 train and >= 40 eval short extraction envs, every difficulty in both splits
+and every eval question kind seen in train; deterministic, the committed files its output; every reference scores
+1.0, an answer copied from the prior-year column earns nothing, a derived value is credited only on right inputs; and
+real admission (bwrap) admits the whole suite."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from posttrain.admission.checks import admit
+from posttrain.admission.report import report_text
+from posttrain.config import AdmissionConfig, SandboxConfig
+from posttrain.envs.generators import file_name, render
+from posttrain.envs.generators.finance_facts import HEADER, specs, statements
+from posttrain.envs.verifiers import get_verifier
+from posttrain.sandbox import make_sandbox
+
+SUITE = Path("posttrain/envs/suites/finance_facts")
+ENVS = specs()
+NUMERIC = get_verifier("numeric")
+
+
+@pytest.mark.unit
+def test_splits_hold_every_difficulty_and_eval_asks_what_train_asks():
+    counts = Counter((e.difficulty, e.split) for e in ENVS)
+    assert sum(e.split == "train" for e in ENVS) >= 150 and sum(e.split == "eval" for e in ENVS) >= 40
+    assert all(counts[d, split] >= 10 for d in (1, 2, 3) for split in ("train", "eval")), counts
+    assert len({e.id for e in ENVS}) == len(ENVS)
+    kinds = {split: {tuple(e.tags[2:]) for e in ENVS if e.split == split} for split in ("train", "eval")}
+    assert kinds["eval"] <= kinds["train"]  # (form, variant) pairs: eval asks them of new companies and numbers
+    assert {e.tags[2] for e in ENVS} == {"text", "list", "table", "mixed"}
+
+
+@pytest.mark.unit
+def test_deterministic_and_the_committed_files_are_its_output():
+    assert [asdict(e) for e in specs()] == [asdict(e) for e in ENVS]
+    committed = {p.name: p.read_text(encoding="utf-8") for p in SUITE.glob("*.yaml")}
+    assert set(committed) == {file_name(e) for e in ENVS}
+    stale = [e.id for e in ENVS if committed[file_name(e)] != render(e, HEADER)]
+    assert stale == [], f"regenerate: python -m posttrain.envs.generators.finance_facts {SUITE}"
+
+
+@pytest.mark.unit
+def test_prompts_and_answers_are_short_and_plain():
+    for env in ENVS:
+        answer = json.loads(env.reference)
+        assert len(env.prompt) <= 600 and len(env.reference) <= 90 and env.reference.endswith("}\n"), env.id
+        assert (env.domain, env.kind, env.runtime, env.verifier["kind"]) == (
+            "finance", "single_turn", "python", "numeric")
+        assert list(answer) == list(env.verifier["fields"]) == re.findall(r'^- "(\w+)": ', env.prompt, re.M)
+        assert len(answer) == (1, 2, 3)[env.difficulty - 1] and bool(env.verifier["formulas"]) == (env.difficulty == 3)
+        assert all(type(value) is float and value >= 1.0 for value in answer.values()), env.id
+        assert not re.search(r"\d,\d", env.prompt), env.id  # no thousands separators anywhere
+
+
+@pytest.mark.unit
+def test_references_score_one_and_prior_year_copies_score_nothing():
+    for s, env in zip(statements(), ENVS, strict=True):
+        assert NUMERIC.score_on_host(env, NUMERIC.extract_solution(f"Answer:\n{env.reference}")).reward == 1.0
+        wrong = {s.key(ask): s.figures[1 - ask[1]][ask[0]] / 10 for ask in s.variant.asks}  # the other column
+        if s.variant.derived:
+            first, second = wrong.values()
+            wrong[s.variant.derived] = round(first + second if s.variant.op == "+" else first - second, 1)
+        verdict = NUMERIC.score_on_host(env, json.dumps(wrong))
+        assert verdict.reward == 0.0 and not verdict.passed, (env.id, wrong, verdict.detail)
+
+
+@pytest.mark.unit
+def test_a_derived_value_is_credited_only_with_right_inputs():
+    derived = [e for e in ENVS if e.difficulty == 3]
+    assert len({e.tags[3] for e in derived}) >= 6
+    for env in derived:
+        answer = json.loads(env.reference)
+        first, second, result = answer
+        garbled = {**answer, first: answer[first] + 1.0, result: answer[result] + 1.0}  # consistent, input wrong
+        verdict = NUMERIC.score_on_host(env, json.dumps(garbled))
+        assert (verdict.tests_passed, verdict.tests_total) == (1, 4), (env.id, verdict.detail)
+        assert "not credited" in verdict.detail
+
+
+@pytest.mark.integration
+def test_the_suite_is_admitted_in_bwrap():
+    cfg = SandboxConfig(backend="bwrap")
+    with make_sandbox(cfg) as box:
+        result = admit(SUITE, box, cfg, AdmissionConfig())
+    assert len(result.admitted) == len(ENVS), report_text(result.report)
+    assert result.details.passed.all(), report_text(result.report)

@@ -1,0 +1,125 @@
+"""The ``scene_layouts`` generator: 208 short layouts, stratified into train and eval by difficulty and template;
+every reference satisfies its constraints, a layout moved off its wall, floated or overlapping does not, a train
+answer copied fails every eval env, and the committed suite is admitted whole by real admission (bwrap)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from posttrain.admission.checks import admit
+from posttrain.admission.report import report_text
+from posttrain.config import AdmissionConfig, SandboxConfig
+from posttrain.envs.generators.scene_layouts import EVAL_SLOTS, PER_TEMPLATE, TEMPLATES, specs
+from posttrain.envs.suite import load_suite
+from posttrain.envs.verifiers.scene import score_on_host
+from posttrain.sandbox import make_sandbox
+
+SUITE = "posttrain/envs/suites/scene_layouts"
+ENVS = specs()
+
+
+def _objects(spec) -> list[dict]:
+    return json.loads(spec.reference)["objects"]
+
+
+def _layout(objects: list[dict]) -> str:
+    return json.dumps({"objects": objects})
+
+
+@pytest.mark.unit
+def test_counts_and_a_split_stratified_by_difficulty_and_template():
+    assert len(ENVS) == len(TEMPLATES) * PER_TEMPLATE == 208
+    splits = Counter(e.split for e in ENVS)
+    assert splits["train"] >= 150 and splits["eval"] >= 40
+    by_difficulty = Counter((e.difficulty, e.split) for e in ENVS)
+    assert {d for d, _ in by_difficulty} == {1, 2, 3}
+    assert all(by_difficulty[d, "train"] and by_difficulty[d, "eval"] for d in (1, 2, 3))
+    by_template = Counter((e.tags[1], e.split) for e in ENVS)
+    assert all(by_template[t.build.__name__, "eval"] == len(EVAL_SLOTS) for t in TEMPLATES)
+    assert len({e.id for e in ENVS}) == len(ENVS)
+    for env in ENVS:
+        assert env.id.startswith("scene_layouts/") and env.tags[0] == "scene_layouts"
+        assert (env.domain, env.kind, env.runtime, env.verifier_kind) == ("scene", "single_turn", "python", "scene")
+    train = {(e.tags[1], tuple(_types(e))) for e in ENVS if e.split == "train"}
+    assert all((e.tags[1], tuple(_types(e))) in train for e in ENVS if e.split == "eval")  # combinations seen
+
+
+def _types(spec) -> list[str]:
+    return [c["object_type"] for c in spec.verifier["constraints"] if c["type"] == "count"]
+
+
+@pytest.mark.unit
+def test_deterministic_and_the_committed_suite_loads_to_the_generated_specs():
+    assert [e.to_json() for e in specs()] == [e.to_json() for e in ENVS]
+    suite = load_suite(SUITE)
+    assert suite.rejections == []
+    loaded = {e.id: e for e in suite.envs}
+    regenerate = f"regenerate: python -m posttrain.envs.generators.scene_layouts {SUITE}"
+    assert loaded.keys() == {e.id for e in ENVS}, regenerate
+    for want in ENVS:
+        got = loaded[want.id]
+        want.source = got.source
+        assert got == want, regenerate
+
+
+@pytest.mark.unit
+def test_prompts_and_references_are_short_and_name_every_requirement():
+    for env in ENVS:
+        assert len(env.prompt) <= 650 and len(env.reference) <= 260, env.id
+        objects = _objects(env)
+        assert len(objects) == {1: 2, 2: 2, 3: 3}[env.difficulty], env.id
+        numbers = [v for o in objects for v in o["position"] + o["size"]]
+        assert all(round(v, 2) == v for v in numbers), env.id
+        for constraint in env.verifier["constraints"]:
+            if constraint["type"] == "size":
+                assert f"- {constraint['object_type']} {json.dumps(constraint['size'], separators=(',', ':'))}\n" \
+                       in env.prompt, env.id
+        rules = [c for c in env.verifier["constraints"] if c["type"] not in (
+            "inside_bounds", "no_overlap", "supported", "count", "size")]
+        lines = env.prompt.split("Place exactly ")[1].splitlines()[1:-2]  # one line per rule, then the scene-wide one
+        assert len(lines) == len(rules), env.id
+
+
+@pytest.mark.unit
+def test_every_reference_scores_one():
+    for env in ENVS:
+        verdict = score_on_host(env, env.reference)
+        assert verdict.passed and verdict.reward == 1.0, (env.id, verdict.detail)
+
+
+def _moved(objects: list[dict], i: int, position: list[float]) -> str:
+    return _layout([{**o, "position": position} if k == i else o for k, o in enumerate(objects)])
+
+
+@pytest.mark.unit
+def test_a_layout_off_its_wall_floated_overlapping_or_short_of_an_object_scores_below_one():
+    for env in ENVS:
+        objects = _objects(env)
+        off_wall = _layout([{**o, "position": [o["position"][0] + 0.05, o["position"][1] + 0.05,
+                                               o["position"][2]]} for o in objects])
+        x, y, z = objects[-1]["position"]
+        broken = {"against_wall": off_wall, "supported": _moved(objects, len(objects) - 1, [x, y, z + 0.1]),
+                  "no_overlap": _moved(objects, 1, objects[0]["position"]), "count": _layout(objects[:-1])}
+        for failing, layout in broken.items():
+            verdict = score_on_host(env, layout)
+            assert verdict.reward < 1 and failing in verdict.detail, (env.id, failing, verdict.detail)
+
+
+@pytest.mark.unit
+def test_a_train_answer_copied_fails_every_eval_env():
+    train = [e for e in ENVS if e.split == "train"]
+    evals = [e for e in ENVS if e.split == "eval"]
+    assert not {e.prompt for e in evals} & {e.prompt for e in train}
+    assert not [(e.id, t.id) for e in evals for t in train if score_on_host(e, t.reference).passed]
+
+
+@pytest.mark.integration
+def test_the_whole_suite_is_admitted_in_bwrap():
+    cfg = SandboxConfig(backend="bwrap")
+    with make_sandbox(cfg) as box:
+        result = admit(SUITE, box, cfg, AdmissionConfig())
+    assert len(result.admitted) == len(ENVS), report_text(result.report)
+    assert result.details.passed.all(), report_text(result.report)
