@@ -8,10 +8,11 @@ EXTRA ?= cpu
 POLICY ?= .posttrain/demo-policy
 AGENT_POLICY ?= .posttrain/agent-policy
 AGENT_LONG_POLICY ?= .posttrain/agent-long-policy
+MULTI_POLICY ?= .posttrain/multi-policy
 export DS_ACCELERATOR ?= cpu
 export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/mlflow.db
 
-.PHONY: install setup policy agent-policy agent-long-policy sandbox-image demo demo-agent demo-agent-long smoke test test-fast mlflow-ui bench gpu-check doctor clean
+.PHONY: install setup policy agent-policy agent-long-policy multi-policy sandbox-image demo demo-agent demo-agent-long demo-multi smoke test test-fast mlflow-ui bench gpu-check doctor clean
 .PHONY: package images
 
 # Cluster images and the registration archive (make package; make images). Tags default to the commit.
@@ -69,6 +70,15 @@ agent-long-policy: $(STAMP)
 demo-agent-long: setup $(STAMP) agent-long-policy
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_agent_long_demo
 	@echo; echo "Done. Review the runs: make mlflow-ui (experiment posttrain; agent_eval/* and eval/assertion/* curves)."
+
+# The multi-domain demo policy: the demo recipe on code, finance and scene train pairs and on oracle episodes of the
+# terminal tasks (~25 min, cached); the run trains on all four domains at once.
+multi-policy: $(STAMP)
+	$(BIN)/posttrain agent-policy --recipe demo-multi $(MULTI_POLICY)
+
+demo-multi: setup $(STAMP) multi-policy
+	time $(BIN)/pyflyte run workflows/rl_loop.py rl_multi_domain_demo
+	@echo; echo "Done. Review the runs: make mlflow-ui (experiment posttrain; eval/pass_at_1/domain_* curves)."
 
 smoke: setup $(STAMP) policy
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_smoke

@@ -29,8 +29,8 @@ from posttrain.agent.metrics import compressed_episodes
 from posttrain.agent.rollout import collect_episodes
 from posttrain.agent.template import ChatFormat
 from posttrain.agent.warm_start import RECIPES, main_agent_policy
-from posttrain.config import DEMO_AGENT_LONG_POLICY, DEMO_AGENT_POLICIES, DEMO_AGENT_POLICY, LoopConfig, \
-    RolloutConfig, SandboxConfig, default_agent_policy_dir
+from posttrain.config import DEMO_AGENT_LONG_POLICY, DEMO_AGENT_POLICIES, DEMO_AGENT_POLICY, DEMO_MULTI_POLICY, \
+    LoopConfig, RolloutConfig, SandboxConfig, default_agent_policy_dir
 from posttrain.envs.suite import load_suite
 from posttrain.envs.tools import tool_specs
 from posttrain.sandbox import make_sandbox
@@ -38,7 +38,8 @@ from posttrain.schemas import all_tests_passed
 from posttrain.training.checkpoints import POLICY_META
 
 # The episodes' agent settings: the loop preset of each recipe (its context, turn and token budgets).
-PRESETS = {DEMO_AGENT_POLICY: LoopConfig.agent_demo, DEMO_AGENT_LONG_POLICY: LoopConfig.agent_long_demo}
+PRESETS = {DEMO_AGENT_POLICY: LoopConfig.agent_demo, DEMO_AGENT_LONG_POLICY: LoopConfig.agent_long_demo,
+           DEMO_MULTI_POLICY: LoopConfig.multi_domain_demo}
 
 
 def measured(scored, steps, domains: dict[str, str]) -> dict:

@@ -44,7 +44,10 @@ AGENT_SUITE_REF = "posttrain:envs/suites/agent_repo"  # 96 generated repository 
 AGENT_LONG_SUITE_REF = "posttrain:envs/suites/agent_long"  # the regression hunts and the finance correction envs
 DEMO_AGENT_POLICY = "demo-agent"  # the demo agent policy (posttrain.agent.warm_start), at default_agent_policy_dir()
 DEMO_AGENT_LONG_POLICY = "demo-agent-long"  # the long-horizon one (make demo-agent-long)
-DEMO_AGENT_POLICIES = {DEMO_AGENT_POLICY: "agent-policy", DEMO_AGENT_LONG_POLICY: "agent-long-policy"}  # name -> dir
+DEMO_MULTI_POLICY = "demo-multi"  # the multi-domain one (make demo-multi): code, finance, scene and terminal
+DEMO_AGENT_POLICIES = {DEMO_AGENT_POLICY: "agent-policy", DEMO_AGENT_LONG_POLICY: "agent-long-policy",
+                       DEMO_MULTI_POLICY: "multi-policy"}  # name -> folder under .posttrain
+MULTI_DOMAIN_SUITE_REF = "posttrain:envs/suites/multi_domain"  # code, finance, scene and terminal suites together
 AGENT_LONG_CONTEXT_BUDGET = 384  # the long demo's budget: its policy is warm-started under it (agent.warm_start)
 
 
@@ -54,8 +57,9 @@ def default_policy_dir() -> str:
 
 
 def default_agent_policy_dir(name: str = DEMO_AGENT_POLICY) -> str:
-    """Where the demo agent policy ``name`` is built and cached: ``.posttrain/agent-policy`` (``POSTTRAIN_AGENT_POLICY``
-    overrides it) or ``.posttrain/agent-long-policy`` (``POSTTRAIN_AGENT_LONG_POLICY``)."""
+    """Where the demo agent policy ``name`` is built and cached: ``.posttrain/<folder>`` of ``DEMO_AGENT_POLICIES``,
+    unless ``POSTTRAIN_<FOLDER>`` names another place (``POSTTRAIN_AGENT_POLICY``, ``POSTTRAIN_AGENT_LONG_POLICY``,
+    ``POSTTRAIN_MULTI_POLICY``)."""
     folder = DEMO_AGENT_POLICIES[name]
     return os.environ.get("POSTTRAIN_" + folder.upper().replace("-", "_"), str(PROJECT_ROOT / ".posttrain" / folder))
 
@@ -688,5 +692,22 @@ class LoopConfig(Validated):
             # step, and the greedy solve rate fell from 0.56 to 0.06 in four iterations)
             train=TrainConfig(micro_batch_size=8, grad_accum_steps=4, learning_rate=1e-4),
             eval=EvalConfig(every=4),
+            admission=AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]),
+        )
+
+    @classmethod
+    def multi_domain_demo(cls) -> "LoopConfig":
+        """RL on four domains at once (``make demo-multi``): the multi-domain demo policy on ``multi_domain``, the
+        code (``demo_python``), finance extraction (``finance_facts``) and scene layout (``scene_layouts``) envs in the
+        single-turn tier and the terminal tasks (``terminal_tasks``) as agent episodes, each iteration sampling both
+        tiers; greedy and sampled eval of every eval env, per domain, every 5 versions. Single-turn prompts are the
+        raw text the policy was warm-started on (``chat_template: none``), its agent template serves the episodes."""
+        return cls(
+            suite=MULTI_DOMAIN_SUITE_REF, policy=DEMO_MULTI_POLICY, iterations=20,
+            rollout=RolloutConfig(max_model_len=1024, max_new_tokens=128, chat_template="none"),
+            agent=AgentConfig(envs_per_iteration=8, samples_per_env=8, temperature=0.8, max_new_tokens=96,
+                              token_budget=512),
+            train=TrainConfig(micro_batch_size=16, learning_rate=1e-4),
+            eval=EvalConfig(every=5, max_new_tokens=128),
             admission=AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]),
         )

@@ -40,7 +40,7 @@ def test_smoke_is_valid_and_unchanged():
     assert replace(cfg) == cfg  # built again through __init__: still valid
 
 
-@pytest.mark.parametrize("preset", ["smoke", "agent_demo", "agent_long_demo"])
+@pytest.mark.parametrize("preset", ["smoke", "agent_demo", "agent_long_demo", "multi_domain_demo"])
 def test_every_workflow_preset_is_valid_and_names_what_exists(preset):
     cfg = getattr(LoopConfig, preset)()
     assert replace(cfg) == cfg  # built again through __init__: every field and relation checked

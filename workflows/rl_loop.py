@@ -127,3 +127,10 @@ def rl_agent_long_demo(cfg: LoopConfig = LoopConfig.agent_long_demo()) -> Policy
     """RL on long-horizon agent episodes: regression hunts in git histories and finance extractions corrected with
     ``check`` feedback (``make demo-agent-long``)."""
     return rl_loop(cfg=cfg)
+
+
+@workflow(on_failure=release_engines)
+def rl_multi_domain_demo(cfg: LoopConfig = LoopConfig.multi_domain_demo()) -> PolicyDir:
+    """RL on code, finance extraction, scene layouts and terminal tasks at once, one curve per domain
+    (``make demo-multi``)."""
+    return rl_loop(cfg=cfg)

@@ -40,14 +40,15 @@ from posttrain.agent.episode import Episode, concat
 from posttrain.agent.runner import run_episodes
 from posttrain.agent.scripted import ScriptedPolicy
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat
-from posttrain.config import AGENT_LONG_CONTEXT_BUDGET, DEMO_AGENT_LONG_POLICY, DEMO_AGENT_POLICY, DEMO_SUITE, \
-    AgentConfig, DemoPolicyConfig, SandboxConfig
+from posttrain.config import AGENT_LONG_CONTEXT_BUDGET, DEMO_AGENT_LONG_POLICY, DEMO_AGENT_POLICY, DEMO_MULTI_POLICY, \
+    DEMO_SUITE, AgentConfig, DemoPolicyConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.tools import tool_specs
 from posttrain.training.checkpoints import POLICY_META
 
-AGENT_SUITE = str(Path(DEMO_SUITE).parent / "agent_repo")
-REGRESSION_HUNT_SUITE = str(Path(DEMO_SUITE).parent / "regression_hunt")
+SUITES = Path(DEMO_SUITE).parent
+AGENT_SUITE = str(SUITES / "agent_repo")
+REGRESSION_HUNT_SUITE = str(SUITES / "regression_hunt")
 from posttrain.training.demo_policy import build_demo_policy
 
 
@@ -119,6 +120,10 @@ AGENT_POLICY_CFG = DemoPolicyConfig(vocab_size=512, max_position_embeddings=1024
 # of ~1,000 tokens; docs/agent.md). 2000 steps: 1200 left the fix's line and path uncopied (no env solved).
 AGENT_LONG_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=2048, sft_steps=2000,
                                          sft_batch_size=8)
+# The multi-domain policy reads four kinds of text (Python, financial statements, scene JSON, shell and config
+# files): a 1024-token vocabulary. Every pair is drawn alike, so each domain gets about as many passes over its pairs
+# as the agent recipe's 1200 steps give: part-way, with room for RL in each (docs/multi-domain.md).
+MULTI_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=1024, sft_steps=1600, sft_batch_size=8)
 
 
 @dataclass(frozen=True)
@@ -126,16 +131,25 @@ class Recipe:
     """What a demo agent policy is built from: the oracle episodes of ``suite``'s train split and of the envs
     ``warm_up`` (``module:function``, called on use) makes for warm-start data only, run under ``agent`` (the
     context budget of the runs the policy is meant for, so the contexts it learns from are compressed where theirs
-    will be), plus the demo suite's single-turn pairs, through the demo recipe with ``cfg``."""
+    will be), plus the ``(prompt, reference)`` pairs of the train splits of the ``single_turn`` suites, through the
+    demo recipe with ``cfg``."""
 
     suite: str
     warm_up: str
     cfg: DemoPolicyConfig
     agent: AgentConfig = field(default_factory=lambda: AgentConfig(temperature=0.0))
+    single_turn: tuple[str, ...] = (DEMO_SUITE,)
 
     def warm_up_envs(self) -> list[EnvSpec]:
         module, function = self.warm_up.split(":")
         return list(getattr(importlib.import_module(module), function)())
+
+    def single_turn_pairs(self) -> list[tuple[str, str]]:
+        """The single-turn train pairs of every ``single_turn`` suite, suite by suite."""
+        from posttrain.envs.suite import load_suite
+
+        return [(e.prompt, e.reference) for suite in self.single_turn for e in load_suite(suite).envs
+                if e.split == "train" and e.kind == "single_turn"]
 
 
 RECIPES = {
@@ -143,6 +157,9 @@ RECIPES = {
     DEMO_AGENT_LONG_POLICY: Recipe(REGRESSION_HUNT_SUITE, "posttrain.envs.generators.regression_hunt:warm_up_specs",
                                    AGENT_LONG_POLICY_CFG,
                                    AgentConfig(temperature=0.0, context_budget=AGENT_LONG_CONTEXT_BUDGET)),
+    DEMO_MULTI_POLICY: Recipe(str(SUITES / "terminal_tasks"), "posttrain.envs.generators.terminal_tasks:warm_up_specs",
+                              MULTI_POLICY_CFG, single_turn=tuple(str(SUITES / name) for name in
+                                                                  ("demo_python", "finance_facts", "scene_layouts"))),
 }
 
 
@@ -150,18 +167,19 @@ def main_agent_policy(out_dir: str | os.PathLike, recipe: Recipe = RECIPES[DEMO_
                       sandbox_cfg: SandboxConfig | None = None) -> Path:
     """Build the demo agent policy of ``recipe`` into ``out_dir`` unless one built from the same sources (suite
     digests, warm-up envs, agent config, template, ``recipe.cfg``) is there: the oracle episodes of the recipe's
-    suite's train split and of its warm-up envs as turn pairs, plus the demo suite's single-turn train pairs. ~15 min
-    on a 2-core CPU for the default recipe's 1200 steps; a cached policy is found without running the oracle
-    episodes. The episodes run under ``recipe.agent`` with a scratch tokenizer's token counts (trained on the
-    single-turn pairs and the envs' prompts and visible files, of the recipe's vocabulary size), so their contexts are
-    compressed about where the policy's will be under the same ``context_budget``."""
+    suite's train split and of its warm-up envs as turn pairs, plus the single-turn train pairs of its
+    ``single_turn`` suites. ~15 min on a 2-core CPU for the default recipe's 1200 steps; a cached policy is found
+    without running the oracle episodes. The episodes run under ``recipe.agent`` with a scratch tokenizer's token
+    counts (trained on the single-turn pairs and the envs' prompts and visible files, of the recipe's vocabulary
+    size), so their contexts are compressed about where the policy's will be under the same ``context_budget``."""
     from posttrain.envs.suite import load_suite, suite_digest
     from posttrain.sandbox import make_sandbox
     from posttrain.training.demo_policy import building, train_tokenizer
 
     warm_up = recipe.warm_up_envs()
     agent_cfg = recipe.agent
-    sources = {"agent_suite": suite_digest(recipe.suite), "single_turn_suite": suite_digest(DEMO_SUITE),
+    sources = {"agent_suite": suite_digest(recipe.suite),
+               "single_turn_suites": [suite_digest(suite) for suite in recipe.single_turn],
                "warm_up": hashlib.sha256(json.dumps([[e.prompt, e.workspace, e.oracle] for e in warm_up],
                                                     sort_keys=True).encode()).hexdigest(),
                "agent_config": asdict(agent_cfg), "template": hashlib.sha256(AGENT_TEMPLATE.encode()).hexdigest()}
@@ -170,7 +188,7 @@ def main_agent_policy(out_dir: str | os.PathLike, recipe: Recipe = RECIPES[DEMO_
             return Path(out_dir)
         train = [e for e in load_suite(recipe.suite).envs if e.split == "train" and e.kind == "agent" and e.oracle]
         train += warm_up
-        single = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
+        single = recipe.single_turn_pairs()
         texts = [t for pair in single for t in pair] + [t for e in train for t in (e.prompt, *visible_files(e))]
         scratch = ChatFormat(train_tokenizer(texts, recipe.cfg.vocab_size), tool_specs(agent_cfg.tools), AGENT_TEMPLATE)
         box = make_sandbox(sandbox_cfg or SandboxConfig())

@@ -2,9 +2,12 @@
 agent chat template in its tokenizer, so ``ChatFormat`` uses it without being told. The long recipe's episodes
 (regression hunts, finance correction) put what each call needs in its context (the diff before the fix, the report
 before the answer) and are compressed under a small context budget; each named demo agent policy has a recipe and a
-folder of its own."""
+folder of its own; the multi-domain recipe trains on the train pairs of its single-turn suites, never an eval one."""
 
 from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +16,7 @@ from posttrain.agent.warm_start import RECIPES, build_agent_policy, built_from, 
 from posttrain.config import DEMO_AGENT_POLICIES, AgentConfig, DemoPolicyConfig, LoopConfig, default_agent_policy_dir
 from posttrain.envs.generators import finance_agent, regression_hunt
 from posttrain.envs.generators.agent_repo import oracle, specs
+from posttrain.envs.suite import load_suite
 from posttrain.envs.tools import tool_specs
 from posttrain.sandbox import make_sandbox
 
@@ -79,3 +83,19 @@ def test_each_named_demo_agent_policy_has_a_recipe_and_its_own_folder(monkeypatc
     assert long.cfg.max_position_embeddings >= 2048 and long.suite.endswith("regression_hunt")
     assert long.agent.context_budget == LoopConfig.agent_long_demo().agent.context_budget  # trained as it will run
     assert {e.id.split("/")[0] for e in long.warm_up_envs()} == {"regression_hunt"}
+    multi = RECIPES["demo-multi"]
+    assert [Path(suite).name for suite in multi.single_turn] == ["demo_python", "finance_facts", "scene_layouts"]
+    assert Path(multi.suite).name == "terminal_tasks"
+    assert LoopConfig.multi_domain_demo().rollout.chat_template == "none"  # single-turn pairs are raw prompts
+
+
+@pytest.mark.unit
+def test_the_multi_domain_recipe_trains_on_the_train_pairs_of_each_single_turn_suite():
+    pairs = RECIPES["demo-multi"].single_turn_pairs()
+    domains = Counter(env.domain for suite in RECIPES["demo-multi"].single_turn for env in load_suite(suite).envs
+                      if env.split == "train")
+    assert len(pairs) == sum(domains.values()) and set(domains) == {"python", "finance", "scene"}
+    assert min(domains.values()) >= 150
+    eval_prompts = {env.prompt for suite in RECIPES["demo-multi"].single_turn for env in load_suite(suite).envs
+                    if env.split == "eval"}
+    assert not eval_prompts & {prompt for prompt, _ in pairs}  # nothing held out is trained on
