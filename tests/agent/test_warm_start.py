@@ -84,18 +84,20 @@ def test_each_named_demo_agent_policy_has_a_recipe_and_its_own_folder(monkeypatc
     assert long.agent.context_budget == LoopConfig.agent_long_demo().agent.context_budget  # trained as it will run
     assert {e.id.split("/")[0] for e in long.warm_up_envs()} == {"regression_hunt"}
     multi = RECIPES["demo-multi"]
-    assert [Path(suite).name for suite in multi.single_turn] == ["demo_python", "finance_facts", "scene_layouts"]
+    assert [Path(suite).name for suite, _ in multi.single_turn] == ["demo_python", "finance_facts", "scene_layouts"]
     assert Path(multi.suite).name == "terminal_tasks"
     assert LoopConfig.multi_domain_demo().rollout.chat_template == "none"  # single-turn pairs are raw prompts
 
 
 @pytest.mark.unit
-def test_the_multi_domain_recipe_trains_on_the_train_pairs_of_each_single_turn_suite():
-    pairs = RECIPES["demo-multi"].single_turn_pairs()
-    domains = Counter(env.domain for suite in RECIPES["demo-multi"].single_turn for env in load_suite(suite).envs
-                      if env.split == "train")
-    assert len(pairs) == sum(domains.values()) and set(domains) == {"python", "finance", "scene"}
-    assert min(domains.values()) >= 150
-    eval_prompts = {env.prompt for suite in RECIPES["demo-multi"].single_turn for env in load_suite(suite).envs
-                    if env.split == "eval"}
-    assert not eval_prompts & {prompt for prompt, _ in pairs}  # nothing held out is trained on
+def test_the_multi_domain_recipe_lists_each_train_pair_of_a_single_turn_suite_its_passes_times():
+    recipe = RECIPES["demo-multi"]
+    pairs = Counter(recipe.single_turn_pairs())
+    for suite, passes in recipe.single_turn:
+        envs = load_suite(suite).envs
+        train = [env for env in envs if env.split == "train"]
+        assert len(train) >= 150 and sum(env.split == "eval" for env in envs) >= 40
+        assert {pairs[(env.prompt, env.reference)] for env in train} == {passes}
+        assert not {env.prompt for env in envs if env.split == "eval"} & {prompt for prompt, _ in pairs}
+    assert sum(pairs.values()) == sum(passes * sum(env.split == "train" for env in load_suite(suite).envs)
+                                      for suite, passes in recipe.single_turn)

@@ -42,7 +42,7 @@ import json
 import math
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 
 from posttrain.envs.generators import main as generator_main
@@ -261,6 +261,22 @@ def statements() -> list[Statement]:
 def specs() -> list[EnvSpec]:
     """208 envs: 64 of difficulty 1, 80 of difficulty 2, 64 of difficulty 3; 48 of them (16 a difficulty) eval."""
     return [to_spec(s) for s in statements()]
+
+
+WARM_UP = 1000  # warm-up envs: with 160 train statements alone a tiny policy learns their answers, not to read
+
+
+def warm_up_specs(count: int = WARM_UP) -> list[EnvSpec]:
+    """``count`` more envs for warm-start data only (never a suite): every variant and form in turn, over other
+    numbers (their own seeds); ids ``finance_facts/warm_up_<n>``, split train.
+
+    >>> [spec.id for spec in warm_up_specs(2)]
+    ['finance_facts/warm_up_0', 'finance_facts/warm_up_1']
+    """
+    companies = [f"{a} {b}" for a, b in product(PREFIXES, SUFFIXES)]
+    pairs = list(product(VARIANTS, FORMS))
+    return [replace(to_spec(make_statement(100_000 + n, companies[n % len(companies)], *pairs[n % len(pairs)],
+                                           "train")), id=f"finance_facts/warm_up_{n}") for n in range(count)]
 
 
 if __name__ == "__main__":

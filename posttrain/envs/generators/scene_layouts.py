@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import random
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from posttrain.envs.generators import main as generator_main
@@ -255,10 +255,36 @@ def sound(spec: EnvSpec) -> bool:
 def specs() -> list[EnvSpec]:
     """Every template's envs in turn; a draw that does not fit its room, or repeats an earlier env's types and
     sizes, is drawn again."""
-    out, seen = [], set()
-    for seed, template in enumerate(TEMPLATES):
-        rng = random.Random(seed)
-        for i in range(PER_TEMPLATE):
+    return layouts(PER_TEMPLATE, seed=0, seen=set())
+
+
+WARM_UP_PER_TEMPLATE = 125  # 1000 warm-up envs: with 160 train layouts alone a tiny policy learns their answers
+
+
+def warm_up_specs(per_template: int = WARM_UP_PER_TEMPLATE) -> list[EnvSpec]:
+    """``per_template`` more envs of each template for warm-start data only (never a suite): other seeds, and no
+    suite env's types and sizes; ids ``scene_layouts/warm_up_...``, split train.
+
+    >>> [spec.id for spec in warm_up_specs(1)][:2]
+    ['scene_layouts/warm_up_pair_crate_00', 'scene_layouts/warm_up_apart_bed_00']
+    """
+    seen = {tuple((kind, *size) for kind, size in sizes(spec).items()) for spec in specs()}
+    return [replace(spec, id=spec.id.replace("/", "/warm_up_", 1), split="train")
+            for spec in layouts(per_template, seed=len(TEMPLATES), seen=seen)]
+
+
+def sizes(spec: EnvSpec) -> dict[str, list]:
+    """Object type -> size, as the spec's ``size`` constraints state them."""
+    return {c["object_type"]: c["size"] for c in spec.verifier["constraints"] if c["type"] == "size"}
+
+
+def layouts(per_template: int, seed: int, seen: set) -> list[EnvSpec]:
+    """``per_template`` envs of each template, template ``t`` drawn by ``random.Random(seed + t)``; a draw that does
+    not fit its room, or whose types and sizes are in ``seen`` (added to as it goes), is drawn again."""
+    out = []
+    for offset, template in enumerate(TEMPLATES):
+        rng = random.Random(seed + offset)
+        for i in range(per_template):
             kinds = template.kinds[i % len(template.kinds)]
             name = f"{template.build.__name__}_{'_'.join(kinds)}_{i:02d}"
             for _ in range(MAX_DRAWS):

@@ -1,7 +1,8 @@
 """The ``finance_facts`` generator: >= 150 train and >= 40 eval short extraction envs, every difficulty in both splits
 and every eval question kind seen in train; deterministic, the committed files its output; every reference scores
-1.0, an answer copied from the prior-year column earns nothing, a derived value is credited only on right inputs; and
-real admission (bwrap) admits the whole suite."""
+1.0, an answer copied from the prior-year column earns nothing, a derived value is credited only on right inputs;
+the warm-up envs are other statements of every variant, their references right; and real admission (bwrap) admits
+the whole suite."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from posttrain.admission.checks import admit
 from posttrain.admission.report import report_text
 from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.envs.generators import file_name, render
-from posttrain.envs.generators.finance_facts import HEADER, specs, statements
+from posttrain.envs.generators.finance_facts import HEADER, specs, statements, warm_up_specs
 from posttrain.envs.verifiers import get_verifier
 from posttrain.sandbox import make_sandbox
 
@@ -91,3 +92,15 @@ def test_the_suite_is_admitted_in_bwrap():
         result = admit(SUITE, box, cfg, AdmissionConfig())
     assert len(result.admitted) == len(ENVS), report_text(result.report)
     assert result.details.passed.all(), report_text(result.report)
+
+
+@pytest.mark.unit
+def test_warm_up_envs_are_other_statements_of_every_variant_with_right_references():
+    warm_up = warm_up_specs()
+    assert len(warm_up) == 1000 and {env.split for env in warm_up} == {"train"}
+    assert len({env.id for env in warm_up} | {env.id for env in ENVS}) == len(warm_up) + len(ENVS)
+    assert not {env.prompt for env in warm_up} & {env.prompt for env in ENVS}
+    assert {env.tags[-1] for env in warm_up} == {env.tags[-1] for env in ENVS}  # every variant
+    for env in warm_up:
+        assert NUMERIC.score_on_host(env, NUMERIC.extract_solution(env.reference)).reward == 1.0, env.id
+

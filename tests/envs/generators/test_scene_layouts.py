@@ -1,6 +1,7 @@
 """The ``scene_layouts`` generator: 208 short layouts, stratified into train and eval by difficulty and template;
 every reference satisfies its constraints, a layout moved off its wall, floated or overlapping does not, a train
-answer copied fails every eval env, and the committed suite is admitted whole by real admission (bwrap)."""
+answer copied fails every eval env, the warm-up envs repeat no suite env's types and sizes, and the committed suite
+is admitted whole by real admission (bwrap)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 from posttrain.admission.checks import admit
 from posttrain.admission.report import report_text
 from posttrain.config import AdmissionConfig, SandboxConfig
-from posttrain.envs.generators.scene_layouts import EVAL_SLOTS, PER_TEMPLATE, TEMPLATES, specs
+from posttrain.envs.generators.scene_layouts import EVAL_SLOTS, PER_TEMPLATE, TEMPLATES, sizes, specs, \
+    warm_up_specs
 from posttrain.envs.suite import load_suite
 from posttrain.envs.verifiers.scene import score_on_host
 from posttrain.sandbox import make_sandbox
@@ -123,3 +125,16 @@ def test_the_whole_suite_is_admitted_in_bwrap():
         result = admit(SUITE, box, cfg, AdmissionConfig())
     assert len(result.admitted) == len(ENVS), report_text(result.report)
     assert result.details.passed.all(), report_text(result.report)
+
+
+@pytest.mark.unit
+def test_warm_up_envs_repeat_no_suite_envs_types_and_sizes_and_their_references_hold():
+    warm_up = warm_up_specs()
+    assert len(warm_up) == 8 * 125 and {env.split for env in warm_up} == {"train"}
+    assert all(env.id.startswith("scene_layouts/warm_up_") for env in warm_up)
+    key = lambda env: tuple((kind, *size) for kind, size in sizes(env).items())  # noqa: E731
+    assert not {key(env) for env in warm_up} & {key(env) for env in ENVS}
+    assert len({key(env) for env in warm_up}) == len(warm_up)
+    for env in warm_up:
+        assert score_on_host(env, env.reference).passed, env.id
+
