@@ -121,9 +121,9 @@ AGENT_POLICY_CFG = DemoPolicyConfig(vocab_size=512, max_position_embeddings=1024
 AGENT_LONG_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=2048, sft_steps=2000,
                                          sft_batch_size=8)
 # The multi-domain policy reads four kinds of text (Python, financial statements, scene JSON, shell and config
-# files): a 1024-token vocabulary. On the 160 finance and 160 scene train pairs alone it learned their answers and
-# not to read them (3200 steps: 23 of 24 finance train answers right, 0 of 24 eval; scene 13 and 0), so each of those
-# suites adds 1000 warm-up envs over other numbers (docs/multi-domain.md).
+# files): a 1024-token vocabulary. On the 160 finance and 160 scene train pairs (listed 3 times) it learned their
+# answers and not to read them (3200 steps: 23 of 24 finance train answers right, 0 of 24 eval; scene 13 and 0), so
+# each of those suites adds 1000 warm-up envs over other numbers (docs/multi-domain.md).
 MULTI_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=1024, sft_steps=3200, sft_batch_size=8)
 
 
@@ -132,15 +132,14 @@ class Recipe:
     """What a demo agent policy is built from: the oracle episodes of ``suite``'s train split and of the agent envs
     the ``warm_up`` functions (``module:function``, called on use) make for warm-start data only, run under ``agent``
     (the context budget of the runs the policy is meant for, so the contexts it learns from are compressed where
-    theirs will be), plus the ``(prompt, reference)`` pairs of the train splits of the ``single_turn`` suites, each
-    ``(suite, passes)`` listing its pairs ``passes`` times (its share of the SFT batches), and of the single-turn
-    warm-up envs, through the demo recipe with ``cfg``."""
+    theirs will be), plus the ``(prompt, reference)`` pairs of the train splits of the ``single_turn`` suites and of
+    the single-turn warm-up envs, through the demo recipe with ``cfg``."""
 
     suite: str
     warm_up: tuple[str, ...]
     cfg: DemoPolicyConfig
     agent: AgentConfig = field(default_factory=lambda: AgentConfig(temperature=0.0))
-    single_turn: tuple[tuple[str, int], ...] = ((DEMO_SUITE, 1),)
+    single_turn: tuple[str, ...] = (DEMO_SUITE,)
 
     def warm_up_envs(self) -> list[EnvSpec]:
         """The envs of every ``warm_up`` function: agent ones become oracle episodes, single-turn ones pairs."""
@@ -151,11 +150,11 @@ class Recipe:
         return envs
 
     def single_turn_pairs(self) -> list[tuple[str, str]]:
-        """The single-turn train pairs of every ``single_turn`` suite, suite by suite, each ``passes`` times."""
+        """The single-turn train pairs of every ``single_turn`` suite, suite by suite."""
         from posttrain.envs.suite import load_suite
 
-        return [(e.prompt, e.reference) for suite, passes in self.single_turn for e in load_suite(suite).envs
-                if e.split == "train" and e.kind == "single_turn" for _ in range(passes)]
+        return [(e.prompt, e.reference) for suite in self.single_turn for e in load_suite(suite).envs
+                if e.split == "train" and e.kind == "single_turn"]
 
 
 RECIPES = {
@@ -166,7 +165,7 @@ RECIPES = {
     DEMO_MULTI_POLICY: Recipe(str(SUITES / "terminal_tasks"),
                               tuple(f"posttrain.envs.generators.{name}:warm_up_specs" for name in
                                     ("terminal_tasks", "finance_facts", "scene_layouts")),
-                              MULTI_POLICY_CFG, single_turn=tuple((str(SUITES / name), 1) for name in
+                              MULTI_POLICY_CFG, single_turn=tuple(str(SUITES / name) for name in
                                                                   ("demo_python", "finance_facts", "scene_layouts"))),
 }
 
@@ -187,7 +186,7 @@ def main_agent_policy(out_dir: str | os.PathLike, recipe: Recipe = RECIPES[DEMO_
     warm_up = recipe.warm_up_envs()
     agent_cfg = recipe.agent
     sources = {"agent_suite": suite_digest(recipe.suite),
-               "single_turn_suites": [[suite_digest(suite), passes] for suite, passes in recipe.single_turn],
+               "single_turn_suites": [suite_digest(suite) for suite in recipe.single_turn],
                "warm_up": hashlib.sha256(json.dumps([[e.prompt, e.workspace, e.oracle, e.reference] for e in warm_up],
                                                     sort_keys=True).encode()).hexdigest(),
                "agent_config": asdict(agent_cfg), "template": hashlib.sha256(AGENT_TEMPLATE.encode()).hexdigest()}
