@@ -72,7 +72,7 @@ demo-agent-long: setup $(STAMP) agent-long-policy
 	@echo; echo "Done. Review the runs: make mlflow-ui (experiment posttrain; agent_eval/* and eval/assertion/* curves)."
 
 # The multi-domain demo policy: the demo recipe on code, finance and scene train pairs and on oracle episodes of the
-# terminal tasks (~25 min, cached); the run trains on all four domains at once.
+# terminal tasks and the finance, scene and terminal warm-up envs (~20 min, cached); the run trains on all four at once.
 multi-policy: $(STAMP)
 	$(BIN)/posttrain agent-policy --recipe demo-multi $(MULTI_POLICY)
 
