@@ -1,8 +1,8 @@
 """The ``finance_facts`` generator: >= 150 train and >= 40 eval short extraction envs, every difficulty in both splits
 and every eval question kind seen in train; deterministic, the committed files its output; every reference scores
 1.0, an answer copied from the prior-year column earns nothing, a derived value is credited only on right inputs;
-the warm-up envs are other statements of every variant, their references right; and real admission (bwrap) admits
-the whole suite."""
+and the warm-up envs are other statements of every variant, their references right (admission of the whole suite:
+test_generators.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.admission.checks import admit
-from posttrain.admission.report import report_text
-from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.envs.generators import file_name, render
 from posttrain.envs.generators.finance_facts import HEADER, specs, statements, warm_up_specs
 from posttrain.envs.verifiers import get_verifier
-from posttrain.sandbox import make_sandbox
 
 SUITE = Path("posttrain/envs/suites/finance_facts")
 ENVS = specs()
@@ -83,15 +79,6 @@ def test_a_derived_value_is_credited_only_with_right_inputs():
         verdict = NUMERIC.score_on_host(env, json.dumps(garbled))
         assert (verdict.tests_passed, verdict.tests_total) == (1, 4), (env.id, verdict.detail)
         assert "not credited" in verdict.detail
-
-
-@pytest.mark.integration
-def test_the_suite_is_admitted_in_bwrap():
-    cfg = SandboxConfig(backend="bwrap")
-    with make_sandbox(cfg) as box:
-        result = admit(SUITE, box, cfg, AdmissionConfig())
-    assert len(result.admitted) == len(ENVS), report_text(result.report)
-    assert result.details.passed.all(), report_text(result.report)
 
 
 @pytest.mark.unit

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import SandboxConfig
+from posttrain.admission.checks import admit
+from posttrain.admission.report import report_text
+from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.envs.generators import file_name, render
 from posttrain.envs.generators import agent_repo, finance, finance_agent, node, regression_hunt, scene, terminal
 from posttrain.envs.suite import load_suite
@@ -114,3 +116,13 @@ def test_workspace_suites_in_bwrap():
         outcomes = [not v.passed for (i, what), v in zip(labels, verdicts) if i == env_id and what == "mutant"]
         assert outcomes, (env_id, outcomes)
         assert sum(outcomes) / len(outcomes) >= 0.6, (env_id, outcomes)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name", ["finance_facts", "scene_layouts"])
+def test_every_env_of_a_host_scored_multi_domain_suite_is_admitted(name):
+    with make_sandbox(CFG) as box:
+        result = admit(SUITES / name, box, CFG, AdmissionConfig())
+    assert len(result.admitted) == result.envs >= 200, report_text(result.report)
+    assert result.details.passed.all(), report_text(result.report)
+
