@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from posttrain.envs.generators import main as generator_main
+from posttrain.envs.generators.scene import top
 from posttrain.envs.spec import EnvSpec, Limits
 from posttrain.envs.verifiers import scene as scene_verifier
 
@@ -105,11 +106,6 @@ class Layout:
     def at_least(self, kind: str, other: str, words: str) -> None:
         self.line(words, {"type": "min_distance", "object_type": kind, "other_type": other,
                           "distance": self.distance})
-
-
-def top(obj: dict) -> float:
-    """The z of an object's top face: where an object resting on it starts."""
-    return obj["position"][2] + obj["size"][2]
 
 
 def pair(lay: Layout, kind: str) -> None:
