@@ -526,6 +526,9 @@ class AgentConfig(Validated):
                                           "single-turn rollout. Agent train envs rolled out per iteration.")
     samples_per_env: int = declare(4, low=1, doc="episodes per env (the group)")
     eval_limit: int = declare(0, low=0, doc="agent eval envs evaluated greedily, first by id; 0: all")
+    eval_samples: int = declare(0, low=0,
+                                doc="sampled pass@1 of the agent eval envs: episodes per env at the agent's "
+                                    "temperature and top_p, seeded alike for every version (0: greedy only)")
     failed_call_penalty: float = declare(0.0, low=0,
                                          doc="Reward shaping terms (posttrain.agent.rollout.shaping_terms), each "
                                              "logged on its own; 0 means off. Subtracted per failed or rejected tool "
@@ -700,13 +703,14 @@ class LoopConfig(Validated):
         """RL on four domains at once (``make demo-multi``): the multi-domain demo policy on ``multi_domain``, the
         code (``demo_python``), finance extraction (``finance_facts``) and scene layout (``scene_layouts``) envs in the
         single-turn tier and the terminal tasks (``terminal_tasks``) as agent episodes, each iteration sampling both
-        tiers; greedy and sampled eval of every eval env, per domain, every 5 versions. Single-turn prompts are the
-        raw text the policy was warm-started on (``chat_template: none``), its agent template serves the episodes."""
+        tiers; greedy and sampled eval of every eval env (8 completions, or 4 episodes, each), per domain, every 5
+        versions. Single-turn prompts are the raw text the policy was warm-started on (``chat_template: none``), its
+        agent template serves the episodes."""
         return cls(
             suite=MULTI_DOMAIN_SUITE_REF, policy=DEMO_MULTI_POLICY, iterations=20,
             rollout=RolloutConfig(max_model_len=1024, max_new_tokens=128, chat_template="none"),
             agent=AgentConfig(envs_per_iteration=8, samples_per_env=8, temperature=0.8, max_new_tokens=96,
-                              token_budget=512),
+                              token_budget=512, eval_samples=4),
             train=TrainConfig(micro_batch_size=16, learning_rate=1e-4),
             eval=EvalConfig(every=5, max_new_tokens=128),
             admission=AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]),

@@ -1,14 +1,17 @@
-"""Greedy evaluation of a policy version on the agent eval envs: one episode per env at temperature 0, the final
-workspace scored by the env's verifier, then one ``EvalResults`` row per env (``decoding`` "greedy") whose
-assertions are judged on the verdict, on the episode's step log and on the destructive effects its final workspace
-shows (``posttrain.evaluation.results.eval_results``): the batch the agent rollout makes
+"""Evaluation of a policy version on the agent eval envs: one greedy episode per env (temperature 0) and, with
+``agent.eval_samples``, that many sampled episodes per env at the agent's temperature and top_p (seeded alike for
+every version, as the single-turn sampled eval is); each final workspace scored by the env's verifier, then one
+``EvalResults`` row per episode (``decoding`` "greedy" or "sampled") whose assertions are judged on the verdict, on
+the episode's step log and on the destructive effects its final workspace shows
+(``posttrain.evaluation.results.eval_results``): the batch the agent rollout makes
 (``posttrain.agent.rollout.rollout_episodes``), so the eval sees the same evidence by text and by effect.
 
 An eval row's ``reward`` is the verifier's (``verifier_reward``: shaping terms are a training signal, not a
 measurement); ``passed``: the verifier passed the final workspace and no infra error got in the way; ``steps``:
-the episode's model turns. Eval episodes' group ids are ``eval-v<version>/<env_id>`` (their Steps rows too). With
-``agent.snapshot_every``, the workspace snapshots of the episodes that failed are kept (``kept_snapshots``, at most
-``agent.snapshot_keep_mb``), for ``posttrain replay`` (docs/agent.md, Snapshots, replay, rollback).
+the episode's model turns. Eval episodes' group ids are ``eval-v<version>/<env_id>`` (greedy) and
+``eval-sampled-v<version>/<env_id>`` (sampled), their Steps rows' too, as the single-turn eval's. With
+``agent.snapshot_every``, the workspace snapshots of the greedy episodes that failed are kept (``kept_snapshots``,
+at most ``agent.snapshot_keep_mb``), for ``posttrain replay`` (docs/agent.md, Snapshots, replay, rollback).
 
 Example (pure: the envs evaluated, and the per-episode rows of an AgentScored table with two windows):
     >>> from posttrain.envs.spec import EnvSpec
@@ -23,13 +26,15 @@ Example (pure: the envs evaluated, and the per-episode rows of an AgentScored ta
     >>> episode_rows(scored, version=3).to_dict("records")
     [{'env_id': 't/a', 'group_id': 'eval-v3/t/a', 'sample_idx': 0, 'policy_version': 3, 'steps': 5, \
 'reward': 1.0, 'tests_passed': 4, 'tests_total': 4, 'infra_error': '', 'decoding': 'greedy'}]
+    >>> episode_rows(scored, version=3, decoding="sampled")["group_id"].tolist()
+    ['eval-sampled-v3/t/a']
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -40,6 +45,7 @@ from posttrain.config import AgentConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.evaluation.greedy import split_envs
 from posttrain.evaluation.results import eval_results
+from posttrain.rollout.collect import iteration_seed
 from posttrain.rollout.engine import TokenRolloutEngine
 from posttrain.schemas import EpisodeSnapshots, EvalResults, Steps, empty
 
@@ -51,40 +57,84 @@ def eval_envs(envs: Mapping[str, EnvSpec], limit: int = 0, split: str = "eval") 
     return split_envs(dict(envs), split, limit, agent=True)
 
 
-def eval_group(version: int, env_id) -> str:
-    return f"eval-v{version}/{env_id}"
+GROUP_PREFIX = {"greedy": "eval-v", "sampled": "eval-sampled-v"}  # + <version>/<env_id>: an eval episode's group
 
 
-def episode_rows(scored: pd.DataFrame, version: int) -> pd.DataFrame:
-    """One row per greedy episode of ``scored`` (AgentScored: one row per window), what ``eval_results`` reads."""
+def eval_group(version: int, env_id, decoding: str = "greedy") -> str:
+    return f"{GROUP_PREFIX[decoding]}{version}/{env_id}"
+
+
+def group_decoding(group_id: str) -> str:
+    """The decoding of the eval episode whose group id is ``group_id``.
+
+    >>> group_decoding(eval_group(3, "t/a", "sampled")), group_decoding(eval_group(3, "t/a"))
+    ('sampled', 'greedy')
+    """
+    return "sampled" if group_id.startswith(GROUP_PREFIX["sampled"]) else "greedy"
+
+
+def episode_rows(scored: pd.DataFrame, version: int, decoding: str = "greedy") -> pd.DataFrame:
+    """One row per episode of ``scored`` (AgentScored: one row per window), what ``eval_results`` reads."""
     rows = scored.drop_duplicates(EPISODE)
-    return pd.DataFrame({"env_id": rows["env_id"], "group_id": [eval_group(version, e) for e in rows["env_id"]],
+    return pd.DataFrame({"env_id": rows["env_id"],
+                         "group_id": [eval_group(version, e, decoding) for e in rows["env_id"]],
                          "sample_idx": rows["sample_idx"], "policy_version": rows["policy_version"],
                          "steps": rows["steps"], "reward": rows["verifier_reward"].astype(float),
                          "tests_passed": rows["tests_passed"], "tests_total": rows["tests_total"],
-                         "infra_error": rows["infra_error"], "decoding": "greedy"}).reset_index(drop=True)
+                         "infra_error": rows["infra_error"], "decoding": decoding}).reset_index(drop=True)
+
+
+@dataclass
+class Decoded:
+    """The episodes of one decoding, under their eval group ids: rows for ``eval_results``, their Steps, the
+    destructive effects by ``(group_id, sample_idx)``, their EpisodeSnapshots and the batch's stats."""
+
+    rows: pd.DataFrame
+    steps: pd.DataFrame
+    effects: dict
+    snapshots: pd.DataFrame
+    stats: AgentStats
+
+
+def decode_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: list[EnvSpec], n: int, cfg: AgentConfig,
+                    sandbox, sandbox_cfg: SandboxConfig, max_context: int, decoding: str) -> Decoded:
+    """``n`` episodes per env of ``envs`` under ``cfg``, grouped as ``decoding``'s eval episodes."""
+    batch, stats = run_batch(engine, fmt, envs, n, cfg, sandbox, sandbox_cfg, max_context, iteration=0)
+    version = max(0, engine.version)
+
+    def grouped(table: pd.DataFrame) -> pd.DataFrame:
+        return table.assign(group_id=[eval_group(version, e, decoding) for e in table["env_id"]])
+
+    effects = {(eval_group(version, env_id, decoding), idx): found for (env_id, idx), found in batch.effects.items()}
+    return Decoded(episode_rows(batch.scored, version, decoding), grouped(batch.steps), effects,
+                   grouped(batch.snapshots), stats)
 
 
 def evaluate_agent(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Mapping[str, EnvSpec], cfg: AgentConfig,
                    sandbox, sandbox_cfg: SandboxConfig, max_context: int, limit: int = 0,
                    previous: pd.DataFrame | Mapping[str, bool | None] | None = None,
                    ) -> tuple[pd.DataFrame, pd.DataFrame, AgentStats, pd.DataFrame]:
-    """``(EvalResults, Steps, stats, EpisodeSnapshots)`` of greedy episodes of the policy ``engine`` serves on the
-    agent eval envs (``limit``: the first ``limit`` by id; 0: all); the snapshots are the failed episodes'
-    (``kept_snapshots``). ``previous``: the previous policy's greedy verdicts, for the ``no_regression`` assertion
-    (``eval_results``)."""
+    """``(EvalResults, Steps, stats, EpisodeSnapshots)`` of the policy ``engine`` serves on the agent eval envs
+    (``limit``: the first ``limit`` by id; 0: all): a greedy episode per env, then ``cfg.eval_samples`` sampled ones.
+    ``stats`` are the greedy episodes'; the snapshots are the failed greedy episodes' (``kept_snapshots``; sampled
+    episodes take none unless their env asks, and those are not kept). ``previous``: the previous policy's greedy verdicts, for the ``no_regression`` assertion
+    of the greedy rows (``eval_results``)."""
     chosen = eval_envs(envs, limit)
     if not chosen:
         return empty(EvalResults), empty(Steps), AgentStats(), empty(EpisodeSnapshots)
-    batch, stats = run_batch(engine, fmt, chosen, 1, replace(cfg, temperature=0.0), sandbox, sandbox_cfg,
-                             max_context, iteration=0)
-    version = max(0, engine.version)
-    steps = Steps.validate(batch.steps.assign(group_id=[eval_group(version, e) for e in batch.steps["env_id"]]))
-    effects = {(eval_group(version, env_id), idx): found for (env_id, idx), found in batch.effects.items()}
-    results = eval_results(episode_rows(batch.scored, version), {e.id: e for e in chosen}, steps=steps,
-                           previous=previous, effects=effects)
-    snapshots = batch.snapshots.assign(group_id=[eval_group(version, e) for e in batch.snapshots["env_id"]])
-    return results, steps, stats, kept_snapshots(snapshots, results, cfg.snapshot_keep_mb)
+    greedy = decode_episodes(engine, fmt, chosen, 1, replace(cfg, temperature=0.0), sandbox, sandbox_cfg,
+                             max_context, "greedy")
+    decoded = [greedy]
+    if cfg.eval_samples:
+        seeded = replace(cfg, seed=iteration_seed(cfg.seed, 0), snapshot_every=0)  # no rollout is iteration 0
+        decoded.append(decode_episodes(engine, fmt, chosen, cfg.eval_samples, seeded, sandbox, sandbox_cfg,
+                                       max_context, "sampled"))
+    steps = Steps.validate(pd.concat([d.steps for d in decoded], ignore_index=True))
+    effects = {key: found for d in decoded for key, found in d.effects.items()}
+    results = eval_results(pd.concat([d.rows for d in decoded], ignore_index=True), {e.id: e for e in chosen},
+                           steps=steps, previous=previous, effects=effects)
+    kept = kept_snapshots(greedy.snapshots, results[results.decoding == "greedy"], cfg.snapshot_keep_mb)
+    return results, steps, greedy.stats, kept
 
 
 def kept_snapshots(snapshots: pd.DataFrame, results: pd.DataFrame, keep_mb: int) -> pd.DataFrame:

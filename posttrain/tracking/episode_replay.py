@@ -42,6 +42,7 @@ import pandas as pd
 
 from posttrain import tracking
 from posttrain.agent.table import clip
+from posttrain.evaluation.agent import group_decoding
 
 TABLES = {"steps": "agent_eval_steps", "snapshots": "agent_eval_snapshots", "results": tracking.EVAL_RESULTS}
 OUTPUT_CHARS = 600  # characters of a call's observation shown per step
@@ -125,10 +126,21 @@ def replay_lines(tables: dict[str, pd.DataFrame], run_id: str, episode: str | No
 
 
 def failed_episodes(steps: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
-    """The eval episodes of ``steps`` whose env did not pass (``results``: ``EvalResults``), one row each:
-    group_id, sample_idx, env_id, calls."""
-    failed = set(results.env_id[~results.passed.astype(bool)])
-    rows = steps[steps.env_id.isin(failed)]
+    """The eval episodes of ``steps`` that did not pass, by their own ``results`` row (``EvalResults``: env, decoding
+    and sample; an episode's decoding is its group id's), one row each: group_id, sample_idx, env_id, calls.
+
+    >>> steps = pd.DataFrame({"group_id": ["eval-v2/a", "eval-sampled-v2/a", "eval-sampled-v2/a"],
+    ...                       "sample_idx": [0, 0, 1], "env_id": "a"})
+    >>> results = pd.DataFrame({"env_id": "a", "decoding": ["greedy", "sampled", "sampled"], "sample_idx": [0, 0, 1],
+    ...                         "passed": [True, False, True]})
+    >>> failed_episodes(steps, results).values.tolist()
+    [['eval-sampled-v2/a', 0, 'a', 1]]
+    """
+    failing = results[~results.passed.astype(bool)]
+    failed = set(zip(failing.env_id, failing.decoding, failing.sample_idx.astype(int)))
+    own = [(env_id, group_decoding(group), int(idx)) in failed
+           for env_id, group, idx in zip(steps.env_id, steps.group_id, steps.sample_idx)]
+    rows = steps[pd.Series(own, index=steps.index, dtype=bool)]
     return (rows.groupby(["group_id", "sample_idx", "env_id"]).size().rename("calls").reset_index())
 
 

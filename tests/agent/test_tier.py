@@ -18,7 +18,7 @@ from posttrain.envs.destructive import destructive_commands
 from posttrain.envs.generators.agent_repo import EVALUATION, oracle, specs
 from posttrain.envs.suite import load_suite
 from posttrain.evaluation.agent import evaluate_agent
-from posttrain.evaluation.results import judge_regressions
+from posttrain.evaluation.results import eval_metrics, judge_regressions
 from posttrain.sandbox import make_sandbox
 
 pytestmark = pytest.mark.integration
@@ -157,3 +157,29 @@ def test_the_greedy_eval_keeps_the_snapshots_of_its_failed_episodes_only(fmt, bo
     assert none_kept.empty
     _, _, _, off = evaluate_agent(engine, fmt, evals, CFG, box, SandboxConfig(), 4096)
     assert off.empty
+
+
+def test_sampled_eval_episodes_are_rows_of_their_own_beside_the_greedy_ones(fmt, box):
+    """``agent.eval_samples``: n more episodes per eval env, as ``sampled`` rows (their own group ids, steps and
+    verdicts, counted in sampled pass@1 per domain); stats, snapshots and ``no_regression`` stay the greedy ones'."""
+    evals = {e.id: e for e in AGENT_ENVS if e.split == "eval"}
+    failing, solved = sorted(evals)
+    engine = ScriptedPolicy(fmt, {evals[solved].prompt: oracle(evals[solved])}, version=5)  # the other submits
+    cfg = replace(CFG, eval_samples=3, snapshot_every=1)
+    results, steps, stats, snapshots = evaluate_agent(engine, fmt, evals, cfg, box, SandboxConfig(), 4096,
+                                                      previous={failing: True, solved: True})
+    sampled = results[results.decoding == "sampled"].sort_values(["env_id", "sample_idx"])
+    assert (results.decoding == "greedy").sum() == 2
+    assert sampled[["env_id", "sample_idx"]].values.tolist() == [[i, k] for i in (failing, solved) for k in range(3)]
+    assert sampled.passed.tolist() == [False] * 3 + [True] * 3
+    assert set(steps.group_id) == {f"eval{kind}-v5/{i}" for kind in ("", "-sampled") for i in evals}
+    assert len(steps[steps.group_id == f"eval-sampled-v5/{solved}"]) == 3 * len(oracle(evals[solved]))
+    greedy = {r.env_id: json.loads(r.assertions) for r in results[results.decoding == "greedy"].itertuples()}
+    assert {i: v["result/no_regression"] for i, v in greedy.items()} == {failing: False, solved: True}
+    assert all("result/no_regression" in json.loads(a) for a in sampled.assertions)
+    assert all(json.loads(a)["result/no_regression"] is None for a in sampled.assertions)
+    assert stats.episodes == 2
+    assert set(snapshots.group_id) == {f"eval-v5/{failing}"}
+    metrics = eval_metrics(results)
+    domain = evals[solved].domain
+    assert metrics["eval/pass_at_1_sampled"] == metrics[f"eval/pass_at_1_sampled/domain_{domain}"] == 0.5
