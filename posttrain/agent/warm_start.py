@@ -157,6 +157,20 @@ class Recipe:
                 if e.split == "train" and e.kind == "single_turn"]
 
 
+# AgentConfig fields only the RL loop reads (how many envs and episodes it runs, what it evaluates): an oracle
+# episode is the same whatever they are, so a policy built from them stays valid when they change
+LOOP_ONLY = ("envs_per_iteration", "samples_per_env", "eval_limit", "eval_samples")
+
+
+def episode_settings(cfg: AgentConfig) -> dict:
+    """The fields of ``cfg`` an oracle episode depends on, what a built policy's sources record.
+
+    >>> "max_steps" in episode_settings(AgentConfig()), "eval_samples" in episode_settings(AgentConfig())
+    (True, False)
+    """
+    return {name: value for name, value in asdict(cfg).items() if name not in LOOP_ONLY}
+
+
 RECIPES = {
     DEMO_AGENT_POLICY: Recipe(AGENT_SUITE, ("posttrain.envs.generators.agent_repo:warm_up_specs",), AGENT_POLICY_CFG),
     DEMO_AGENT_LONG_POLICY: Recipe(REGRESSION_HUNT_SUITE, ("posttrain.envs.generators.regression_hunt:warm_up_specs",),
@@ -189,7 +203,8 @@ def main_agent_policy(out_dir: str | os.PathLike, recipe: Recipe = RECIPES[DEMO_
                "single_turn_suites": [suite_digest(suite) for suite in recipe.single_turn],
                "warm_up": hashlib.sha256(json.dumps([[e.prompt, e.workspace, e.oracle, e.reference] for e in warm_up],
                                                     sort_keys=True).encode()).hexdigest(),
-               "agent_config": asdict(agent_cfg), "template": hashlib.sha256(AGENT_TEMPLATE.encode()).hexdigest()}
+               "agent_config": episode_settings(agent_cfg),
+               "template": hashlib.sha256(AGENT_TEMPLATE.encode()).hexdigest()}
     with building(out_dir):
         if built_from(out_dir, recipe.cfg, sources):
             return Path(out_dir)
