@@ -187,12 +187,13 @@ RECIPES = {
 def main_agent_policy(out_dir: str | os.PathLike, recipe: Recipe = RECIPES[DEMO_AGENT_POLICY],
                       sandbox_cfg: SandboxConfig | None = None) -> Path:
     """Build the demo agent policy of ``recipe`` into ``out_dir`` unless one built from the same sources (suite
-    digests, warm-up envs, agent config, template, ``recipe.cfg``) is there: the oracle episodes of the recipe's
-    suite's train split and of its warm-up envs as turn pairs, plus the single-turn train pairs of its
-    ``single_turn`` suites. ~15 min on a 2-core CPU for the default recipe's 1200 steps; a cached policy is found
-    without running the oracle episodes. The episodes run under ``recipe.agent`` with a scratch tokenizer's token
-    counts (trained on the single-turn pairs and the envs' prompts and visible files, of the recipe's vocabulary
-    size), so their contexts are compressed about where the policy's will be under the same ``context_budget``."""
+    digests, warm-up envs, the agent settings its episodes run under (``episode_settings``), template,
+    ``recipe.cfg``) is there: the oracle episodes of the recipe's suite's train split and of its warm-up envs as
+    turn pairs, plus the single-turn train pairs of its ``single_turn`` suites. ~15 min on a 2-core CPU for the
+    default recipe's 1200 steps; a cached policy is found without running the oracle episodes. The episodes run
+    under ``recipe.agent`` with a scratch tokenizer's token counts (trained on the single-turn pairs and the envs'
+    prompts and visible files, of the recipe's vocabulary size), so their contexts are compressed about where the
+    policy's will be under the same ``context_budget``."""
     from posttrain.envs.suite import load_suite, suite_digest
     from posttrain.sandbox import make_sandbox
     from posttrain.training.demo_policy import building, train_tokenizer
