@@ -43,7 +43,7 @@ from posttrain.agent.template import ChatFormat
 from posttrain.agent.tier import run_batch
 from posttrain.config import AgentConfig, SandboxConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.evaluation.greedy import split_envs
+from posttrain.evaluation.greedy import group_prefix, split_envs
 from posttrain.evaluation.results import eval_results
 from posttrain.rollout.collect import iteration_seed
 from posttrain.rollout.engine import TokenRolloutEngine
@@ -57,20 +57,8 @@ def eval_envs(envs: Mapping[str, EnvSpec], limit: int = 0, split: str = "eval") 
     return split_envs(dict(envs), split, limit, agent=True)
 
 
-GROUP_PREFIX = {"greedy": "eval-v", "sampled": "eval-sampled-v"}  # + <version>/<env_id>: an eval episode's group
-
-
 def eval_group(version: int, env_id, decoding: str = "greedy") -> str:
-    return f"{GROUP_PREFIX[decoding]}{version}/{env_id}"
-
-
-def group_decoding(group_id: str) -> str:
-    """The decoding of the eval episode whose group id is ``group_id``.
-
-    >>> group_decoding(eval_group(3, "t/a", "sampled")), group_decoding(eval_group(3, "t/a"))
-    ('sampled', 'greedy')
-    """
-    return "sampled" if group_id.startswith(GROUP_PREFIX["sampled"]) else "greedy"
+    return f"{group_prefix(version, decoding)}/{env_id}"
 
 
 def episode_rows(scored: pd.DataFrame, version: int, decoding: str = "greedy") -> pd.DataFrame:
@@ -117,8 +105,8 @@ def evaluate_agent(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Mapping[st
     """``(EvalResults, Steps, stats, EpisodeSnapshots)`` of the policy ``engine`` serves on the agent eval envs
     (``limit``: the first ``limit`` by id; 0: all): a greedy episode per env, then ``cfg.eval_samples`` sampled ones.
     ``stats`` are the greedy episodes'; the snapshots are the failed greedy episodes' (``kept_snapshots``; sampled
-    episodes take none unless their env asks, and those are not kept). ``previous``: the previous policy's greedy verdicts, for the ``no_regression`` assertion
-    of the greedy rows (``eval_results``)."""
+    episodes take none unless their env asks, and those are not kept). ``previous``: the previous policy's greedy
+    verdicts, for the ``no_regression`` assertion of the greedy rows (``eval_results``)."""
     chosen = eval_envs(envs, limit)
     if not chosen:
         return empty(EvalResults), empty(Steps), AgentStats(), empty(EpisodeSnapshots)

@@ -37,6 +37,24 @@ def split_envs(envs: dict[str, EnvSpec], split: str, limit: int, agent: bool) ->
     return chosen[:limit] if limit > 0 else chosen
 
 
+GROUP_PREFIX = {"greedy": "eval-v", "sampled": "eval-sampled-v"}  # + <version>: an eval decode's groups, either tier
+
+
+def group_prefix(version: int, decoding: str = "greedy") -> str:
+    """The group id prefix of policy version ``version``'s ``decoding`` eval completions or episodes (``/<env_id>``
+    follows it), the same for single-turn envs and agent envs."""
+    return f"{GROUP_PREFIX[decoding]}{version}"
+
+
+def group_decoding(group_id: str) -> str:
+    """The decoding of the eval completion or episode whose group id is ``group_id``.
+
+    >>> group_decoding(group_prefix(3, "sampled") + "/t/a"), group_decoding(group_prefix(3) + "/t/a")
+    ('sampled', 'greedy')
+    """
+    return "sampled" if group_id.startswith(GROUP_PREFIX["sampled"]) else "greedy"
+
+
 def eval_envs(envs: dict[str, EnvSpec], cfg: EvalConfig) -> list[EnvSpec]:
     """The single-turn envs of the configured split (``split_envs``); agent envs are evaluated in episodes
     (``posttrain.evaluation.agent``)."""
@@ -58,11 +76,11 @@ def decode_eval(engine: RolloutEngine, envs: dict[str, EnvSpec], cfg: EvalConfig
     ``cfg.samples`` completions per env at ``rollout``'s temperature and top_p (seeded alike for every version)."""
     chosen = eval_envs(envs, cfg)
     greedy, _ = collect(engine, chosen, n=1, temperature=0.0, max_tokens=cfg.max_new_tokens,
-                        group_prefix=f"eval-v{engine.version}")
+                        group_prefix=group_prefix(engine.version))
     decodes = [greedy.assign(decoding="greedy")]
     if cfg.samples:
         sampled, _ = collect(engine, chosen, n=cfg.samples, temperature=rollout.temperature, top_p=rollout.top_p,
-                             max_tokens=cfg.max_new_tokens, group_prefix=f"eval-sampled-v{engine.version}",
+                             max_tokens=cfg.max_new_tokens, group_prefix=group_prefix(engine.version, "sampled"),
                              seed=iteration_seed(rollout.seed, 0))
         decodes.append(sampled.assign(decoding="sampled"))
     return EvalTrajectories.validate(pd.concat(decodes, ignore_index=True))

@@ -42,7 +42,7 @@ import pandas as pd
 
 from posttrain import tracking
 from posttrain.agent.table import clip
-from posttrain.evaluation.agent import group_decoding
+from posttrain.evaluation.greedy import group_decoding
 
 TABLES = {"steps": "agent_eval_steps", "snapshots": "agent_eval_snapshots", "results": tracking.EVAL_RESULTS}
 OUTPUT_CHARS = 600  # characters of a call's observation shown per step
