@@ -10,6 +10,7 @@ and scores each greedily, by exact match, on 30 statements it never saw:
 
     python benchmarks/reading_probe.py                                # 2000 steps, batch 8: ~6 min on 2 cores
     python benchmarks/reading_probe.py --steps 2000 --batch 32 --levels four_lines
+    python benchmarks/reading_probe.py --steps 2000 --batch 32 --levels four_lines --shape 256,768,4,4  # wider, deeper
 
 It measures why the finance and scene suites earn nothing at the demo size (docs/multi-domain.md): copying is learnt
 within a few hundred steps, finding which line to copy from is not. The last line printed is one JSON object.
@@ -29,6 +30,7 @@ from posttrain.training.demo_policy import build_demo_policy
 ITEMS = ("Revenue", "Cost of sales", "Cash", "Debt", "Capital spending", "Operating cash flow", "Net income",
          "Inventory")
 LEVELS = ("one_line", "four_lines", "four_lines_key_spelling")
+SHAPE = ("hidden_size", "intermediate_size", "num_layers", "num_heads")
 
 
 def key(item: str) -> str:
@@ -77,10 +79,15 @@ def main() -> None:
     parser.add_argument("--levels", default=",".join(LEVELS))
     parser.add_argument("--train", type=int, default=8000, help="distinct training statements per level")
     parser.add_argument("--eval", type=int, default=30, help="held-out statements per level")
+    parser.add_argument("--shape", default="",
+                        help="model shape over the demo's, as hidden,intermediate,layers,heads (e.g. 256,768,4,4)")
     args = parser.parse_args()
+    shape = dict(zip(("hidden_size", "intermediate_size", "num_layers", "num_heads"),
+                     map(int, args.shape.split(",")))) if args.shape else {}
     cfg = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=1024, sft_steps=args.steps,
-                           sft_batch_size=args.batch)
-    result: dict = {"steps": args.steps, "batch": args.batch, "levels": {}}
+                           sft_batch_size=args.batch, **shape)
+    result: dict = {"steps": args.steps, "batch": args.batch, "shape": {k: getattr(cfg, k) for k in SHAPE},
+                    "levels": {}}
     for level in args.levels.split(","):
         if level not in LEVELS:
             parser.error(f"--levels: {level!r} is not one of {', '.join(LEVELS)}")
