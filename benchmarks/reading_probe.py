@@ -82,8 +82,10 @@ def main() -> None:
     parser.add_argument("--shape", default="",
                         help="model shape over the demo's, as hidden,intermediate,layers,heads (e.g. 256,768,4,4)")
     args = parser.parse_args()
-    shape = dict(zip(("hidden_size", "intermediate_size", "num_layers", "num_heads"),
-                     map(int, args.shape.split(",")))) if args.shape else {}
+    sizes = [int(size) for size in args.shape.split(",")] if args.shape else []
+    if sizes and len(sizes) != len(SHAPE):
+        parser.error(f"--shape: {args.shape!r} needs {len(SHAPE)} numbers, {','.join(SHAPE)}")
+    shape = dict(zip(SHAPE, sizes))
     cfg = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=1024, sft_steps=args.steps,
                            sft_batch_size=args.batch, **shape)
     result: dict = {"steps": args.steps, "batch": args.batch, "shape": {k: getattr(cfg, k) for k in SHAPE},
