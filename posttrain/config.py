@@ -326,6 +326,12 @@ class RolloutConfig(Validated):
                                 "the batch split between them by prompt (posttrain.rollout.engine). 0: one per core "
                                 "the process may use on CPU (each holds the weights and its own KV cache: set 1 for a "
                                 "large model), 1 on GPU (more there: vLLM's own data_parallel_size).")
+    gpu_memory_utilization: float = declare(0.4, low=0, open_low=True, high=1,
+                                            doc="On a GPU: the share of its memory each engine process takes (weights "
+                                                "and KV cache; vLLM's gpu_memory_utilization). A local run keeps the "
+                                                "live engine and the trainer on one GPU, so the default leaves the "
+                                                "rest to the update; a rollout pod of its own may take 0.9. Unused on "
+                                                "CPU (VLLM_CPU_KVCACHE_SPACE sizes the cache there).")
     engine_start_timeout_s: float = declare(600.0, low=0, open_low=True,
                                             doc="an engine process not serving this long after its start: an error")
     seed: int = declare(0,

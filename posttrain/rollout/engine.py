@@ -102,12 +102,7 @@ class VLLMEngine:
         self.max_model_len = context_length(self.policy_dir, cfg)  # the model's own unless the config sets it
         seed = cfg.seed if seed is None else seed
         self.dtype = precision.engine_dtype(cfg.dtype, cuda=precision.cuda_bf16())  # "auto": native bf16, else fp32
-        # processed log-probs: of the distribution each token was drawn from (after temperature and top_p), which
-        # the trainer reproduces by dividing its logits by the row's temperature (``Trajectories.temperature``)
-        kwargs = {"dtype": self.dtype, "enable_prefix_caching": cfg.enable_prefix_caching,
-                  "max_model_len": self.max_model_len, "logprobs_mode": "processed_logprobs",
-                  "worker_extension_cls": f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}",
-                  "use_tqdm_on_load": sys.stderr.isatty()}  # a bar's redraws would each be a line in a log
+        kwargs = engine_kwargs(cfg, self.dtype, self.max_model_len, on_gpu=precision.cuda_bf16() is not None)
         shares = replica_cpus(cfg.replicas)
         self.hosts: list[EngineHost] = []
         with staged(self.policy_dir) as model_path:
@@ -194,6 +189,28 @@ class VLLMEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def engine_kwargs(cfg: RolloutConfig, dtype: str, max_model_len: int, on_gpu: bool) -> dict:
+    """vLLM's ``LLM`` arguments for a policy engine (each replica adds its ``seed``).
+
+    Log-probs are vLLM's processed ones: of the distribution each token was drawn from (after temperature and top_p),
+    which the trainer reproduces by dividing its logits by the row's temperature (``Trajectories.temperature``). On a
+    GPU the engine takes ``cfg.gpu_memory_utilization`` of it (vLLM's own default, 0.92, would leave a trainer on the
+    same GPU almost nothing).
+
+    >>> engine_kwargs(RolloutConfig(), "bfloat16", 1024, on_gpu=True)["gpu_memory_utilization"]
+    0.4
+    >>> "gpu_memory_utilization" in engine_kwargs(RolloutConfig(), "float32", 256, on_gpu=False)
+    False
+    """
+    kwargs = {"dtype": dtype, "enable_prefix_caching": cfg.enable_prefix_caching, "max_model_len": max_model_len,
+              "logprobs_mode": "processed_logprobs",
+              "worker_extension_cls": f"{WorkerExtension.__module__}.{WorkerExtension.__qualname__}",
+              "use_tqdm_on_load": sys.stderr.isatty()}  # a bar's redraws would each be a line in a log
+    if on_gpu:
+        kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+    return kwargs
 
 
 def sampling_params(prompts: int, n: int, temperature: float, max_tokens: int | list[int], top_p: float = 1.0,

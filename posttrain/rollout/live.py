@@ -88,7 +88,8 @@ def engine_key(policy_dir: str, cfg: RolloutConfig) -> dict:
         "architecture": {k: v for k, v in config.items() if k not in STORAGE_KEYS},
         "tokenizer": tokenizer,
         "engine": {"dtype": cfg.dtype, "max_model_len": context_length(policy_dir, cfg),
-                   "enable_prefix_caching": cfg.enable_prefix_caching, "replicas": cfg.replicas},
+                   "enable_prefix_caching": cfg.enable_prefix_caching, "replicas": cfg.replicas,
+                   "gpu_memory_utilization": cfg.gpu_memory_utilization},
     }
 
 
