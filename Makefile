@@ -103,13 +103,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/admission.py
 	$(BIN)/python benchmarks/rollout.py
 
-# One rl_loop iteration of a checkpoint at real size (benchmarks/one_iteration.py: stage times, peak memory, bytes,
-# train/behavior_kl = vLLM's log-probs against the trainer's), full fine-tune and LoRA. On a GPU machine (EXTRA=gpu
-# install) vLLM and DeepSpeed take the GPU: POLICY=/path/to/checkpoint make gpu-check. Default: a random Qwen2-0.5B.
+# The accelerator's stages of one iteration on a checkpoint (benchmarks/gpu_check.py), full fine-tune and LoRA: vLLM
+# rollout, DeepSpeed update (NCCL), save, in-place reload, and vLLM's log-probs against the trainer's before and after
+# the reload; one JSON object. On a GPU machine (EXTRA=gpu install): POLICY=/path/to/checkpoint make gpu-check.
+# Default: a random Qwen2-0.5B. The whole workflow's iteration at real size: benchmarks/one_iteration.py.
 GPU_CHECK_MODES ?= full,lora
 gpu-check: $(STAMP)
 	DS_ACCELERATOR=$${DS_ACCELERATOR:-$$($(BIN)/python -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")} \
-	$(BIN)/python benchmarks/one_iteration.py $(if $(POLICY),--policy $(POLICY)) --modes $(GPU_CHECK_MODES)
+	$(BIN)/python benchmarks/gpu_check.py $(if $(POLICY),--policy $(POLICY)) --modes $(GPU_CHECK_MODES)
 
 doctor: $(STAMP)
 	$(BIN)/posttrain doctor

@@ -68,7 +68,7 @@ KINDS = ("unit", "integration", "e2e")
 # ``xdist_group`` marks (pytest-xdist#1386), hence ``pytest_xdist_make_scheduler`` below.
 SHARED_RUNS = ("smoke_run", "stale_tiers_run")  # the session fixtures whose readers must share a worker
 LIVE_ENGINE_MODULES = (
-    "tests/agent/test_exact_tokens.py", "tests/evaluation/test_greedy.py", "tests/rollout/test_collect.py",
+    "tests/agent/test_exact_tokens.py", "tests/benchmarks/test_gpu_check.py", "tests/evaluation/test_greedy.py", "tests/rollout/test_collect.py",
     "tests/rollout/test_engine.py", "tests/rollout/test_engine_host.py", "tests/rollout/test_live.py",
     "tests/tasks/test_agent_task.py", "tests/training/test_data_parallel.py", "tests/workflows/test_admit.py",
 )
