@@ -5,8 +5,9 @@ A local ``pyflyte run`` keeps its engines alive through every stage, so the firs
 gradients, optimizer state: ``posttrain.memory.update_memory_mb``) to each engine's (weights and KV cache:
 ``engine_memory_mb``) and fails at once, naming the need and what to change, when the machine (or the container it
 runs in) has less left. Activations and runtimes come on top, so passing is necessary, not sufficient; the update
-checks again when it loads. On a cluster every stage is a pod of its own and the update's pod checks itself; on
-GPUs the models live in GPU memory: no check here.
+checks again when it loads. On a cluster every stage is a pod of its own and the update's pod checks itself.
+On a GPU the engines and the update share the GPU's memory instead: each engine takes
+``rollout.gpu_memory_utilization`` of it at start, and the update's floor must fit in what they leave (``gpu_room_mb``).
 
 Example (a 0.5B checkpoint in bf16, two CPU engines with 1 GiB of KV cache each; GiB):
     >>> round(run_memory_mb(494_032_768, lora=False, bf16=True, engines=2, engine_bf16=True, kv_cache_gib=1) / 1024, 1)
@@ -38,14 +39,15 @@ def check_memory(policy: PolicyDir, cfg: LoopConfig) -> None:
         return
     import torch
 
-    if torch.cuda.is_available():
-        return
     from posttrain.rollout.engine import replica_cpus
 
     policy_dir = policy.download()
     parameters = stored_parameters(policy_dir)
     engines = len(replica_cpus(cfg.rollout.replicas))
     bf16 = precision.here(cfg.train.precision).precision == "bf16"
+    if torch.cuda.is_available():
+        check_gpu_memory(cfg, parameters, engines, bf16, torch.cuda.get_device_properties(0).total_memory / 2**20)
+        return
     kv_cache_gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))  # what the engine sets when unset
     need = run_memory_mb(parameters, bool(cfg.train.lora_rank), bf16, engines,
                          precision.engine_dtype(cfg.rollout.dtype) == "bfloat16", kv_cache_gib)
@@ -59,6 +61,32 @@ def check_memory(policy: PolicyDir, cfg: LoopConfig) -> None:
         "train.lora_rank > 0 keeps only the frozen weights and a small adapter's optimizer; rollout.replicas 1 runs "
         "one engine; or free memory, or a machine with more")
     log.info("memory check: the run needs at least %.1f GiB, %.1f GiB available", need / 1024, available / 1024)
+
+
+def check_gpu_memory(cfg: LoopConfig, parameters: int, engines: int, bf16: bool, total_mb: float) -> None:
+    """Raise ``NotEnoughMemory`` when the update's floor does not fit in the GPU memory its engines leave."""
+    share = cfg.rollout.gpu_memory_utilization
+    trainable = 0 if cfg.train.lora_rank else parameters
+    need, room = memory.update_memory_mb(parameters, trainable, bf16), gpu_room_mb(total_mb, engines, share)
+    memory.check_fits(
+        need, room,
+        f"the update of {cfg.policy} ({parameters / 1e6:.0f}M parameters, "
+        f"{f'LoRA rank {cfg.train.lora_rank}' if trainable == 0 else 'full fine-tune'}) on a GPU of "
+        f"{total_mb / 1024:.0f} GiB where {engines} vLLM engine(s) take {share:g} of it each "
+        "(rollout.gpu_memory_utilization; before activations)",
+        "a lower rollout.gpu_memory_utilization leaves the update more (the engine needs its weights and some KV "
+        "cache); train.lora_rank > 0 trains a small adapter; or a GPU with more memory")
+    log.info("GPU memory check: the update needs at least %.1f GiB, its engines leave %.1f GiB", need / 1024,
+             room / 1024)
+
+
+def gpu_room_mb(total_mb: float, engines: int, share: float) -> float:
+    """MB of a GPU of ``total_mb`` left to the update when ``engines`` engines each took ``share`` of it.
+
+    >>> gpu_room_mb(81_920, engines=1, share=0.4), gpu_room_mb(81_920, engines=3, share=0.4)
+    (49152.0, 0.0)
+    """
+    return total_mb * max(0.0, 1.0 - engines * share)
 
 
 def run_memory_mb(parameters: int, lora: bool, bf16: bool, engines: int, engine_bf16: bool,

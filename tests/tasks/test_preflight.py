@@ -6,8 +6,8 @@ import pytest
 from flytekit.types.directory import FlyteDirectory
 
 from posttrain import memory
-from posttrain.config import LoopConfig, TrainConfig
-from tasks.preflight import check_memory, run_memory_mb
+from posttrain.config import LoopConfig, RolloutConfig, TrainConfig
+from tasks.preflight import check_gpu_memory, check_memory, gpu_room_mb, run_memory_mb
 
 
 @pytest.mark.unit
@@ -38,3 +38,19 @@ def test_a_run_that_cannot_fit_fails_at_its_start_naming_what_it_needs(tiny_poli
     lora = LoopConfig(policy=str(tiny_policy), train=TrainConfig(lora_rank=4))
     with pytest.raises(Exception, match=r"the update, LoRA rank 4"):
         check_memory(policy=FlyteDirectory(str(tiny_policy)), cfg=lora)
+
+
+@pytest.mark.unit
+def test_on_a_gpu_the_update_must_fit_in_what_the_engines_shares_leave():
+    gpu_mb = 80 * 1024
+    assert gpu_room_mb(gpu_mb, engines=1, share=0.4) == pytest.approx(0.6 * gpu_mb)
+    assert gpu_room_mb(gpu_mb, engines=3, share=0.4) == 0.0
+    one_b = 1_000_000_000  # a bf16 full fine-tune's floor: ~18.6 GiB
+    check_gpu_memory(LoopConfig(), one_b, engines=1, bf16=True, total_mb=gpu_mb)  # 48 GiB left: fits
+    greedy = LoopConfig(rollout=RolloutConfig(gpu_memory_utilization=0.9))
+    with pytest.raises(memory.NotEnoughMemory, match=r"1000M parameters, full fine-tune\) on a GPU of 80 GiB where 1 "
+                                                     r"vLLM engine\(s\) take 0.9 of it.*needs ~18.6 GiB, 8.0 GiB "
+                                                     r"available: a lower rollout.gpu_memory_utilization"):
+        check_gpu_memory(greedy, one_b, engines=1, bf16=True, total_mb=gpu_mb)
+    lora = LoopConfig(rollout=RolloutConfig(gpu_memory_utilization=0.85), train=TrainConfig(lora_rank=16))
+    check_gpu_memory(lora, one_b, engines=1, bf16=True, total_mb=gpu_mb)  # no optimizer state of the base: ~9.3 GiB
