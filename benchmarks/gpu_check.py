@@ -109,7 +109,8 @@ def device_memory() -> dict:
 
 def check_mode(engine, policy: Path, prompts: list[str], lora_rank: int, samples: int = 4, max_new_tokens: int = 128,
                micro_batch_size: int = 8) -> dict:
-    """Steps 1-5 of the module doc for one mode; the engine serves ``policy`` (v0) on entry and v1 on return."""
+    """Steps 1-5 of the module doc for one mode; the engine serves ``policy`` (v0) on entry and v1 on return
+    (its folder already removed: reload ``policy`` before another mode)."""
     from posttrain.config import TrainConfig
     from posttrain.training.trainer import PolicyTrainer
 
@@ -128,15 +129,16 @@ def check_mode(engine, policy: Path, prompts: list[str], lora_rank: int, samples
         report["memory_after_update"] = device_memory()
         # what step 5 would read if the reload left v0 in the engine: v1 (the trainer) against v0's samples
         report["stale_reference"] = agreement(trainer, groups)
-        v1 = Path(tempfile.mkdtemp(prefix="gpu-check-")) / "v1"
-        started = time.perf_counter()
-        trainer.save(v1, metadata={"version": 1})
-        report["save_s"] = round(time.perf_counter() - started, 2)
-        report["bytes"] = {"weights": dir_bytes(v1) - dir_bytes(v1, "train_state") - dir_bytes(v1, "adapter"),
-                           "adapter": dir_bytes(v1, "adapter"), "train_state": dir_bytes(v1, "train_state")}
-        started = time.perf_counter()
-        engine.reload(str(v1), version=1)
-        report["reload_s"] = round(time.perf_counter() - started, 2)
+        with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:  # v1 with its state: ~8 GB at 0.5B
+            v1 = Path(scratch) / "v1"
+            started = time.perf_counter()
+            trainer.save(v1, metadata={"version": 1})
+            report["save_s"] = round(time.perf_counter() - started, 2)
+            report["bytes"] = {"weights": dir_bytes(v1) - dir_bytes(v1, "train_state") - dir_bytes(v1, "adapter"),
+                               "adapter": dir_bytes(v1, "adapter"), "train_state": dir_bytes(v1, "train_state")}
+            started = time.perf_counter()
+            engine.reload(str(v1), version=1)
+            report["reload_s"] = round(time.perf_counter() - started, 2)
         groups, report["rollout_v1"] = rollout(engine, prompts, samples, max_new_tokens)
         report["agreement_v1"] = agreement(trainer, groups)
     finally:
