@@ -59,11 +59,15 @@ def state_entry(turn: int, step: StepRecord, observation: str) -> str:
     return f"## turn {turn}: {step.tool} {step.arguments}\n{observation}\n"
 
 
-def compress(episode: Episode, fmt: ChatFormat, domain: str, cfg: AgentConfig) -> Compression | None:
+def compress(episode: Episode, fmt: ChatFormat, domain: str, cfg: AgentConfig,
+             max_context: int | None = None) -> Compression | None:
     """Apply the rules to ``episode`` after a turn: summarize old observations, open a new window, log it.
 
-    Returns the compression (also appended to ``episode.compressions``), or None when the context fits. The caller
-    writes ``episode.state_text`` to ``cfg.state_file`` in the workspace.
+    Returns the compression (also appended to ``episode.compressions``), or None when the context fits, or when the
+    new window would leave no room to generate within ``max_context`` (the engine's context): the window re-sends the
+    prefix and every turn, and a summary line is longer than a short observation, so near the engine's limit a
+    compression can grow the context past it. The episode then goes on uncompressed and ends at its limit as any
+    other. The caller writes ``episode.state_text`` to ``cfg.state_file`` in the workspace.
     """
     before = len(episode.context_ids())
     done = {k for k, t in enumerate(episode.turns) if t.summaries}
@@ -71,12 +75,17 @@ def compress(episode: Episode, fmt: ChatFormat, domain: str, cfg: AgentConfig) -
     chosen = [k for k in chosen if episode.turns[k].observations]
     if not chosen:
         return None
+    summaries = {k: [observation_line(s, o, cfg.summary_chars, cfg.state_file)
+                     for s, o in zip(episode.turns[k].steps, episode.turns[k].observations)] for k in chosen}
+    ids = {k: fmt.observation_ids(lines) for k, lines in summaries.items()}
+    if max_context is not None and episode.reopened_length(ids) >= max_context:
+        log.info("episode %s/%d: compressing turns %s would leave no room in %d tokens; not compressed",
+                 episode.group_id, episode.sample_idx, chosen, max_context)
+        return None
     now = len(episode.turns) - 1
     for k in chosen:
         turn = episode.turns[k]
-        turn.summaries = [observation_line(s, o, cfg.summary_chars, cfg.state_file)
-                          for s, o in zip(turn.steps, turn.observations)]
-        turn.observation_ids = fmt.observation_ids(turn.summaries)
+        turn.summaries, turn.observation_ids = summaries[k], ids[k]
         episode.state_text += "".join(state_entry(k, s, o) for s, o in zip(turn.steps, turn.observations))
         for step in turn.steps:
             step.compressed_at_turn = now

@@ -168,6 +168,13 @@ class Episode:
         """Append what follows ``turn``'s model tokens (closing + observations + next generation prompt)."""
         self.segments.append(Segment("template", turn.closing_ids + turn.observation_ids))
 
+    def reopened_length(self, observation_ids: dict[int, list[int]]) -> int:
+        """Tokens of the window ``open_window`` would start now if turn ``k``'s observations were
+        ``observation_ids[k]`` (the others as they are)."""
+        return len(self.prefix_ids) + sum(len(t.model_ids) + len(t.closing_ids)
+                                          + len(observation_ids.get(k, t.observation_ids))
+                                          for k, t in enumerate(self.turns))
+
     def open_window(self) -> None:
         """Close the current window (at its last model tokens: what follows them was never sent) and start one that
         re-sends every turn so far (as rendered now) as history."""

@@ -276,7 +276,7 @@ def after_turn(episode: Episode, fmt: ChatFormat, task: AgentTask, max_context: 
         episode.finish(reason)
         return False
     episode.add_template(turn)
-    return compress(episode, fmt, task.domain, cfg) is not None
+    return compress(episode, fmt, task.domain, cfg, max_context) is not None
 
 
 def write_state(episode: Episode, task: AgentTask, session: SandboxSession) -> None:

@@ -16,16 +16,17 @@ pytestmark = pytest.mark.unit
 BIG = "line of output " * 40  # ~600 bytes per observation
 
 
-def episode_with_turns(fmt, n: int) -> Episode:
-    """An episode of ``n`` finished turns, each a bash call with a long observation, built as the runner does."""
+def episode_with_turns(fmt, n: int, observation: str = BIG) -> Episode:
+    """An episode of ``n`` finished turns, each a bash call with a long observation (or ``observation``), built as the
+    runner does."""
     e = Episode("t/budget", "g", 0, fmt.prompt_ids([{"role": "user", "content": "Do the task."}]))
     for k in range(n):
         model_text = f'<tool_call>{{"name": "bash", "arguments": {{"command": "cat log{k}"}}}}</tool_call><|im_end|>'
         ids = fmt.encode(model_text)
         turn = Turn(k, len(e.context_ids()), ids, [-0.1] * len(ids), model_text, "stop")
         e.add_model_turn(turn)
-        turn.steps.append(StepRecord(k, "bash", f'{{"command": "cat log{k}"}}', True, 0, 5.0, len(BIG)))
-        turn.observations.append(f"turn {k}: {BIG}")
+        turn.steps.append(StepRecord(k, "bash", f'{{"command": "cat log{k}"}}', True, 0, 5.0, len(observation)))
+        turn.observations.append(f"turn {k}: {observation}" if observation == BIG else observation)
         turn.closing_ids, turn.observation_ids = fmt.closing_ids(ids), fmt.observation_ids(turn.observations)
         e.add_template(turn)
     return e
@@ -106,3 +107,42 @@ def test_every_compression_is_logged(fmt, caplog):
         compress(e, fmt, "agent", AgentConfig(context_budget=10, keep_recent_turns=1))
     assert "compressed turns [0, 1] at turn 2" in caplog.text
     assert len(e.compressions) == 1
+
+
+def test_the_window_a_compression_would_open_is_measured_before_it_is_opened(fmt):
+    e = episode_with_turns(fmt, 4)
+    summaries = {k: fmt.observation_ids(["[bash exit 0, 600 B: turn ...]"]) for k in (0, 1)}
+    predicted = e.reopened_length(summaries)
+    for k, ids in summaries.items():
+        e.turns[k].observation_ids = ids
+    e.open_window()
+    assert len(e.context_ids()) == predicted
+
+
+def test_a_compression_that_would_outgrow_the_engines_context_is_not_made(fmt):
+    """Summaries of short observations are longer than the observations: near the engine's limit the new window
+    would leave no room for the next turn (a turn sent with max_tokens < 1 failed a whole rollout batch)."""
+    e = episode_with_turns(fmt, 4, observation="ok")
+    before = list(e.segments)
+    cfg = AgentConfig(context_budget=10, keep_recent_turns=1)
+    limit = len(e.context_ids()) + 1  # one token of room as it is
+    assert compress(e, fmt, "agent", cfg, max_context=limit) is None
+    assert e.segments == before and not e.windows and not e.compressions
+    assert all(not t.summaries for t in e.turns) and not e.state_text
+    record = compress(e, fmt, "agent", cfg, max_context=10_000)  # room enough: compressed, and longer than before
+    assert record.turns == [0, 1, 2] and record.tokens_after > record.tokens_before
+
+
+def test_after_a_turn_near_the_engines_limit_the_next_turn_still_has_room(fmt):
+    from posttrain.agent.runner import AgentTask, after_turn, turn_room
+
+    e = episode_with_turns(fmt, 3, observation="ok")
+    e.config = AgentConfig(context_budget=10, keep_recent_turns=1, max_steps=20, token_budget=10_000)
+    ids = fmt.encode('<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call><|im_end|>')
+    turn = Turn(3, len(e.context_ids()), ids, [-0.1] * len(ids), "", "stop")
+    e.add_model_turn(turn)
+    turn.steps.append(StepRecord(3, "bash", '{"command": "ls"}', True, 0, 5.0, 2))
+    turn.observations.append("ok")
+    limit = len(e.context_ids()) + len(fmt.closing_ids(ids)) + len(fmt.observation_ids(["ok"])) + 1
+    assert after_turn(e, fmt, AgentTask("t/x", "p"), limit) is False  # not compressed: it would not fit
+    assert e.active and turn_room(e, limit) == 1
