@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from one_iteration import default_policy, dir_bytes  # noqa: E402  (benchmarks/ is this script's sys.path[0])
+from one_iteration import default_policy, version_bytes  # noqa: E402  (benchmarks/ is this script's sys.path[0])
 
 DEMO_SUITE = "posttrain:envs/suites/demo_python"
 
@@ -134,8 +134,7 @@ def check_mode(engine, policy: Path, prompts: list[str], lora_rank: int, samples
             started = time.perf_counter()
             trainer.save(v1, metadata={"version": 1})
             report["save_s"] = round(time.perf_counter() - started, 2)
-            report["bytes"] = {"weights": dir_bytes(v1) - dir_bytes(v1, "train_state") - dir_bytes(v1, "adapter"),
-                               "adapter": dir_bytes(v1, "adapter"), "train_state": dir_bytes(v1, "train_state")}
+            report["bytes"] = version_bytes(v1)
             started = time.perf_counter()
             engine.reload(str(v1), version=1)
             report["reload_s"] = round(time.perf_counter() - started, 2)

@@ -76,6 +76,12 @@ def dir_bytes(path: Path, within: str | None = None) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
 
 
+def version_bytes(version: Path) -> dict[str, int]:
+    """Bytes of a saved version's parts: its weights (and the files beside them), LoRA adapter, training state."""
+    adapter, state = dir_bytes(version, "adapter"), dir_bytes(version, "train_state")
+    return {"weights": dir_bytes(version) - adapter - state, "adapter": adapter, "train_state": state}
+
+
 def iteration_report(uri: str, work: Path) -> tuple[dict, Path, str]:
     """Iteration 1's stage times, memory peaks and throughput; v1's directory; the scored table (a local parquet)."""
     from mlflow.tracking import MlflowClient
@@ -94,8 +100,7 @@ def iteration_report(uri: str, work: Path) -> tuple[dict, Path, str]:
         "train_steps": metrics.get("train/steps"), "train_tokens": metrics.get("train/num_tokens"),
         "update_tokens_per_s": round(metrics.get("train/num_tokens", 0.0) / update_s, 1) if update_s else None,
         "behavior_kl": metrics.get("train/behavior_kl"),
-        "bytes": {"v1_weights": dir_bytes(v1) - dir_bytes(v1, "train_state") - dir_bytes(v1, "adapter"),
-                  "v1_adapter": dir_bytes(v1, "adapter"), "v1_train_state": dir_bytes(v1, "train_state"),
+        "bytes": {**{f"v1_{part}": size for part, size in version_bytes(v1).items()},
                   "mlflow_artifacts": dir_bytes(work / "artifacts")},
     }
     scored = client.download_artifacts(run.info.run_id, "tables/scored.parquet", tempfile.mkdtemp())
@@ -134,8 +139,7 @@ def update_with_signal(policy: Path, scored_path: str, train: dict) -> dict:
     return {"samples": len(samples), "steps": stats.steps, "tokens": stats.num_tokens, "bf16": stats.bf16,
             "trainer_start_s": round(start_s, 1), "train_on_s": round(stats.seconds, 1), "save_s": round(save_s, 1),
             "tokens_per_s": round(stats.num_tokens / stats.seconds, 1), "memory_peak_mb": round(memory.peak_mb),
-            "bytes": {"weights": dir_bytes(v1) - dir_bytes(v1, "train_state") - dir_bytes(v1, "adapter"),
-                      "adapter": dir_bytes(v1, "adapter"), "train_state": dir_bytes(v1, "train_state")}}
+            "bytes": version_bytes(v1)}
 
 
 def main() -> None:
