@@ -52,6 +52,15 @@ def update_memory_mb(parameters: int, trainable: int, bf16: bool) -> float:
     return (parameters * (module + 4) + trainable * per_trainable + (parameters - trainable) * 4) / 2**20
 
 
+def update_kind(lora_rank: int) -> str:
+    """How an update trains, as the memory checks' messages name it.
+
+    >>> update_kind(0), update_kind(16)
+    ('full fine-tune', 'LoRA rank 16')
+    """
+    return f"LoRA rank {lora_rank}" if lora_rank else "full fine-tune"
+
+
 def engine_memory_mb(parameters: int, bf16: bool, kv_cache_gib: float) -> float:
     """MB one CPU vLLM engine holds at least: its weights in its dtype and its KV cache (``VLLM_CPU_KVCACHE_SPACE``).
     A floor: its runtime comes on top (~1.9 GB per engine measured at 0.5B: benchmarks/one_iteration.py)."""

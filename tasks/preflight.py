@@ -51,7 +51,7 @@ def check_memory(policy: PolicyDir, cfg: LoopConfig) -> None:
     kv_cache_gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))  # what the engine sets when unset
     need = run_memory_mb(parameters, bool(cfg.train.lora_rank), bf16, engines,
                          precision.engine_dtype(cfg.rollout.dtype) == "bfloat16", kv_cache_gib)
-    kind = f"LoRA rank {cfg.train.lora_rank}" if cfg.train.lora_rank else "full fine-tune"
+    kind = memory.update_kind(cfg.train.lora_rank)
     available = memory.available_mb()
     memory.check_fits(
         need, available,
@@ -71,7 +71,7 @@ def check_gpu_memory(cfg: LoopConfig, parameters: int, engines: int, bf16: bool,
     memory.check_fits(
         need, room,
         f"the update of {cfg.policy} ({parameters / 1e6:.0f}M parameters, "
-        f"{f'LoRA rank {cfg.train.lora_rank}' if trainable == 0 else 'full fine-tune'}) on a GPU of "
+        f"{memory.update_kind(cfg.train.lora_rank)}) on a GPU of "
         f"{total_mb / 1024:.0f} GiB where {engines} vLLM engine(s) take {share:g} of it each "
         "(rollout.gpu_memory_utilization; before activations)",
         "a lower rollout.gpu_memory_utilization leaves the update more (the engine needs its weights and some KV "

@@ -101,8 +101,9 @@ class VLLMEngine:
         self.stop_token_ids = stop_token_ids(self.prompts.tokenizer, self.policy_dir)
         self.max_model_len = context_length(self.policy_dir, cfg)  # the model's own unless the config sets it
         seed = cfg.seed if seed is None else seed
-        self.dtype = precision.engine_dtype(cfg.dtype, cuda=precision.cuda_bf16())  # "auto": native bf16, else fp32
-        kwargs = engine_kwargs(cfg, self.dtype, self.max_model_len, on_gpu=precision.cuda_bf16() is not None)
+        cuda = precision.cuda_bf16()  # None: no CUDA device
+        self.dtype = precision.engine_dtype(cfg.dtype, cuda=cuda)  # "auto": native bf16, else fp32
+        kwargs = engine_kwargs(cfg, self.dtype, self.max_model_len, on_gpu=cuda is not None)
         shares = replica_cpus(cfg.replicas)
         self.hosts: list[EngineHost] = []
         with staged(self.policy_dir) as model_path:

@@ -249,7 +249,7 @@ class PolicyTrainer:
         if world_size > 1 or torch.cuda.is_available():
             return
         parameters = stored_parameters(self.base_dir)
-        kind = f"LoRA rank {self.cfg.lora_rank}" if self.cfg.lora_rank else "full fine-tune"
+        kind = memory.update_kind(self.cfg.lora_rank)
         memory.check_fits(
             memory.update_memory_mb(parameters, 0 if self.cfg.lora_rank else parameters, self.bf16),
             memory.available_mb(),
