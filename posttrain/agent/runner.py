@@ -24,7 +24,8 @@ One episode never takes down or escapes its batch. Whatever the agent sends is i
 parser or the session refuses (malformed JSON, a lone surrogate, a NUL in a command, an argument too long for a
 program's argv), a tool that fails, even a tool that raises, become error observations (``ok=False``), never an
 exception out of ``run_episodes`` and never an infra error. Only the sandbox failing the step (it could not start)
-is ``infra_error``; a session that cannot even be prepared ends its episode as ``infra``. An episode's
+is ``infra_error``; a session that cannot even be prepared ends its episode as ``infra``, as does a first prompt
+that leaves no room to generate in the engine's context (``refuse_if_no_room``). An episode's
 ``deadline_s`` counts its own time (``Episode.spent_s``: the generate calls of its turns, its own tool calls and
 state-file writes), so slow calls in one episode never spend another's.
 
@@ -129,12 +130,11 @@ def run_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, tasks: Sequence[Ag
         raise ValueError(f"run_episodes: {len(tasks)} tasks but {len(sessions)} sessions")
     episodes = [Episode(t.env_id, t.group_id, t.sample_idx, fmt.prompt_ids(t.messages(), _listed(t)),
                         episode_config(cfg, t, max_context)) for t in tasks]
-    too_long = [t.env_id for t, e in zip(tasks, episodes) if turn_room(e, max_context) < 1]
-    if too_long:
-        raise ValueError(f"run_episodes: the prompt leaves no room to generate within {max_context} tokens: "
-                         f"{too_long}")
+    for task, episode in zip(tasks, episodes):
+        refuse_if_no_room(episode, task, max_context)
     with ThreadPoolExecutor(cfg.tool_concurrency, thread_name_prefix="agent-tools") as pool:
-        list(pool.map(lambda k: prepare(episodes[k], tasks[k], sessions[k]), range(len(tasks))))
+        list(pool.map(lambda k: prepare(episodes[k], tasks[k], sessions[k]),
+                      [k for k, e in enumerate(episodes) if e.active]))
         list(pool.map(lambda k: snapshot(episodes[k], sessions[k]),
                       [k for k, e in enumerate(episodes) if e.active and e.config.snapshot_every]))
     return continue_episodes(engine, fmt, tasks, sessions, episodes, cfg, max_context)
@@ -214,6 +214,23 @@ def _timed(episode: Episode, fn, *args) -> None:
         fn(*args)
     finally:
         episode.spent_s += time.monotonic() - t0
+
+
+def refuse_if_no_room(episode: Episode, task: AgentTask, max_context: int) -> None:
+    """End an episode whose first prompt leaves no token to generate within ``max_context`` (the engine's context)
+    as ``infra`` before it starts, saying so: the env's prompt and tools, or the context, are the fault (never the
+    agent's), and the rest of the batch goes on.
+
+    >>> e = Episode("t/long", "g", 0, list(range(10)))
+    >>> refuse_if_no_room(e, AgentTask("t/long", "p"), max_context=10)
+    >>> e.finish_reason, e.infra_error.startswith("t/long: its first prompt is 10 tokens, leaving none to generate")
+    ('infra', True)
+    """
+    if turn_room(episode, max_context) < 1:
+        episode.infra_error = (f"{task.env_id}: its first prompt is {len(episode.context_ids())} tokens, leaving none "
+                               f"to generate within the context of {max_context} (rollout.max_model_len): shorten "
+                               f"the env's prompt or raise the context")
+        episode.finish("infra")
 
 
 def prepare(episode: Episode, task: AgentTask, session: SandboxSession) -> None:

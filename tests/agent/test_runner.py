@@ -232,6 +232,27 @@ def test_a_setup_runs_before_the_first_turn_and_its_failure_ends_only_its_episod
     assert not failed.turns
 
 
+def test_a_prompt_that_leaves_no_room_ends_only_its_episode_as_infra_and_says_why(fmt, sandbox):
+    """An env whose first prompt fills the engine's context cannot take a turn: that episode ends as ``infra`` before
+    its workspace is prepared, the message names the env and the setting, and the rest of the batch runs (before,
+    ``run_episodes`` raised and the whole rollout batch failed)."""
+    long = AgentTask(env_id="t/long", group_id="g-long", prompt="Read this first. " * 400, files={"a.txt": "a"})
+    engine = ScriptedPolicy(fmt, {FIX.prompt: ORACLE})
+    sessions = [sandbox.session(timeout_s=10) for _ in range(2)]
+    try:
+        limit = len(fmt.prompt_ids(FIX.messages())) + 2000
+        assert len(fmt.prompt_ids(long.messages())) >= limit
+        fixed, refused = run_episodes(engine, fmt, [FIX, long], sessions, AgentConfig(), max_context=limit)
+        assert sessions[1].run("ls").stdout == ""  # never prepared
+    finally:
+        for s in sessions:
+            s.close()
+    assert fixed.finish_reason == "submit"
+    assert refused.finish_reason == "infra" and not refused.turns
+    assert refused.infra_error.startswith("t/long: its first prompt is ")
+    assert "rollout.max_model_len" in refused.infra_error
+
+
 HOSTILE = [r'<tool_call>{"name": "write_file", "arguments": {"path": "a\udc80", "content": "x"}}</tool_call>',
            r'<tool_call>{"name": "edit_file", "arguments": {"path": "calc.py", "search": "-", "replace": "\udc80"}}'
            r'</tool_call>',
