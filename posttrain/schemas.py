@@ -168,6 +168,19 @@ class Scored(Trajectories):
         return values.map(_is_signals)
 
 
+class EnvHistory(pa.DataFrameModel):
+    """Per train env, the last iteration whose rollout had its group and whether the group settled (no reward
+    variance): what ``rollout.settled_cooldown`` picks by (``posttrain.rollout.settled``)."""
+
+    env_id: Series[str] = pa.Field(unique=True)
+    iteration: Series[int] = pa.Field(ge=1)
+    settled: Series[bool]
+
+    class Config:
+        strict = True
+        coerce = True
+
+
 EVAL_DECODINGS = ("greedy", "sampled")
 
 

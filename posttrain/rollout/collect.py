@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, fields
+from typing import Mapping
 
 import pandas as pd
 
@@ -45,6 +46,7 @@ class RolloutStats:
     wall_s: float = 0.0  # the whole stage, set by the task
     refill_wall_s: float = 0.0  # of wall_s: the dynamic-sampling refill rounds (run after the first one was scored)
     memory_peak_mb: float = 0.0  # the stage's processes, the engine's included (posttrain.memory), set by the task
+    resting_envs: int = 0  # settled train envs sitting out the pick (rollout.settled_cooldown, rollout.settled)
 
 
 def combine_stats(a: RolloutStats, b: RolloutStats) -> RolloutStats:
@@ -60,11 +62,27 @@ def combine_stats(a: RolloutStats, b: RolloutStats) -> RolloutStats:
     return total
 
 
-def pick_envs(envs: list[EnvSpec], count: int, seed: int) -> list[EnvSpec]:
-    """Deterministically choose ``count`` envs (all of them when count <= 0 or count >= len(envs))."""
+def pick_envs(envs: list[EnvSpec], count: int, seed: int, rest: Mapping[str, int] | None = None) -> list[EnvSpec]:
+    """Deterministically choose ``count`` envs (all of them when count <= 0 or count >= len(envs)), none of those in
+    ``rest`` (env id -> the iteration it settled at: ``posttrain.rollout.settled``) while enough others are left; if
+    not, every other one and the longest-resting of ``rest``. With nothing resting it is a seeded ``random.sample``.
+
+    >>> envs = [EnvSpec(id=i, prompt="p", verifier={"kind": "python_tests"}, reference="") for i in "abcdef"]
+    >>> [e.id for e in pick_envs(envs, 3, seed=7)] == [e.id for e in random.Random(7).sample(envs, 3)]
+    True
+    >>> sorted(e.id for e in pick_envs(envs, 3, seed=7, rest={"a": 5, "b": 5, "c": 4}))
+    ['d', 'e', 'f']
+    >>> sorted(e.id for e in pick_envs(envs, 4, seed=7, rest={"a": 5, "b": 5, "c": 4}))   # c settled first
+    ['c', 'd', 'e', 'f']
+    """
     if count <= 0 or count >= len(envs):
         return list(envs)
-    return random.Random(seed).sample(list(envs), count)
+    rest = rest or {}
+    fresh = [e for e in envs if e.id not in rest]
+    if len(fresh) >= count:
+        return random.Random(seed).sample(fresh, count)
+    longest_resting = sorted((e for e in envs if e.id in rest), key=lambda e: (rest[e.id], e.id))
+    return fresh + longest_resting[:count - len(fresh)]
 
 
 def iteration_seed(seed: int, iteration: int) -> int:
@@ -125,23 +143,29 @@ def collect(
     return table, stats
 
 
-def rollout_envs(envs: list[EnvSpec], cfg: RolloutConfig, iteration: int) -> list[EnvSpec]:
+def rollout_envs(envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,
+                 rest: Mapping[str, int] | None = None) -> list[EnvSpec]:
     """The single-turn train-split envs iteration ``iteration`` rolls out (``cfg.envs_per_iteration`` of them,
-    seeded); agent envs are the agent tier's (``posttrain.agent.tier``)."""
+    seeded, none of those that ``rest`` while enough others are left: ``pick_envs``); agent envs are the agent
+    tier's (``posttrain.agent.tier``)."""
     single_turn = [e for e in envs if e.split == "train" and e.kind != "agent"]
-    return pick_envs(single_turn, cfg.envs_per_iteration, seed=cfg.seed + iteration)
+    return pick_envs(single_turn, cfg.envs_per_iteration, seed=cfg.seed + iteration, rest=rest)
 
 
 def rollout_with(engine: RolloutEngine, envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,
-                 env_ids: list[str] | None = None, seed_offset: int = 0) -> tuple[pd.DataFrame, RolloutStats]:
+                 env_ids: list[str] | None = None, seed_offset: int = 0,
+                 rest: Mapping[str, int] | None = None) -> tuple[pd.DataFrame, RolloutStats]:
     """Iteration ``iteration``'s rollout with an engine already serving the policy it samples.
 
     ``env_ids``: exactly these envs (a dynamic-sampling refill round) instead of the iteration's pick;
     ``seed_offset``: how many samples the iteration drew before this call, so that its sample i gets seed
-    ``iteration_seed + seed_offset + i``, a seed of its own.
+    ``iteration_seed + seed_offset + i``, a seed of its own; ``rest``: the settled envs the pick leaves out
+    (``posttrain.rollout.settled``).
     """
     by_id = {e.id: e for e in envs}
-    chosen = rollout_envs(envs, cfg, iteration) if env_ids is None else [by_id[env_id] for env_id in env_ids]
-    return collect(engine, chosen, n=cfg.samples_per_env, temperature=cfg.temperature,
-                   max_tokens=cfg.max_new_tokens, group_prefix=f"it{iteration}", top_p=cfg.top_p,
-                   seed=iteration_seed(cfg.seed, iteration) + seed_offset)
+    chosen = rollout_envs(envs, cfg, iteration, rest) if env_ids is None else [by_id[env_id] for env_id in env_ids]
+    table, stats = collect(engine, chosen, n=cfg.samples_per_env, temperature=cfg.temperature,
+                           max_tokens=cfg.max_new_tokens, group_prefix=f"it{iteration}", top_p=cfg.top_p,
+                           seed=iteration_seed(cfg.seed, iteration) + seed_offset)
+    stats.resting_envs = len(rest or {})
+    return table, stats

@@ -7,7 +7,8 @@ before its first iteration: the CLI's imports and a vLLM engine start):
   every check (``make smoke`` runs three) so that no other test admits the 400-odd demo envs again, and one engine
   replica (``make smoke`` starts one per core; ``tests/rollout`` covers several).
 - ``stale_tiers_run``: both tiers (single-turn demo envs and ``agent_repo`` episodes) for three iterations with
-  ``max_staleness = 1``, read by ``test_agent_tier.py`` and ``test_staleness.py``.
+  ``max_staleness = 1`` and ``rollout.settled_cooldown = 2``, read by ``test_agent_tier.py`` and
+  ``test_staleness.py``.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ SMOKE_CFG = asdict(LoopConfig.smoke())
 SMOKE_CFG["admission"]["checks"] = list(ADMISSION_CHECKS)
 SMOKE_CFG["rollout"]["replicas"] = 1
 
-# 12 single-turn demo envs beside the agent_repo suite; v0 rolls out iterations 1 and 2, v1 iteration 3
+# 12 single-turn demo envs beside the agent_repo suite; v0 rolls out iterations 1 and 2, v1 iteration 3; an env
+# whose group settled sits out the next two picks
 STALE_TIERS_CFG = {"iterations": 3, "max_staleness": 1,
                    "rollout": {"replicas": 1, "samples_per_env": 2, "envs_per_iteration": 2, "max_new_tokens": 24,
-                               "max_model_len": 1024},
+                               "max_model_len": 1024, "settled_cooldown": 2},
                    "train": {"micro_batch_size": 8, "tis_cap": 2.0},
                    "eval": {"limit": 2, "max_new_tokens": 24, "samples": 0},
                    "admission": {"checks": ["consistency"]},

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from posttrain.config import EvalConfig, LoopConfig
+from posttrain.config import EvalConfig, LoopConfig, RolloutConfig
 
 
 def compiled_iterations(cfg: LoopConfig, policy_dir: Path, envs: pd.DataFrame | None = None) -> list:
@@ -53,15 +53,22 @@ def rollouts_and_updates(nodes: list) -> tuple[list, list]:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("staleness", [0, 1, 2])
-def test_a_rollout_never_waits_for_the_updates_it_may_lag_behind(tmp_path, staleness):
+@pytest.mark.parametrize("staleness,cooldown", [(0, 0), (1, 0), (2, 0), (0, 3), (2, 3)])
+def test_a_rollout_never_waits_for_the_updates_it_may_lag_behind(tmp_path, staleness, cooldown):
+    """With ``rollout.settled_cooldown`` each rollout also reads the scores of the one before it (which envs
+    settled): that wait is for the reward, never for an update it may lag behind."""
     (tmp_path / "policy").mkdir()
-    cfg = LoopConfig(iterations=4, max_staleness=staleness, eval=EvalConfig(every=0))
-    rollouts, updates = rollouts_and_updates(compiled_iterations(cfg, tmp_path / "policy"))
-    assert len(rollouts) == len(updates) == 4
+    cfg = LoopConfig(iterations=4, max_staleness=staleness, eval=EvalConfig(every=0),
+                     rollout=RolloutConfig(settled_cooldown=cooldown))
+    nodes = compiled_iterations(cfg, tmp_path / "policy")
+    rollouts, updates = rollouts_and_updates(nodes)
+    rewards = [n for n in nodes if n.task_node and n.task_node.reference_id.name == "tasks.reward.reward"]
+    assert len(rollouts) == len(updates) == len(rewards) == 4
     for k, rollout in enumerate(rollouts):  # iteration k's rollout trains v_{k+1}; update j makes v_{j+1}
         waits_for = {j for j, update in enumerate(updates) if update.id in rollout.upstream_node_ids}
         assert waits_for == ({k - staleness - 1} if k - staleness - 1 >= 0 else set()), (k, waits_for)
+        reads = {j for j, scores in enumerate(rewards) if scores.id in rollout.upstream_node_ids}
+        assert reads == ({k - 1} if cooldown and k else set()), (k, reads)
 
 
 @pytest.mark.e2e
@@ -122,3 +129,24 @@ def test_the_single_turn_tier_never_waits_for_the_agent_tier(tmp_path, staleness
             assert all(v < version(node) for v in waits_for), (mine, version(node), waits_for)
             joined += bool(waits_for)
     assert joined > 0  # the walk does see across tiers
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_with_a_settled_cooldown_no_rollout_picks_an_env_that_settled_in_the_two_before(stale_tiers_run):
+    """``conftest.stale_tiers_run`` (12 single-turn envs, 2 a round, cooldown 2): an env whose group had no reward
+    variance in iteration j is not rolled out in j+1 or j+2, and each iteration logs how many envs rested."""
+    by_iteration = stale_tiers_run.iterations()
+    groups = {}
+    for k in (1, 2, 3):
+        table = stale_tiers_run.table(by_iteration[k], "scored")
+        single_turn = table[table["loss_mask"].isna()]
+        groups[k] = single_turn.groupby("env_id")["reward"].nunique()
+        assert len(groups[k]) == 2, k
+    settled = {k: set(g[g == 1].index) for k, g in groups.items()}
+    assert settled[1], groups  # the tiny policy's groups of 2 settle often: iteration 2 has envs to leave out
+    for k in (2, 3):
+        resting = set().union(*(settled[j] for j in range(max(1, k - 2), k)))
+        assert not resting & set(groups[k].index), (k, resting, list(groups[k].index))
+        assert by_iteration[k].data.metrics["rollout/resting_envs"] == len(resting), k
+    assert by_iteration[1].data.metrics["rollout/resting_envs"] == 0
