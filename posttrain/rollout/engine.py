@@ -48,6 +48,7 @@ from posttrain.config import RolloutConfig
 from posttrain.rollout.context import context_length
 from posttrain.rollout.engine_host import BIND_ENV, EngineHost, cores, refuse_unguarded_start
 from posttrain.rollout.prompts import PromptFormat, stop_token_ids
+from posttrain.rollout.vllm_logs import quiet_swap
 
 log = logging.getLogger(__name__)
 
@@ -290,13 +291,16 @@ class WorkerExtension:
     ``swap_weights`` is vLLM's in-place ``reload_weights`` plus one repair: on CPU, vLLM prepacks the LM head's
     weight for its GEMM kernel, and a head tied to the input embeddings is not reloaded itself (vLLM logs
     ``ParallelLMHead: Failed to load weights``), so without re-packing it keeps the old head while the embeddings
-    change. Re-packing an unquantized head is idempotent, and a no-op on GPU.
+    change. Re-packing an unquantized head is idempotent, and a no-op on GPU. The lines vLLM logs on every swap are
+    kept out of the output (``vllm_logs.quiet_swap``).
     """
 
     def swap_weights(self, weights_path: str) -> None:
         from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, UnquantizedEmbeddingMethod
 
-        self.reload_weights(weights_path=weights_path)
+        tied = bool(getattr(self.model_runner.model_config.hf_config, "tie_word_embeddings", False))
+        with quiet_swap(tied_head=tied):
+            self.reload_weights(weights_path=weights_path)
         for module in self.model_runner.get_model().modules():
             if isinstance(module, ParallelLMHead) and isinstance(module.quant_method, UnquantizedEmbeddingMethod):
                 module.quant_method.process_weights_after_loading(module)

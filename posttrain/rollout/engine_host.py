@@ -57,6 +57,7 @@ import weakref
 from typing import Any
 
 from posttrain.config import RolloutConfig
+from posttrain.rollout.vllm_logs import quiet_swap
 
 log = logging.getLogger(__name__)
 
@@ -258,11 +259,12 @@ def _generate(llm, prompts: list, params: dict | list[dict], decode: bool = Fals
 
 def _swap_weights(llm, weights_path: str) -> None:
     llm.collective_rpc("swap_weights", kwargs={"weights_path": weights_path})
-    llm.reset_prefix_cache()
+    _reset_prefix_cache(llm)
 
 
 def _reset_prefix_cache(llm) -> None:
-    llm.reset_prefix_cache()
+    with quiet_swap(tied_head=False):  # its "Successfully reset prefix cache", once per swap
+        llm.reset_prefix_cache()
 
 
 METHODS = {"generate": _generate, "swap_weights": _swap_weights, "reset_prefix_cache": _reset_prefix_cache}
