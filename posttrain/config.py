@@ -346,8 +346,8 @@ class RolloutConfig(Validated):
                                     doc="Iterations a single-turn train env sits out of the rollout's pick after its "
                                         "group settled (no reward variance: all samples solved it, or none did), so "
                                         "the batch fills with envs that still teach; then it is picked as any other "
-                                        "(posttrain.rollout.settled). 0: off, every pick is uniform. 25 learned "
-                                        "faster mid-run on the demo but plateaued lower: docs/algorithms.md")
+                                        "(posttrain.rollout.settled). 0: off, every pick is uniform. Neutral on the "
+                                        "demo, whose few train envs are mostly solved early: docs/algorithms.md")
 
     PATH = "rollout."
     RELATIONS = {"max_new_tokens": below("max_model_len")}

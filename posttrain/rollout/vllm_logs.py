@@ -61,7 +61,7 @@ def quiet_swap(tied_head: bool) -> Iterator[None]:
     """Drop the ``routine`` records from vLLM's log handlers (its own, or the root's where vLLM left logging to the
     application) for the duration of the block."""
     vllm_logger = logging.getLogger("vllm")
-    handlers = list(vllm_logger.handlers or ([] if not vllm_logger.propagate else logging.getLogger().handlers))
+    handlers = list(vllm_logger.handlers or (logging.getLogger().handlers if vllm_logger.propagate else []))
     quiet = RoutineSwapLines(tied_head)
     for handler in handlers:
         handler.addFilter(quiet)
