@@ -3,7 +3,7 @@ join a dynamic-sampling refill round to the iteration's rollout so far (``add_ro
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import pandas as pd
 from flytekit import task
@@ -13,19 +13,25 @@ from posttrain.envs.table import envs_from_table
 from posttrain.memory import peak_memory
 from posttrain.reward import reward_stats, score
 from posttrain.sandbox import make_sandbox
-from posttrain.schemas import Envs, Scored, Trajectories
+from posttrain.rollout import settled
+from posttrain.schemas import EnvHistory, Envs, Scored, Trajectories, empty
 from posttrain.timing import timed
 from posttrain.tracking.metrics import combine_rollouts, reward_metrics
 from tasks.resources import CACHE_VERSION, stage
 from tasks.tables import Table
 
-Reward = NamedTuple("Reward", [("scored", Table[Scored]), ("metrics", dict[str, float])])
+Reward = NamedTuple("Reward", [("scored", Table[Scored]), ("metrics", dict[str, float]),
+                                 ("history", Table[EnvHistory])])
 Rounds = NamedTuple("Rounds", [("scored", Table[Scored]), ("rollout_metrics", dict[str, float]),
                                ("reward_metrics", dict[str, float])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("reward"))
-def reward(trajectories: Table[Trajectories], envs: Table[Envs], sandbox: SandboxConfig) -> Reward:
+def reward(trajectories: Table[Trajectories], envs: Table[Envs], sandbox: SandboxConfig,
+           history: Optional[Table[EnvHistory]] = None, iteration: Optional[int] = None) -> Reward:
+    """Verify ``trajectories``. With ``iteration`` (``rollout.settled_cooldown`` on: the iteration whose first round
+    this is), ``history`` out is ``history`` in with these groups written over it, which envs settled
+    (``posttrain.rollout.settled``), for the next rollout's pick; else it is empty."""
     clock = timed()
     with peak_memory() as memory:
         box = make_sandbox(sandbox)
@@ -34,7 +40,8 @@ def reward(trajectories: Table[Trajectories], envs: Table[Envs], sandbox: Sandbo
         finally:
             box.close()
     stats = reward_stats(scored, wall_s=clock.seconds, memory_peak_mb=memory.peak_mb, domains=env_domains(envs))
-    return Reward(scored=scored, metrics=reward_metrics(stats))
+    known = empty(EnvHistory) if iteration is None else settled.record(history, scored, iteration)
+    return Reward(scored=scored, metrics=reward_metrics(stats), history=known)
 
 
 def env_domains(envs: pd.DataFrame) -> dict[str, str]:

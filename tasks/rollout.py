@@ -24,7 +24,7 @@ from posttrain.memory import peak_memory
 from posttrain.rollout import live, settled
 from posttrain.rollout.collect import RolloutStats, rollout_with
 from posttrain.rollout.context import context_length
-from posttrain.schemas import EnvHistory, Envs, EvalTrajectories, Scored, Trajectories, empty
+from posttrain.schemas import EnvHistory, Envs, EvalTrajectories, Trajectories, empty
 from posttrain.timing import timed
 from posttrain.tracking.metrics import rollout_metrics, sample_times
 from posttrain.training import live as live_trainer
@@ -33,15 +33,13 @@ from tasks.resources import CACHE_VERSION, stage
 from tasks.tables import Table
 
 Sampled = NamedTuple("Sampled", [("trajectories", Table[Trajectories]), ("metrics", dict[str, float]),
-                                 ("eval_trajectories", Table[EvalTrajectories]), ("times", dict[str, float]),
-                                 ("history", Table[EnvHistory])])
+                                 ("eval_trajectories", Table[EvalTrajectories]), ("times", dict[str, float])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("rollout"))
 def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: EvalConfig, policy_version: int,
            rollout: bool, evaluate: bool, env_ids: Optional[list[str]] = None, seed_offset: int = 0,
-           iteration: Optional[int] = None, history: Optional[Table[EnvHistory]] = None,
-           last_scored: Optional[Table[Scored]] = None) -> Sampled:
+           iteration: Optional[int] = None, history: Optional[Table[EnvHistory]] = None) -> Sampled:
     """Policy v_k (``policy_version``): its eval decode (greedy and sampled) if ``evaluate``, the rollout of iteration
     k+1 if ``rollout`` (empty tables otherwise). ``metrics``: the rollout's (``rollout/*``, logged with the iteration
     it trains), with the times of the engine start or swap, both decodes and the whole task; ``times``: where this
@@ -51,9 +49,8 @@ def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: E
     (``seed_offset``, so its samples get seeds of their own). ``iteration``: the one whose rollout this is, when not
     k+1 (bounded staleness: iteration k+1 samples from an older version, ``posttrain.rollout.staleness``).
 
-    With ``rollout.settled_cooldown``: ``history`` (the previous rollout node's) and ``last_scored`` (the previous
-    iteration's first scored round) say which envs settled lately; the pick leaves them out, and ``history`` out is
-    the one this rollout's successor reads (``posttrain.rollout.settled``; empty when no rollout picks by it).
+    With ``rollout.settled_cooldown``: ``history`` (written by the previous iteration's ``reward``) says which envs
+    settled lately; the pick leaves them out (``posttrain.rollout.settled``).
     """
     clock = timed()
     specs = envs_from_table(envs)
@@ -65,14 +62,13 @@ def sample(policy: PolicyDir, envs: Table[Envs], cfg: RolloutConfig, eval_cfg: E
         with timed() as decode:
             eval_table = decode_eval(engine, specs, eval_cfg, cfg) if evaluate else empty(EvalTrajectories)
         for_iteration = policy_version + 1 if iteration is None else iteration
-        known = settled.record(history, last_scored, for_iteration - 1)
-        rest = settled.resting(known, for_iteration, cfg.settled_cooldown) if env_ids is None else None
+        rest = settled.resting(history, for_iteration, cfg.settled_cooldown) if env_ids is None else None
         table, stats = (rollout_with(engine, list(specs.values()), cfg, for_iteration, env_ids, seed_offset, rest)
                         if rollout else (empty(Trajectories), RolloutStats()))
     stats.engine_start_s, stats.engine_swap_s, stats.eval_seconds = start_s, swap_s, decode.seconds
     stats.wall_s, stats.memory_peak_mb = clock.seconds, memory.peak_mb
     return Sampled(trajectories=table, metrics=rollout_metrics(stats), eval_trajectories=eval_table,
-                   times=sample_times(stats), history=known)
+                   times=sample_times(stats))
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **stage("track"))

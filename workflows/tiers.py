@@ -134,17 +134,15 @@ class SingleTurn(Tier):
     def __init__(self, cfg: LoopConfig, envs: Table[Envs]):
         super().__init__(cfg, envs)
         self.trained: dict = {}  # iteration -> the metrics of the batch it trained on (rollout, reward, refill)
-        self.first_rounds: dict = {}  # iteration -> its rollout's first scored round (which groups settled)
+        self.histories: dict = {}  # iteration -> which envs settled up to it (its first round's reward writes it)
 
     def node(self, policy: PolicyDir, version: int, rollout: bool, evaluate: bool, iteration: Optional[int] = None):
-        """With ``rollout.settled_cooldown``, a rollout reads which envs settled lately from the rollout before it:
-        that node's history and its first scored round (``posttrain.rollout.settled``)."""
+        """With ``rollout.settled_cooldown``, a rollout reads which envs settled lately from the reward of the
+        iteration before it (``posttrain.rollout.settled``)."""
         before = (version + 1 if iteration is None else iteration) - 1
-        settled = rollout and self.cfg.rollout.settled_cooldown > 0 and before in self.rollouts
         return sample(policy=policy, envs=self.envs, cfg=self.cfg.rollout, eval_cfg=self.cfg.eval,
                       policy_version=version, rollout=rollout, evaluate=evaluate, iteration=iteration,
-                      history=self.rollouts[before].history if settled else None,
-                      last_scored=self.first_rounds[before] if settled else None)
+                      history=self.histories.get(before) if rollout else None)
 
     def evaluation(self, k: int, previous):
         """Verify v_k's eval completions in sandboxes (``previous``: for ``no_regression``)."""
@@ -156,8 +154,11 @@ class SingleTurn(Tier):
         """Score the rollout of iteration k+1; with dynamic sampling, keep and refill (from ``policy``, v_k) the
         learnable groups."""
         rollout = self.rollouts[k + 1]
-        rewarded = reward(trajectories=rollout.trajectories, envs=self.envs, sandbox=self.cfg.sandbox)
-        self.first_rounds[k + 1] = rewarded.scored
+        settles = self.cfg.rollout.settled_cooldown > 0  # this reward then writes which envs settled
+        rewarded = reward(trajectories=rollout.trajectories, envs=self.envs, sandbox=self.cfg.sandbox,
+                          history=self.histories.get(k) if settles else None, iteration=k + 1 if settles else None)
+        if settles:
+            self.histories[k + 1] = rewarded.history
         if not self.cfg.rollout.dynamic_sampling:
             self.trained[k + 1] = [rollout.metrics, rewarded.metrics]
             return rewarded.scored

@@ -10,8 +10,8 @@ an env the policy unlearns comes back. When fewer unsettled envs are left than t
 settled longest ago fill it.
 
 The history (per env: the last iteration that rolled it out, and whether its group settled) is an ``EnvHistory``
-table passed from one rollout node to the next with that iteration's first scored round (``workflows.tiers``), so a
-resumed run picks the same envs as the run it resumes. An env whose every sample hit an infra error is not settled:
+table that each iteration's reward task writes from its first scored round and the next rollout reads
+(``workflows.tiers``), so a resumed run picks the same envs as the run it resumes. An env whose every sample hit an infra error is not settled:
 nothing was learned about it.
 
 Example (iteration 3 rolled out ``a`` (all solved) and ``b`` (rewards differ)):
