@@ -58,11 +58,16 @@ def workspace_solution(tar: bytes) -> str:
     return f"find . -mindepth 1 -delete\nbase64 -d <<'EOF' | tar -x -f -\n{encoded}EOF\n"
 
 
-def final_workspaces(sessions: Sequence[SandboxSession]) -> list[str | Verdict]:
+def final_workspaces(sessions: Sequence[SandboxSession], never_started: Sequence[str] = ()) -> list[str | Verdict]:
     """Each session's final workspace as a ``workspace_solution`` script, or, for a workspace that could not be
-    captured, its episode's verdict (``uncaptured``); the sessions can be closed afterwards."""
+    captured, its episode's verdict (``uncaptured``); the sessions can be closed afterwards. ``never_started``: per
+    session, why its episode ended as infra before its first turn ("" where it did not): that workspace was never the
+    agent's (never prepared, or the prompt left no room), so it is neither captured nor verified (``not_started``)."""
     finals: list[str | Verdict] = []
-    for session in sessions:
+    for session, why in zip(sessions, never_started or [""] * len(sessions)):
+        if why:
+            finals.append(not_started(why))
+            continue
         try:
             finals.append(workspace_solution(session.snapshot().data))
         except SessionError as exc:
@@ -75,6 +80,16 @@ def uncaptured(exc: SessionError) -> Verdict:
     why = f"final workspace not captured: {exc}"
     return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=0,
                    infra_error=why if exc.infra_error else "", detail=("infra: " if exc.infra_error else "") + why)
+
+
+def not_started(why: str) -> Verdict:
+    """The verdict of an episode that ended as infra before its first turn, ``why`` being its episode's reason.
+
+    >>> not_started("workspace not prepared: gone").infra_error
+    'workspace not prepared: gone'
+    """
+    return Verdict(reward=0.0, passed=False, compiled=False, tests_passed=0, tests_total=0, infra_error=why,
+                   detail=f"infra: episode never started: {why}")
 
 
 def final_solution(spec: EnvSpec, final: str | Verdict) -> str | Verdict:

@@ -4,7 +4,8 @@ env's verifier, plus configured shaping terms; out come the ``AgentScored`` and 
 Steps, top to bottom: (1) one task per (env, sample) with ``group_id`` ``it<iteration>/<env_id>``; (2) one sandbox
 session each, all episodes run by ``run_episodes``, each final workspace captured before the sessions close; (3) the
 verifier scores every final workspace (``envs.score_workspaces``; one that could not be captured is its own
-episode's failure, infra only if the sandbox failed); (4) the shaping terms of each episode are added to the verifier's reward and logged
+episode's failure, infra only if the sandbox failed; an episode that ended as infra before its first turn is neither
+captured nor verified); (4) the shaping terms of each episode are added to the verifier's reward and logged
 on their own; an episode whose tool call hit a sandbox infra error is flagged ``infra_error`` (excluded from the
 update, never a reward of 0), like a failed verification; (5) what each final workspace shows of the episode's
 destructive effects (``envs.final_effects``), for the ``no_destructive_command`` assertion of the eval
@@ -88,7 +89,7 @@ def rollout_episodes(engine: TokenRolloutEngine, fmt: ChatFormat, envs: Sequence
     try:
         sessions = [sandbox.session(timeout_s=cfg.tool_timeout_s) for _ in tasks]
         episodes = run_episodes(engine, fmt, tasks, sessions, cfg, max_context)
-        finals = final_workspaces(sessions)
+        finals = final_workspaces(sessions, [e.infra_error if not e.turns else "" for e in episodes])
     finally:
         for session in sessions:
             session.close()

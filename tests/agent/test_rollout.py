@@ -55,3 +55,20 @@ def test_each_envs_own_tools_and_budgets_reach_its_episodes_and_steps(fmt, sandb
                                                 cfg.context_budget, 60.0]
     assert budgets.loc[envs[1].id].tolist() == [json.dumps(cfg.tools), cfg.max_steps, cfg.token_budget,
                                                 cfg.context_budget, cfg.deadline_s]
+
+
+def test_an_episode_that_never_started_is_neither_captured_nor_verified(fmt, sandbox):
+    """An env whose first prompt leaves no room in the context ends as infra before its first turn; its workspace
+    was never the agent's, so the batch flags it without verifying it, and its neighbour is scored as usual."""
+    long = replace(ENVS[1], prompt="Read this first. " * 400)
+    policy = ScriptedPolicy(fmt, {ENVS[0].prompt: oracle(ENVS[0])})
+    scored, steps = collect_episodes(policy, fmt, [ENVS[0], long], n=1, cfg=AgentConfig(), sandbox=sandbox,
+                                     sandbox_cfg=SandboxConfig(), max_context=2048, iteration=0)
+    ran, refused = scored.iloc[0], scored.iloc[1]
+    assert ran.verifier_reward == 1.0
+    assert ran.sandbox_ms > 0
+    assert refused.infra_error.startswith(f"{long.id}: its first prompt is ")
+    assert refused.sandbox_ms == 0.0  # no sandbox ran its verifier
+    assert refused.tests_total == 0
+    assert refused.reward == 0.0
+    assert long.id not in set(steps.env_id)
