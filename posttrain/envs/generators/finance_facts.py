@@ -211,24 +211,47 @@ def make_statement(number: int, company: str, variant: Variant, form: str, split
     return Statement(company, rng.choice(YEARS), figures, tuple(shown), variant, form, split, rng.randrange(6))
 
 
+def item_line(s: Statement, item: str, form: str | None = None) -> str:
+    """How the statement states ``item``: its sentence (``form`` "text"), bullet ("list") or table row ("table");
+    by default in the form the statement gives it (the last shown item of a "mixed" statement is a sentence)."""
+    if form is None and s.form == "mixed":
+        form = "text" if item == s.shown[-1] else "table"
+    form = form or s.form
+    y, p = s.year, s.year - 1
+    name, cur, prev = ITEMS[item][0], amount(s.figures[0][item]), amount(s.figures[1][item])
+    if form == "table":
+        return f"| {name.capitalize()} | {cur} | {prev} |"
+    template = BULLETS[s.wording % len(BULLETS)] if form == "list" else SENTENCES[s.wording % len(SENTENCES)]
+    return template.format(L=name.capitalize(), l=name, cur=cur, prev=prev, y=y, p=p)
+
+
 def statement_text(s: Statement) -> str:
     """The figures as the prompt states them, in the statement's form."""
     y, p = s.year, s.year - 1
-    fill = lambda template, item: template.format(  # noqa: E731
-        L=ITEMS[item][0].capitalize(), l=ITEMS[item][0], cur=amount(s.figures[0][item]),
-        prev=amount(s.figures[1][item]), y=y, p=p)
-    sentence = lambda item: fill(SENTENCES[s.wording % len(SENTENCES)], item)  # noqa: E731
     if s.form == "text":
         intro = INTROS["text"][s.wording // 3].format(name=s.name, y=y)
-        return " ".join([intro, *map(sentence, s.shown)])
+        return " ".join([intro, *(item_line(s, item) for item in s.shown)])
     intro = INTROS["list"][s.wording // 3].format(name=s.name, y=y)
     if s.form == "list":
-        return "\n".join([intro, *(fill(BULLETS[s.wording % len(BULLETS)], item) for item in s.shown)])
+        return "\n".join([intro, *(item_line(s, item) for item in s.shown)])
     rows = s.shown[:-1] if s.form == "mixed" else s.shown
-    lines = [intro, f"| Item | {y} | {p} |", "|---|---|---|",
-             *(f"| {ITEMS[item][0].capitalize()} | {amount(s.figures[0][item])} | {amount(s.figures[1][item])} |"
-               for item in rows)]
-    return "\n".join(lines + ([sentence(s.shown[-1])] if s.form == "mixed" else []))
+    lines = [intro, f"| Item | {y} | {p} |", "|---|---|---|", *(item_line(s, item, "table") for item in rows)]
+    return "\n".join(lines + ([item_line(s, s.shown[-1])] if s.form == "mixed" else []))
+
+
+def worked_reference(s: Statement) -> str:
+    """The reference with its evidence first: the statement's line (or sentence) of each item asked, quoted, then the
+    JSON object. Warm-start data only (an env's reference stays the JSON object): a tiny policy that quotes the line
+    before it answers copies the figure from the quote, the only number there, and finds the line by continuing the
+    item's name with what followed it in the statement, which it learns (``benchmarks/reading_probe.py``).
+
+    >>> s = make_statement(0, "Oak Labs", VARIANTS[0], "table", "train")
+    >>> print(worked_reference(s), end="")
+    | Revenue | 343.0 | 278.6 |
+    {"revenue": 343.0}
+    """
+    asked = dict.fromkeys(item for item, _ in s.variant.asks)
+    return "".join(item_line(s, item) + "\n" for item in asked) + to_spec(s).reference
 
 
 def to_spec(s: Statement) -> EnvSpec:
@@ -273,10 +296,15 @@ def warm_up_specs(count: int = WARM_UP) -> list[EnvSpec]:
     >>> [spec.id for spec in warm_up_specs(2)]
     ['finance_facts/warm_up_0', 'finance_facts/warm_up_1']
     """
+    return [replace(to_spec(s), id=f"finance_facts/warm_up_{n}") for n, s in enumerate(warm_up_statements(count))]
+
+
+def warm_up_statements(count: int = WARM_UP) -> list[Statement]:
+    """The statements of ``warm_up_specs``."""
     companies = [f"{a} {b}" for a, b in product(PREFIXES, SUFFIXES)]
     pairs = list(product(VARIANTS, FORMS))
-    return [replace(to_spec(make_statement(100_000 + n, companies[n % len(companies)], *pairs[n % len(pairs)],
-                                           "train")), id=f"finance_facts/warm_up_{n}") for n in range(count)]
+    return [make_statement(100_000 + n, companies[n % len(companies)], *pairs[n % len(pairs)], "train")
+            for n in range(count)]
 
 
 if __name__ == "__main__":

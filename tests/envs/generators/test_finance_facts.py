@@ -1,7 +1,8 @@
 """The ``finance_facts`` generator: >= 150 train and >= 40 eval short extraction envs, every difficulty in both splits
 and every eval question kind seen in train; deterministic, the committed files its output; every reference scores
 1.0, an answer copied from the prior-year column earns nothing, a derived value is credited only on right inputs;
-and the warm-up envs are other statements of every variant, their references right (admission of the whole suite:
+and the warm-up envs are other statements of every variant, their references right; a worked reference quotes the
+statement's own line of each item asked, then answers as the reference does (admission of the whole suite:
 test_generators.py)."""
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from posttrain.envs.generators import file_name, render
-from posttrain.envs.generators.finance_facts import HEADER, specs, statements, warm_up_specs
+from posttrain.envs.generators.finance_facts import (HEADER, ITEMS, specs, statements, to_spec, warm_up_specs,
+                                                    worked_reference)
 from posttrain.envs.verifiers import get_verifier
 
 SUITE = Path("posttrain/envs/suites/finance_facts")
@@ -91,3 +93,18 @@ def test_warm_up_envs_are_other_statements_of_every_variant_with_right_reference
     for env in warm_up:
         assert NUMERIC.score_on_host(env, NUMERIC.extract_solution(env.reference)).reward == 1.0, env.id
 
+
+
+@pytest.mark.unit
+def test_a_worked_reference_quotes_the_asked_lines_of_the_prompt_then_answers_as_the_reference():
+    for s in statements():
+        spec = to_spec(s)
+        *quotes, answer = worked_reference(s).splitlines()
+        asked = list(dict.fromkeys(item for item, _ in s.variant.asks))
+        assert len(quotes) == len(asked), spec.id
+        for quote, item in zip(quotes, asked):
+            assert quote in spec.prompt, (spec.id, quote)
+            assert ITEMS[item][0] in quote.lower(), (spec.id, quote)
+        assert answer + "\n" == spec.reference
+        verdict = NUMERIC.score_on_host(spec, NUMERIC.extract_solution(worked_reference(s)))
+        assert verdict.passed, spec.id
