@@ -4,7 +4,8 @@ A user's checkpoint says how many positions it was trained for (``config.json``:
 the older ``n_positions`` / ``max_sequence_length`` / ``seq_length``); the engine serves that many, at most
 ``AUTO_CONTEXT_CAP`` (a KV cache for a 128k-token context is not what a default should reserve: set
 ``max_model_len`` to go beyond it). The demo policy has 256 positions, so the demo's context is 256 either way.
-Completions must fit: ``max_new_tokens`` (the rollout's, and any other the caller names, e.g. the eval's) below the
+A ``max_model_len`` above the checkpoint's positions is refused here, naming both, rather than by vLLM's engine
+start. Completions must fit: ``max_new_tokens`` (the rollout's, and any other the caller names, e.g. the eval's) below the
 context, else a ``ValueError`` naming the fields, before an engine starts.
 
 Example:
@@ -15,6 +16,10 @@ Example:
     >>> context_length(d, RolloutConfig(max_model_len=0)), context_length(d, RolloutConfig(max_model_len=512))
     (4096, 512)
     >>> _ = (d / "config.json").write_text(json.dumps({"max_position_embeddings": 256}))
+    >>> context_length(d, RolloutConfig(max_model_len=512))
+    Traceback (most recent call last):
+    ...
+    ValueError: rollout.max_model_len (512) is above the 256 positions .../config.json gives the model, which vLLM ...
     >>> context_length(d, RolloutConfig(max_model_len=0, max_new_tokens=48), {"eval.max_new_tokens": 300})
     Traceback (most recent call last):
     ...
@@ -45,10 +50,14 @@ def context_length(policy_dir: str | Path, cfg: RolloutConfig,
     """The engine's context for the policy in ``policy_dir``: ``cfg.max_model_len``, or (0) the model's positions
     capped at ``AUTO_CONTEXT_CAP``; checks that ``cfg.max_new_tokens`` and each of ``completions`` (field -> tokens)
     fit below it."""
+    positions = model_positions(policy_dir)
     if cfg.max_model_len:
+        if positions is not None and cfg.max_model_len > positions:
+            raise ValueError(f"rollout.max_model_len ({cfg.max_model_len}) is above the {positions} positions "
+                             f"{policy_dir}/config.json gives the model, which vLLM refuses to serve: lower it, or "
+                             f"set it to 0 for the model's own")
         length, source = cfg.max_model_len, f"rollout.max_model_len: {cfg.max_model_len}"
     else:
-        positions = model_positions(policy_dir)
         if positions is None:
             raise ValueError(f"{policy_dir}/config.json names no position count ({', '.join(POSITION_KEYS)}): set "
                              f"rollout.max_model_len")

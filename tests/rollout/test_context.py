@@ -46,3 +46,12 @@ def test_a_config_without_positions_needs_the_field(tmp_path):
     with pytest.raises(ValueError, match="names no position count.*set rollout.max_model_len"):
         context_length(path, RolloutConfig())
     assert context_length(path, RolloutConfig(max_model_len=128)) == 128
+
+
+def test_a_context_beyond_the_checkpoints_positions_is_refused_naming_both(tmp_path):
+    """vLLM refuses it at engine start with its own words; here it is refused first, naming the field and the file."""
+    path = checkpoint(tmp_path, max_position_embeddings=1024)
+    assert context_length(path, RolloutConfig(max_model_len=1024)) == 1024
+    with pytest.raises(ValueError, match=r"rollout.max_model_len \(2048\) is above the 1024 positions .*config.json"):
+        context_length(path, RolloutConfig(max_model_len=2048))
+    assert context_length(checkpoint(tmp_path), RolloutConfig(max_model_len=2048)) == 2048  # no count: the config's
