@@ -636,6 +636,8 @@ class EvaluateConfig(Validated):
     eval: EvalConfig = declare(factory=EvalConfig)
     rollout: RolloutConfig = declare(factory=RolloutConfig)
     sandbox: SandboxConfig = declare(factory=SandboxConfig)
+    agent: AgentConfig = declare(factory=AgentConfig,
+                                 doc="the episodes of the suite's agent envs (eval split), for suites with agent envs")
 
     RELATIONS = {"eval.max_new_tokens": below("rollout.max_model_len")}
 

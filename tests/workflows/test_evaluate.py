@@ -88,3 +88,42 @@ def test_evaluate_a_registered_alias_reports_strata_and_flips(tmp_path, tiny_pol
     assert len(results) == len(ENVS) * 5
     assert set(results["decoding"]) == {"greedy", "sampled"}
     shutil.rmtree(local)
+
+
+def test_evaluate_runs_the_agent_envs_of_a_suite_as_episodes(tmp_path, tiny_policy):
+    """A suite with agent envs: their eval envs run as greedy episodes (``cfg.agent``) beside the single-turn ones,
+    each with a row of its own in the results (before, the standalone evaluation decoded only the single-turn envs,
+    and every agent env was missing from its results, ``unverified`` in its flips)."""
+    from mlflow.tracking import MlflowClient
+
+    from tests import with_positions
+
+    suite = _suite(tmp_path)
+    agent_suite = Path(DEMO_SUITE).parent / "agent_repo"
+    agent_ids = []
+    for spec in sorted(agent_suite.glob("*.yaml")):
+        if "split: eval" in spec.read_text() and len(agent_ids) < 2:
+            shutil.copy(spec, suite / spec.name)
+            agent_ids.append(f"agent_repo/{spec.stem}")
+    policy = with_positions(tiny_policy, tmp_path / "policy", 1024)  # an episode needs more than its 256 positions
+    uri, artifacts = mlflow_store(tmp_path), (tmp_path / "artifacts").as_uri()
+    cfg = {"policy": str(policy), "suite": str(suite), "eval": {"samples": 0, "max_new_tokens": 24},
+           "rollout": {"replicas": 1, "max_model_len": 1024},
+           "agent": {"max_steps": 2, "max_new_tokens": 24, "chat_template": "agent"}}
+    env = launch_env(MLFLOW_TRACKING_URI=uri, POSTTRAIN_ARTIFACT_ROOT=artifacts, DS_ACCELERATOR="cpu")
+    proc = subprocess.run([str(Path(sys.executable).parent / "pyflyte"), "run", "workflows/evaluate.py", "evaluate",
+                           "--cfg", json.dumps(cfg)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("posttrain-eval").experiment_id])
+    assert "eval/pass_at_1/domain_agent_repo" in run.data.metrics
+    local = tmp_path / "download"
+    local.mkdir()
+    results = pd.read_parquet(client.download_artifacts(run.info.run_id, "tables/eval_results.parquet", str(local)))
+    episodes = results[results["env_id"].isin(agent_ids)]
+    assert sorted(episodes["env_id"]) == sorted(agent_ids)
+    assert set(episodes["decoding"]) == {"greedy"}
+    assert (episodes["infra_error"] == "").all()
+    assert (episodes["steps"] >= 1).all()
+    assert len(results) == len(ENVS) + len(agent_ids)
