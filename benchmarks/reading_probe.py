@@ -46,7 +46,8 @@ from posttrain.training.demo_policy import build_demo_policy
 
 ITEMS = ("Revenue", "Cost of sales", "Cash", "Debt", "Capital spending", "Operating cash flow", "Net income",
          "Inventory")
-LEVELS = ("one_line", "four_lines", "four_lines_key_spelling", "quoted", "colon_quoted", "table_quoted", "finance_facts")
+LEVELS = ("one_line", "four_lines", "four_lines_key_spelling", "quoted", "colon_quoted", "table_quoted",
+          "finance_facts")
 QUOTED_LINES = {"quoted": "- {item} {value}", "colon_quoted": "- {item}: {value}",
                 "table_quoted": "| {item} | {value} | {prior} |"}
 TABLE_HEAD = "| Item | 2023 | 2022 |\n|---|---|---|\n"
@@ -93,7 +94,8 @@ def quoted_statement(level: str, rng: random.Random) -> tuple[str, str]:
     values = {item: lines[item].split(" | ")[1] if level == "table_quoted" else lines[item].split()[-1]
               for item in items}
     asked = rng.choice(items)
-    prompt = ("Results of Blue Media for fiscal 2023 (USD millions):\n" + (TABLE_HEAD if level == "table_quoted" else "")
+    head = TABLE_HEAD if level == "table_quoted" else ""
+    prompt = ("Results of Blue Media for fiscal 2023 (USD millions):\n" + head
               + "".join(lines[item] + "\n" for item in items)
               + "Answer with one JSON object with exactly these keys, plain numbers:\n"
               + f'- "{key(asked)}": {asked.lower()} in 2023\n')
@@ -172,7 +174,8 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=8000, help="distinct training statements per level")
     parser.add_argument("--eval", type=int, default=30, help="held-out statements per level")
     parser.add_argument("--drills", type=int, default=0, help="copy drills added to each level's training set")
-    parser.add_argument("--warm-up", type=int, default=2000, help="finance_facts: warm-up statements beside the suite's")
+    parser.add_argument("--warm-up", type=int, default=2000,
+                        help="finance_facts: warm-up statements besides the suite's")
     parser.add_argument("--shape", default="",
                         help="model shape over the demo's, as hidden,intermediate,layers,heads (e.g. 256,768,4,4)")
     args = parser.parse_args()

@@ -5,8 +5,8 @@ the older ``n_positions`` / ``max_sequence_length`` / ``seq_length``); the engin
 ``AUTO_CONTEXT_CAP`` (a KV cache for a 128k-token context is not what a default should reserve: set
 ``max_model_len`` to go beyond it). The demo policy has 256 positions, so the demo's context is 256 either way.
 A ``max_model_len`` above the checkpoint's positions is refused here, naming both, rather than by vLLM's engine
-start. Completions must fit: ``max_new_tokens`` (the rollout's, and any other the caller names, e.g. the eval's) below the
-context, else a ``ValueError`` naming the fields, before an engine starts.
+start. Completions must fit: ``max_new_tokens`` (the rollout's, and any other the caller names, e.g. the eval's)
+below the context, else a ``ValueError`` naming the fields, before an engine starts.
 
 Example:
     >>> import json, pathlib, tempfile
