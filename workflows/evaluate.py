@@ -6,16 +6,16 @@
                                                        "eval": {"split": "train", "samples": 8, "pass_k": [1, 4, 8]}}'
 
 ``cfg`` is an ``EvaluateConfig``: the policy (checkpoint dir, URI, or ``models:/posttrain-policy@<alias>`` /
-``models:/posttrain-policy/<N>``), the suite, the eval settings (split, greedy + ``samples`` sampled completions,
-the ``pass_k`` to report), the agent tier's (a suite's agent envs of the eval split run as episodes, as in the loop's
+``models:/posttrain-policy/<N>``), the suite, the eval settings (split, greedy + ``samples`` sampled completions, the
+``pass_k`` to report), the agent tier's (a suite's agent envs of the eval split run as episodes, as in the loop's
 evaluation: ``agent.eval_samples``, ``agent.eval_limit``, tools and budgets), the baseline alias for flips
 (``champion``) and the MLflow experiment (``posttrain-eval``). The MLflow run holds ``tables/eval_results.parquet``,
-``tables/eval_strata.parquet`` (+ .html: greedy pass@1, unbiased sampled pass@k and assertion pass rates per
-domain, difficulty and step bucket), ``tables/eval_flips.parquet`` (+ .html: per env vs the baseline's latest results on the same suite), the same
-numbers as metrics, and ``reports/evaluation.html``: one self-contained page with greedy and sampled pass@1 per domain
-and difficulty of the baseline and this policy (tables and plots) and the flips, also the Flyte Deck of
-``report_evaluation``. A registered policy's run is tagged with its version and the suite digest, so the regression gate
-(``posttrain.tracking.registry.promote``) compares later candidates against these results.
+``tables/eval_strata.parquet`` (+ .html: greedy pass@1, unbiased sampled pass@k and assertion pass rates per domain,
+difficulty and step bucket), ``tables/eval_flips.parquet`` (+ .html: per env vs the baseline's latest results on the
+same suite), the same numbers as metrics, and ``reports/evaluation.html``: one self-contained page with greedy and
+sampled pass@1 per domain and difficulty of the baseline and this policy (tables and plots) and the flips, also the
+Flyte Deck of ``report_evaluation``. A registered policy's run is tagged with its version and the suite digest, so
+the regression gate (``posttrain.tracking.registry.promote``) compares later candidates against these results.
 """
 
 from __future__ import annotations
