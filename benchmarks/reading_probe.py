@@ -12,7 +12,6 @@ and scores each greedily, by exact match, on 30 statements it never saw:
   of the item asked, then gives the JSON object (the value is then copied from the quote, the only number there).
   To quote, the policy writes the item's name and must continue it with what followed that name in the statement:
   copying by content (an induction head), where ``four_lines`` asks it to match a name and copy from elsewhere.
-
 - ``finance_facts``: the ``finance_facts`` suite itself: its 160 train statements and ``--warm-up`` more (the
   generator's ``warm_up_statements``), each answered by ``worked_reference`` (the asked items' lines quoted, then the
   JSON object), scored on the 48 eval statements by the suite's own check (``numeric.score_on_host``: every field and
@@ -90,16 +89,16 @@ def quoted_statement(level: str, rng: random.Random) -> tuple[str, str]:
     """A pair of a quoting level: four lines in ``QUOTED_LINES[level]``'s format, the answer the asked one's line
     (without a list dash), then the JSON object."""
     items = rng.sample(ITEMS, 4)
-    lines = {item: QUOTED_LINES[level].format(item=item, value=figure(rng), prior=figure(rng)) for item in items}
-    values = {item: lines[item].split(" | ")[1] if level == "table_quoted" else lines[item].split()[-1]
-              for item in items}
+    values = {item: (figure(rng), figure(rng)) for item in items}  # the year asked, the year before
+    lines = {item: QUOTED_LINES[level].format(item=item, value=values[item][0], prior=values[item][1])
+             for item in items}
     asked = rng.choice(items)
     head = TABLE_HEAD if level == "table_quoted" else ""
     prompt = ("Results of Blue Media for fiscal 2023 (USD millions):\n" + head
               + "".join(lines[item] + "\n" for item in items)
               + "Answer with one JSON object with exactly these keys, plain numbers:\n"
               + f'- "{key(asked)}": {asked.lower()} in 2023\n')
-    return prompt, f'{lines[asked].removeprefix("- ")}\n{{"{key(asked)}": {values[asked]}}}\n'
+    return prompt, f'{lines[asked].removeprefix("- ")}\n{{"{key(asked)}": {values[asked][0]}}}\n'
 
 
 def drill(level: str, rng: random.Random) -> tuple[str, str]:
