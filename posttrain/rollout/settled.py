@@ -11,8 +11,8 @@ settled longest ago fill it.
 
 The history (per env: the last iteration that rolled it out, and whether its group settled) is an ``EnvHistory``
 table that each iteration's reward task writes from its first scored round and the next rollout reads
-(``workflows.tiers``), so a resumed run picks the same envs as the run it resumes. An env whose every sample hit an infra error is not settled:
-nothing was learned about it.
+(``workflows.tiers``), so a resumed run picks the same envs as the run it resumes. An env whose every sample hit an
+infra error is not settled: nothing was learned about it.
 
 Example (iteration 3 rolled out ``a`` (all solved) and ``b`` (rewards differ)):
     >>> scored = pd.DataFrame({"env_id": ["a", "a", "b", "b"], "group_id": ["it3/a"] * 2 + ["it3/b"] * 2,
