@@ -41,6 +41,7 @@ import tempfile
 import time
 
 from posttrain.config import DemoPolicyConfig
+from posttrain.envs.generators.common import copy_drill, copy_drills
 from posttrain.training.demo_policy import build_demo_policy
 
 ITEMS = ("Revenue", "Cost of sales", "Cash", "Debt", "Capital spending", "Operating cash flow", "Net income",
@@ -114,23 +115,16 @@ def drill(level: str, rng: random.Random) -> tuple[str, str]:
 
 
 def finance_facts_data(warm_up: int, drills: int) -> tuple[list[tuple[str, str]], list, list[tuple[str, str]]]:
-    """The ``finance_facts`` level: training pairs (the suite's train statements and ``warm_up`` more, with worked
-    references, plus ``drills`` copy drills of their item lines), the eval specs, and 30 unseen drills."""
+    """The ``finance_facts`` level: training pairs (``finance_facts.warm_start_pairs``: the suite's train statements
+    and ``warm_up`` more, with worked references, plus ``drills`` copy drills of their item lines), the eval specs,
+    and 30 unseen drills."""
     from posttrain.envs.generators import finance_facts as ff
 
     suite = ff.statements()
-    train = [s for s in suite if s.split == "train"] + ff.warm_up_statements(warm_up)
-    lines = [ff.item_line(s, item) for s in train for item in s.shown]
-    pick = random.Random("drills-finance_facts")
-    copy = lambda rng: copy_drill([rng.choice(lines) for _ in range(rng.randint(2, 4))])  # noqa: E731
-    pairs = [(ff.to_spec(s).prompt, ff.worked_reference(s)) for s in train] + [copy(pick) for _ in range(drills)]
-    unseen = [copy(random.Random(-1 - n)) for n in range(30)]
-    return pairs, [ff.to_spec(s) for s in suite if s.split == "eval"], unseen
-
-
-def copy_drill(lines: list[str]) -> tuple[str, str]:
-    text = "".join(line + "\n" for line in lines)
-    return "Copy these lines:\n" + text + "Copy:\n", text
+    lines = [ff.item_line(s, item) for s in [s for s in suite if s.split == "train"] + ff.warm_up_statements(warm_up)
+             for item in s.shown]
+    unseen = [copy_drills(lines, 1, -1 - n)[0] for n in range(30)]
+    return ff.warm_start_pairs(warm_up, drills), [ff.to_spec(s) for s in suite if s.split == "eval"], unseen
 
 
 def completions(policy_dir: str, prompts: list[str], max_new_tokens: int = 64) -> list[str]:

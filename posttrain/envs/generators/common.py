@@ -1,5 +1,5 @@
-"""Helpers shared by the workspace-suite generators (``terminal``, ``node``, ``agent_repo``, ``regression_hunt``):
-check scripts and their expectations.
+"""Helpers shared by the generators: check scripts and their expectations for the workspace suites (``terminal``,
+``node``, ``agent_repo``, ``regression_hunt``), and copy drills for the warm-start data of the multi-domain policy.
 
 A check script prints one JSON value per case (``python3 -I {tests}/check.py CASE``), or, for a package, one JSON
 object per group of cases (``grouped_check``: one process checks many cases); the expected stdout of each is computed
@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import json
+import random
 import types
 
 from posttrain.envs.spec import EnvSpec, Limits
@@ -121,3 +122,25 @@ def workspace_spec(*, suite: str, name: str, prompt: str, workspace: dict[str, s
     return EnvSpec(id=f"{suite}/{name}", domain=suite, difficulty=difficulty, kind=kind, runtime=runtime,
                    split=split, tags=[suite, *tags], prompt=prompt, workspace=workspace, reference=reference,
                    verifier=verifier, limits=Limits(timeout_s=timeout_s, memory_mb=memory_mb))
+
+
+def copy_drill(lines: list[str]) -> tuple[str, str]:
+    """A warm-start pair that asks for ``lines`` copied as they are: every answer token a copy by content.
+
+    >>> copy_drill(["- Cash 12.5", "- Debt 3.0"])
+    ('Copy these lines:\\n- Cash 12.5\\n- Debt 3.0\\nCopy:\\n', '- Cash 12.5\\n- Debt 3.0\\n')
+    """
+    text = "".join(line + "\n" for line in lines)
+    return "Copy these lines:\n" + text + "Copy:\n", text
+
+
+def copy_drills(lines: list[str], count: int, seed: str | int, most: int = 4) -> list[tuple[str, str]]:
+    """``count`` copy drills of 2 to ``most`` lines drawn from ``lines`` (``random.Random(seed)``): what teaches a
+    tiny policy to continue a name with what followed it in its prompt, where a plain answer would have to look the
+    name up (``benchmarks/reading_probe.py``; docs/multi-domain.md).
+
+    >>> [len(reference.splitlines()) for _, reference in copy_drills(["a 1", "b 2", "c 3"], 3, "x")]
+    [4, 2, 3]
+    """
+    rng = random.Random(seed)
+    return [copy_drill([rng.choice(lines) for _ in range(rng.randint(2, most))]) for _ in range(count)]

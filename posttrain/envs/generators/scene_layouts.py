@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from posttrain.envs.generators import main as generator_main
+from posttrain.envs.generators.common import copy_drills
 from posttrain.envs.generators.scene import top
 from posttrain.envs.spec import EnvSpec, Limits
 from posttrain.envs.verifiers import scene as scene_verifier
@@ -223,7 +224,7 @@ def prompt(lay: Layout) -> str:
     counts = [f"{n} {kind if n == 1 else plural(kind)}" for kind, n in lay.counts().items()]
     counted = counts[0] if len(counts) == 1 else ", ".join(counts[:-1]) + " and " + counts[-1]
     return (f"Room in metres: x 0 to {sx}, y 0 to {sy}, z 0 to {sz} (floor z=0, walls x=0, x={sx}, y=0, y={sy}).\n"
-            "Sizes [w,d,h]:\n" + "".join(f"- {kind} {compact(size)}\n" for kind, size in lay.sizes.items())
+            "Sizes [w,d,h]:\n" + "".join(size_line(kind, size) + "\n" for kind, size in lay.sizes.items())
             + f"Place exactly {counted}:\n" + "".join(f"- {words}\n" for words, _ in lay.lines)
             + "- all inside the room, each on the floor or on an object, no overlaps\n"
             'Answer as JSON {"objects":[{"name":..,"type":..,"position":[x,y,z],"size":[w,d,h]},..]}, '
@@ -272,6 +273,47 @@ def warm_up_specs(per_template: int = WARM_UP_PER_TEMPLATE) -> list[EnvSpec]:
 def sizes(spec: EnvSpec) -> dict[str, list]:
     """Object type -> size, as the spec's ``size`` constraints state them."""
     return {c["object_type"]: c["size"] for c in spec.verifier["constraints"] if c["type"] == "size"}
+
+
+def size_line(kind: str, size: list) -> str:
+    """How the prompt states a type's size (``- bed [1.4,2.1,0.6]``)."""
+    return f"- {kind} {compact(size)}"
+
+
+def worked_reference(spec: EnvSpec) -> str:
+    """The reference with its evidence first: the prompt's size line of each type, quoted, then the layout with each
+    object's size before its position. Warm-start data only (an env's reference stays the layout alone): a tiny
+    policy that quotes a line continues the type's name with what followed it in the prompt, a copy by content it
+    learns, and then copies sizes and the positions made of them from its own nearby answer (the same idea as
+    ``finance_facts.worked_reference``; ``benchmarks/reading_probe.py``).
+
+    >>> print(worked_reference(specs()[0]), end="")
+    crate [0.7,0.3,0.4]
+    {"objects":[{"name":"crate_1","type":"crate","size":[0.7,0.3,0.4],"position":[0,0,0]},\
+{"name":"crate_2","type":"crate","size":[0.7,0.3,0.4],"position":[0.7,0,0]}]}
+    """
+    objects = [{"name": o["name"], "type": o["type"], "size": o["size"], "position": o["position"]}
+               for o in json.loads(spec.reference)["objects"]]
+    quotes = "".join(size_line(kind, size).removeprefix("- ") + "\n" for kind, size in sizes(spec).items())
+    return quotes + compact({"objects": objects}) + "\n"
+
+
+WARM_START_DRILLS = 2000  # copy drills of size lines in the multi-domain policy's data
+
+
+def warm_start_pairs(per_template: int = WARM_UP_PER_TEMPLATE, drills: int = WARM_START_DRILLS
+                     ) -> list[tuple[str, str]]:
+    """The scene part of the multi-domain policy's warm start: the suite's train layouts and ``per_template`` warm-up
+    ones of each template, each answered by its ``worked_reference``, then ``drills`` copy drills of 2-3 size lines
+    of their prompts.
+
+    >>> pairs = warm_start_pairs(per_template=1, drills=1)
+    >>> len(pairs), pairs[-1][0].startswith("Copy these lines:")
+    (169, True)
+    """
+    train = [spec for spec in specs() if spec.split == "train"] + warm_up_specs(per_template)
+    lines = [size_line(kind, size) for spec in train for kind, size in sizes(spec).items()]
+    return [(spec.prompt, worked_reference(spec)) for spec in train] + copy_drills(lines, drills, "drills-scene", 3)
 
 
 def layouts(per_template: int, seed: int, seen: set) -> list[EnvSpec]:

@@ -1,7 +1,8 @@
 """The ``scene_layouts`` generator: 208 short layouts, stratified into train and eval by difficulty and template;
 every reference satisfies its constraints, a layout moved off its wall, floated or overlapping does not, a train
-answer copied fails every eval env, and the warm-up envs repeat no suite env's types and sizes (admission of the
-whole suite: test_generators.py)."""
+answer copied fails every eval env, the warm-up envs repeat no suite env's types and sizes, and a worked reference
+(warm-start data) quotes the prompt's size lines, then passes as the reference does (admission of the whole suite:
+test_generators.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from collections import Counter
 import pytest
 
 from posttrain.envs.generators.scene_layouts import EVAL_SLOTS, PER_TEMPLATE, TEMPLATES, sizes, specs, \
-    warm_up_specs
+    warm_start_pairs, warm_up_specs, worked_reference
 from posttrain.envs.suite import load_suite
-from posttrain.envs.verifiers.scene import score_on_host
+from posttrain.envs.verifiers.scene import extract_solution, score_on_host
 
 SUITE = "posttrain/envs/suites/scene_layouts"
 ENVS = specs()
@@ -125,3 +126,20 @@ def test_warm_up_envs_repeat_no_suite_envs_types_and_sizes_and_their_references_
     for env in warm_up:
         assert score_on_host(env, env.reference).passed, env.id
 
+
+
+@pytest.mark.unit
+def test_a_worked_reference_quotes_each_types_size_line_then_passes_and_warm_start_pairs_hold_no_eval_env():
+    for env in ENVS:
+        *quotes, layout = worked_reference(env).splitlines()
+        assert [f"- {quote}" for quote in quotes] == [line for line in env.prompt.splitlines()
+                                                     if line.startswith("- ") and "[" in line]
+        assert score_on_host(env, extract_solution(worked_reference(env))).passed, env.id
+        assert sorted(map(str, json.loads(layout)["objects"])) != sorted(map(str, _objects(env)))  # size first
+    pairs = warm_start_pairs(per_template=2, drills=50)
+    prompts = [prompt for prompt, _ in pairs]
+    assert {e.prompt for e in ENVS if e.split == "train"} <= set(prompts)
+    assert not {e.prompt for e in ENVS if e.split == "eval"} & set(prompts)
+    size_lines = {f"- {kind} {json.dumps(size, separators=(',', ':'))}" for env in ENVS + warm_up_specs(2)
+                  for kind, size in sizes(env).items()}
+    assert all(answer in prompt and set(answer.splitlines()) <= size_lines for prompt, answer in pairs[-50:])

@@ -2,7 +2,8 @@
 prompts, files and oracles fit a tiny policy; 176 warm-up envs over names no suite env uses; the committed suite is
 the generator's output. In real bwrap sandboxes: an env of each family in each split passes admission (the oracle
 episode solves its env, the no-op agent and the verifier's cheats fail), agents that hard-code what the task shows
-fail, and the oracle episodes of a sample of warm-up envs solve them while the no-op agent does not."""
+fail, and the oracle episodes of a sample of warm-up envs solve them while the no-op agent does not; copy drills
+(warm-start data) hold lines of train and warm-up workspaces only."""
 
 from __future__ import annotations
 
@@ -100,6 +101,16 @@ def test_warm_up_envs_use_names_no_suite_env_uses():
         assert not set(getattr(terminal_tasks.SUITE_POOLS, kind)) & set(getattr(terminal_tasks.WARM_UP_POOLS, kind))
     suite_keys = {k for keys in terminal_tasks.SUITE_POOLS.sections.values() for k in keys}
     assert not suite_keys & {k for keys in terminal_tasks.WARM_UP_POOLS.sections.values() for k in keys}
+
+
+@pytest.mark.unit
+def test_warm_start_drills_copy_paths_and_lines_of_train_and_warm_up_workspaces_only():
+    drills = terminal_tasks.warm_start_drills(300)
+    seen = {line for env in [e for e in ENVS if e.split == "train"] + WARM_UP
+            for path, text in env.workspace.items() for line in [path, *text.splitlines()]}
+    for prompt, answer in drills:
+        assert prompt == f"Copy these lines:\n{answer}Copy:\n" and 2 <= len(answer.splitlines()) <= 4
+        assert set(answer.splitlines()) <= seen
 
 
 @pytest.mark.unit
