@@ -474,6 +474,9 @@ class DemoPolicyConfig(Validated):
     max_position_embeddings: int = declare(256, low=1)
     sft_steps: int = declare(175, low=0, doc="mid-way through SFT on purpose: ~40% greedy pass@1 on eval, room for RL")
     sft_batch_size: int = declare(16, low=1)
+    sft_length_groups: int = declare(1, low=1,
+                                     doc="batches whose examples are drawn together and sorted by length before "
+                                         "they are cut, so a batch pads to similar lengths; 1: no sorting")
     sft_learning_rate: float = declare(2e-3, low=0, open_low=True,
                                        doc="3e-3 made pass@1 jump between ~0 and ~60% from one step count to the next")
     seed: int = declare(0, doc="seeds the demo policy's initialisation and SFT batches")
@@ -724,10 +727,11 @@ class LoopConfig(Validated):
         agent template serves the episodes."""
         return cls(
             suite=MULTI_DOMAIN_SUITE_REF, policy=DEMO_MULTI_POLICY, iterations=20,
-            rollout=RolloutConfig(max_model_len=1024, max_new_tokens=128, chat_template="none"),
+            # a worked answer quotes its lines first: a three-object layout is up to ~150 tokens of the policy's
+            rollout=RolloutConfig(max_model_len=1024, max_new_tokens=192, chat_template="none"),
             agent=AgentConfig(envs_per_iteration=8, samples_per_env=8, temperature=0.8, max_new_tokens=96,
                               token_budget=512, eval_samples=4),
             train=TrainConfig(micro_batch_size=16, learning_rate=1e-4),
-            eval=EvalConfig(every=5, max_new_tokens=128),
+            eval=EvalConfig(every=5, max_new_tokens=192),
             admission=AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]),
         )

@@ -93,6 +93,32 @@ def _collate(examples: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.
     return input_ids, attention, labels
 
 
+def sft_batches(lengths: Sequence[int], batch: int, groups: int, gen: torch.Generator) -> Iterator[list[int]]:
+    """Endless batches of example indices: the examples in random order, epoch after epoch (an epoch's tail carries
+    into the next); with ``groups`` > 1 each ``groups`` batches' examples are drawn together, sorted by length, cut
+    into batches and handed out in random order, so a batch pads to lengths alike (mixed data: a short statement no
+    longer pads to an agent turn's context).
+
+    >>> gen = torch.Generator().manual_seed(0)
+    >>> grouped = sft_batches([5, 100, 6, 90, 7, 95, 8, 99], 2, 4, gen)
+    >>> [sorted(next(grouped)) for _ in range(4)]   # lengths 99 and 100, 90 and 95, 5 and 6, 7 and 8
+    [[1, 7], [3, 5], [0, 2], [4, 6]]
+    """
+    order: list[int] = []
+    span = batch * groups
+    while True:
+        while len(order) < span:
+            order += torch.randperm(len(lengths), generator=gen).tolist()
+        drawn, order = order[:span], order[span:]
+        if groups == 1:
+            yield drawn
+            continue
+        drawn.sort(key=lambda i: lengths[i])
+        cut = [drawn[start : start + batch] for start in range(0, span, batch)]
+        for k in torch.randperm(groups, generator=gen).tolist():
+            yield cut[k]
+
+
 def build_demo_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -> Path:
     """Train the tokenizer and the model on ``(prompt, reference)`` pairs and write the policy to ``out_dir``."""
     if not pairs:
@@ -120,15 +146,12 @@ def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -
     warmup = max(1, cfg.sft_steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (
         1.0 + math.cos(math.pi * min(1.0, s / max(1, cfg.sft_steps)))))
-    gen = torch.Generator().manual_seed(cfg.seed)
-    order: list[int] = []
+    batches = sft_batches([len(ids) for ids, _ in examples], cfg.sft_batch_size, cfg.sft_length_groups,
+                          torch.Generator().manual_seed(cfg.seed))
     model.train()
     bar = progress(total=cfg.sft_steps, desc="demo policy SFT", unit="step")  # a build takes minutes: say where it is
     for _ in range(cfg.sft_steps):
-        while len(order) < cfg.sft_batch_size:
-            order += torch.randperm(len(examples), generator=gen).tolist()
-        idx, order = order[: cfg.sft_batch_size], order[cfg.sft_batch_size :]
-        input_ids, attention, labels = _collate([examples[i] for i in idx], tokenizer.pad_token_id)
+        input_ids, attention, labels = _collate([examples[i] for i in next(batches)], tokenizer.pad_token_id)
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
