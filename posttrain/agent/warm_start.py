@@ -124,7 +124,14 @@ AGENT_LONG_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embedding
 # files): a 1024-token vocabulary. On the 160 finance and 160 scene train pairs (listed 3 times) it learned their
 # answers and not to read them (3200 steps: 23 of 24 finance train answers right, 0 of 24 eval; scene 13 and 0), so
 # each of those suites adds 1000 warm-up envs over other numbers (docs/multi-domain.md).
-MULTI_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=1024, sft_steps=3200, sft_batch_size=8)
+MULTI_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=1024, sft_steps=3000, sft_batch_size=32,
+                                    sft_length_groups=16)
+
+
+def call(name: str) -> list:
+    """What the function ``module:function`` returns, called without arguments."""
+    module, function = name.split(":")
+    return getattr(importlib.import_module(module), function)()
 
 
 @dataclass(frozen=True)
@@ -133,21 +140,23 @@ class Recipe:
     the ``warm_up`` functions (``module:function``, called on use) make for warm-start data only, run under ``agent``
     (the context budget of the runs the policy is meant for, so the contexts it learns from are compressed where
     theirs will be), plus the ``(prompt, reference)`` pairs of the train splits of the ``single_turn`` suites and of
-    the single-turn warm-up envs, through the demo recipe with ``cfg``."""
+    the single-turn warm-up envs, and the ``(prompt, answer)`` pairs the ``pairs`` functions make (worked references,
+    copy drills), through the demo recipe with ``cfg``."""
 
     suite: str
     warm_up: tuple[str, ...]
     cfg: DemoPolicyConfig
     agent: AgentConfig = field(default_factory=lambda: AgentConfig(temperature=0.0))
     single_turn: tuple[str, ...] = (DEMO_SUITE,)
+    pairs: tuple[str, ...] = ()
 
     def warm_up_envs(self) -> list[EnvSpec]:
         """The envs of every ``warm_up`` function: agent ones become oracle episodes, single-turn ones pairs."""
-        envs = []
-        for name in self.warm_up:
-            module, function = name.split(":")
-            envs += getattr(importlib.import_module(module), function)()
-        return envs
+        return [env for name in self.warm_up for env in call(name)]
+
+    def made_pairs(self) -> list[tuple[str, str]]:
+        """The pairs of every ``pairs`` function, function by function."""
+        return [tuple(pair) for name in self.pairs for pair in call(name)]
 
     def single_turn_pairs(self) -> list[tuple[str, str]]:
         """The single-turn train pairs of every ``single_turn`` suite, suite by suite."""
@@ -176,11 +185,11 @@ RECIPES = {
     DEMO_AGENT_LONG_POLICY: Recipe(REGRESSION_HUNT_SUITE, ("posttrain.envs.generators.regression_hunt:warm_up_specs",),
                                    AGENT_LONG_POLICY_CFG,
                                    AgentConfig(temperature=0.0, context_budget=AGENT_LONG_CONTEXT_BUDGET)),
-    DEMO_MULTI_POLICY: Recipe(str(SUITES / "terminal_tasks"),
-                              tuple(f"posttrain.envs.generators.{name}:warm_up_specs" for name in
-                                    ("terminal_tasks", "finance_facts", "scene_layouts")),
-                              MULTI_POLICY_CFG, single_turn=tuple(str(SUITES / name) for name in
-                                                                  ("demo_python", "finance_facts", "scene_layouts"))),
+    DEMO_MULTI_POLICY: Recipe(str(SUITES / "terminal_tasks"), ("posttrain.envs.generators.terminal_tasks:warm_up_specs",),
+                              MULTI_POLICY_CFG, single_turn=(DEMO_SUITE,),
+                              pairs=tuple(f"posttrain.envs.generators.{name}" for name in
+                                          ("finance_facts:warm_start_pairs", "scene_layouts:warm_start_pairs",
+                                           "terminal_tasks:warm_start_drills"))),
 }
 
 
@@ -206,12 +215,16 @@ def main_agent_policy(out_dir: str | os.PathLike, recipe: Recipe = RECIPES[DEMO_
                                                     sort_keys=True).encode()).hexdigest(),
                "agent_config": episode_settings(agent_cfg),
                "template": hashlib.sha256(AGENT_TEMPLATE.encode()).hexdigest()}
+    made = recipe.made_pairs()
+    if made:  # a recipe without them keeps the sources its cached policies were built from
+        sources["pairs"] = hashlib.sha256(json.dumps(made).encode()).hexdigest()
     with building(out_dir):
         if built_from(out_dir, recipe.cfg, sources):
             return Path(out_dir)
         train = [e for e in load_suite(recipe.suite).envs if e.split == "train" and e.kind == "agent" and e.oracle]
         train += [e for e in warm_up if e.kind == "agent"]
-        single = recipe.single_turn_pairs() + [(e.prompt, e.reference) for e in warm_up if e.kind == "single_turn"]
+        single = (recipe.single_turn_pairs() + [(e.prompt, e.reference) for e in warm_up if e.kind == "single_turn"]
+                  + made)
         texts = [t for pair in single for t in pair] + [t for e in train for t in (e.prompt, *visible_files(e))]
         scratch = ChatFormat(train_tokenizer(texts, recipe.cfg.vocab_size), tool_specs(agent_cfg.tools), AGENT_TEMPLATE)
         box = make_sandbox(sandbox_cfg or SandboxConfig())

@@ -83,22 +83,38 @@ def test_each_named_demo_agent_policy_has_a_recipe_and_its_own_folder(monkeypatc
     assert long.agent.context_budget == LoopConfig.agent_long_demo().agent.context_budget  # trained as it will run
     assert {e.id.split("/")[0] for e in long.warm_up_envs()} == {"regression_hunt"}
     multi = RECIPES["demo-multi"]
-    assert [Path(suite).name for suite in multi.single_turn] == ["demo_python", "finance_facts", "scene_layouts"]
+    assert [Path(suite).name for suite in multi.single_turn] == ["demo_python"]
     assert Path(multi.suite).name == "terminal_tasks"
     assert LoopConfig.multi_domain_demo().rollout.chat_template == "none"  # single-turn pairs are raw prompts
-    warm_up_domains = {env.id.split("/")[0] for env in multi.warm_up_envs()}
-    assert warm_up_domains == {"terminal_tasks", "finance_facts", "scene_layouts"}
+    assert {env.id.split("/")[0] for env in multi.warm_up_envs()} == {"terminal_tasks"}
+
+
+SUITES = Path("posttrain/envs/suites")
 
 
 @pytest.mark.unit
-def test_the_multi_domain_recipe_trains_on_each_single_turn_suites_train_pairs_never_an_eval_one():
+def test_the_multi_domain_recipe_trains_on_every_domains_train_envs_never_an_eval_one():
+    """Code as the suite's train pairs; finance and scenes as every train env's prompt with a worked reference (its
+    lines quoted, then the answer the verifier passes), and more of them; copy drills; terminal episodes elsewhere."""
+    from posttrain.envs.verifiers import get_verifier
+
     recipe = RECIPES["demo-multi"]
-    pairs = recipe.single_turn_pairs()
-    for suite in recipe.single_turn:
-        envs = load_suite(suite).envs
+    code = recipe.single_turn_pairs()
+    made = dict(recipe.made_pairs())
+    for suite, pairs in (("demo_python", dict(code)), ("finance_facts", made), ("scene_layouts", made)):
+        envs = load_suite(SUITES / suite).envs
         train = [env for env in envs if env.split == "train"]
         assert len(train) >= 150 and sum(env.split == "eval" for env in envs) >= 40
-        assert {(env.prompt, env.reference) for env in train} <= set(pairs)
-        assert not {env.prompt for env in envs if env.split == "eval"} & {prompt for prompt, _ in pairs}
-    assert len(pairs) == sum(sum(env.split == "train" for env in load_suite(suite).envs)
-                             for suite in recipe.single_turn)
+        assert {env.prompt for env in train} <= set(pairs)
+        assert not {env.prompt for env in envs if env.split == "eval"} & set(pairs)
+        if suite == "demo_python":
+            assert all(pairs[env.prompt] == env.reference for env in train)
+            continue
+        verifier = get_verifier(envs[0].verifier["kind"])
+        for env in train[::10]:
+            worked = pairs[env.prompt]
+            assert worked != env.reference and verifier.score_on_host(env, verifier.extract_solution(worked)).passed
+            assert all(line.strip("- ") in env.prompt for line in worked.splitlines()[:-1])  # quotes of the prompt
+    drills = [prompt for prompt in made if prompt.startswith("Copy these lines:")]
+    assert len(drills) >= 6000 and all(made[prompt] in prompt for prompt in drills)
+    assert len(made) > 3 * len(code)
