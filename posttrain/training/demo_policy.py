@@ -119,19 +119,22 @@ def sft_batches(lengths: Sequence[int], batch: int, groups: int, gen: torch.Gene
             yield cut[k]
 
 
-def build_demo_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -> Path:
-    """Train the tokenizer and the model on ``(prompt, reference)`` pairs and write the policy to ``out_dir``."""
+def build_demo_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]],
+                      snapshots: Sequence[int] = ()) -> Path:
+    """Train the tokenizer and the model on ``(prompt, reference)`` pairs and write the policy to ``out_dir``; after
+    each step in ``snapshots`` also write the model as it is then to ``<out_dir>-step<N>`` (a whole policy directory
+    but for its meta: how far into the build a skill appears, ``benchmarks/warm_start_curve.py``)."""
     if not pairs:
         raise ValueError("build_demo_policy: no (prompt, reference) pairs to train on")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: the same reduction order, hence the same weights, on any machine
     try:
-        return _build(Path(out_dir), cfg, pairs)
+        return _build(Path(out_dir), cfg, pairs, set(snapshots))
     finally:
         torch.set_num_threads(threads)
 
 
-def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -> Path:
+def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]], snapshots: set[int]) -> Path:
     from transformers import LlamaForCausalLM, set_seed
 
     clock = timed()
@@ -150,7 +153,7 @@ def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -
                           torch.Generator().manual_seed(cfg.seed))
     model.train()
     bar = progress(total=cfg.sft_steps, desc="demo policy SFT", unit="step")  # a build takes minutes: say where it is
-    for _ in range(cfg.sft_steps):
+    for step in range(1, cfg.sft_steps + 1):
         input_ids, attention, labels = _collate([examples[i] for i in next(batches)], tokenizer.pad_token_id)
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         loss.backward()
@@ -159,15 +162,22 @@ def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]]) -
         sched.step()
         optim.zero_grad(set_to_none=True)
         bar.update(1)
+        if step in snapshots:
+            snapshot = {"version": 0, "snapshot_of": str(out), "snapshot_step": step, "sft_loss": float(loss.detach())}
+            _write(Path(f"{out}-step{step}"), model, tokenizer, snapshot)
     bar.close()
+    meta = {"version": 0, "demo_policy": asdict(cfg), "num_pairs": len(pairs), "pairs_sha256": _digest(pairs),
+            "final_sft_loss": float(loss.detach()),
+            "build_seconds": round(clock.seconds, 1)}
+    return _write(out, model, tokenizer, meta)
+
+
+def _write(out: Path, model, tokenizer, meta: dict) -> Path:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     model.save_pretrained(out, safe_serialization=True)  # fp32; vLLM casts to bf16 on load
     tokenizer.save_pretrained(out)
-    meta = {"version": 0, "demo_policy": asdict(cfg), "num_pairs": len(pairs), "pairs_sha256": _digest(pairs),
-            "final_sft_loss": float(loss.detach()),
-            "build_seconds": round(clock.seconds, 1)}
     (out / POLICY_META).write_text(json.dumps(meta, indent=2))  # written last: marks the dir complete
     return out
 

@@ -1,5 +1,6 @@
 """The demo policy build is seeded and single-threaded: the same config gives byte-identical weights; its tokenizer,
-trained on the train split, covers the eval split; batches grouped by length still see every example once an epoch
+trained on the train split, covers the eval split; a snapshot mid-build is a loadable policy and leaves the
+build's weights unchanged; batches grouped by length still see every example once an epoch
 and pad far less than random ones."""
 
 from __future__ import annotations
@@ -35,12 +36,16 @@ def test_sft_batches_see_every_example_once_an_epoch_and_grouping_cuts_padding(g
     assert (padded < 1.5 * sum(lengths)) == (groups > 1)
 
 
-def test_demo_policy_build_is_deterministic_and_loadable(tmp_path):
+def test_demo_policy_build_is_deterministic_and_loadable_and_snapshots_leave_it_unchanged(tmp_path):
     pairs = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
     cfg = replace(DemoPolicyConfig(), sft_steps=4)
     first = build_demo_policy(tmp_path / "a", cfg, pairs)
-    second = build_demo_policy(tmp_path / "b", cfg, pairs)
+    second = build_demo_policy(tmp_path / "b", cfg, pairs, snapshots=[2])
     assert _weights_sha(first) == _weights_sha(second)
+    snapshot = tmp_path / "b-step2"
+    assert check_policy_dir(snapshot) == snapshot and _weights_sha(snapshot) != _weights_sha(second)
+    assert build_demo_policy(tmp_path / "c", replace(cfg, sft_steps=2), pairs) and \
+        _weights_sha(tmp_path / "c") != _weights_sha(snapshot)  # a snapshot is mid-schedule, not a shorter build
     assert check_policy_dir(first) == first
     assert policy_version(first) == 0
     other = build_demo_policy(tmp_path / "c", replace(cfg, seed=1), pairs)
