@@ -83,15 +83,18 @@ def oracle_pairs(envs: Sequence[EnvSpec], oracles: Sequence[list], fmt: ChatForm
 
 
 def build_agent_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, single_turn: Sequence[tuple[str, str]],
-                       agent_turns: Sequence[tuple[str, str]], sources: dict | None = None) -> Path:
-    """The demo recipe on both kinds of pairs; the tokenizer of the result carries ``AGENT_TEMPLATE``. ``sources``
-    (what the pairs were made from) is recorded in the policy's meta, for ``main_agent_policy``'s cache check."""
+                       agent_turns: Sequence[tuple[str, str]], sources: dict | None = None,
+                       snapshots: Sequence[int] = ()) -> Path:
+    """The demo recipe on both kinds of pairs; the tokenizer of the result (and of each of the build's
+    ``snapshots``) carries ``AGENT_TEMPLATE``. ``sources`` (what the pairs were made from) is recorded in the
+    policy's meta, for ``main_agent_policy``'s cache check."""
     from transformers import AutoTokenizer
 
-    out = build_demo_policy(out_dir, cfg, [*single_turn, *agent_turns])
-    tokenizer = AutoTokenizer.from_pretrained(out)
-    tokenizer.chat_template = AGENT_TEMPLATE
-    tokenizer.save_pretrained(out)
+    out = build_demo_policy(out_dir, cfg, [*single_turn, *agent_turns], snapshots)
+    for folder in [out, *(Path(f"{out}-step{step}") for step in snapshots)]:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        tokenizer.chat_template = AGENT_TEMPLATE
+        tokenizer.save_pretrained(folder)
     meta = out / POLICY_META
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "agent_turns": len(agent_turns),
                                 "sources": sources or {}}, indent=2))
@@ -121,9 +124,9 @@ AGENT_POLICY_CFG = DemoPolicyConfig(vocab_size=512, max_position_embeddings=1024
 AGENT_LONG_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=2048, sft_steps=2000,
                                          sft_batch_size=8)
 # The multi-domain policy reads four kinds of text (Python, financial statements, scene JSON, shell and config
-# files): a 1024-token vocabulary. On the 160 finance and 160 scene train pairs (listed 3 times) it learned their
-# answers and not to read them (3200 steps: 23 of 24 finance train answers right, 0 of 24 eval; scene 13 and 0), so
-# each of those suites adds 1000 warm-up envs over other numbers (docs/multi-domain.md).
+# files): a 1024-token vocabulary. Plain answers to the finance and scene envs were learnt by heart and never read
+# (0 of 24 eval at any budget tried); answers that quote their lines first, with copy drills, at batch 32 are read
+# (docs/multi-domain.md). Batches grouped by length: a drill no longer pads to an agent turn's context.
 MULTI_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=1024, sft_steps=3000, sft_batch_size=32,
                                     sft_length_groups=16)
 
@@ -141,7 +144,8 @@ class Recipe:
     (the context budget of the runs the policy is meant for, so the contexts it learns from are compressed where
     theirs will be), plus the ``(prompt, reference)`` pairs of the train splits of the ``single_turn`` suites and of
     the single-turn warm-up envs, and the ``(prompt, answer)`` pairs the ``pairs`` functions make (worked references,
-    copy drills), through the demo recipe with ``cfg``."""
+    copy drills), through the demo recipe with ``cfg``; each episode turn listed ``agent_repeats`` times (the turns'
+    weight beside many single-turn pairs)."""
 
     suite: str
     warm_up: tuple[str, ...]
@@ -149,6 +153,7 @@ class Recipe:
     agent: AgentConfig = field(default_factory=lambda: AgentConfig(temperature=0.0))
     single_turn: tuple[str, ...] = (DEMO_SUITE,)
     pairs: tuple[str, ...] = ()
+    agent_repeats: int = 1
 
     def warm_up_envs(self) -> list[EnvSpec]:
         """The envs of every ``warm_up`` function: agent ones become oracle episodes, single-turn ones pairs."""
@@ -185,16 +190,17 @@ RECIPES = {
     DEMO_AGENT_LONG_POLICY: Recipe(REGRESSION_HUNT_SUITE, ("posttrain.envs.generators.regression_hunt:warm_up_specs",),
                                    AGENT_LONG_POLICY_CFG,
                                    AgentConfig(temperature=0.0, context_budget=AGENT_LONG_CONTEXT_BUDGET)),
-    DEMO_MULTI_POLICY: Recipe(str(SUITES / "terminal_tasks"), ("posttrain.envs.generators.terminal_tasks:warm_up_specs",),
-                              MULTI_POLICY_CFG, single_turn=(DEMO_SUITE,),
+    DEMO_MULTI_POLICY: Recipe(str(SUITES / "terminal_tasks"),
+                              ("posttrain.envs.generators.terminal_tasks:warm_up_specs",), MULTI_POLICY_CFG,
+                              single_turn=(), agent_repeats=4,
                               pairs=tuple(f"posttrain.envs.generators.{name}" for name in
-                                          ("finance_facts:warm_start_pairs", "scene_layouts:warm_start_pairs",
-                                           "terminal_tasks:warm_start_drills"))),
+                                          ("demo_python:warm_start_pairs", "finance_facts:warm_start_pairs",
+                                           "scene_layouts:warm_start_pairs", "terminal_tasks:warm_start_drills"))),
 }
 
 
 def main_agent_policy(out_dir: str | os.PathLike, recipe: Recipe = RECIPES[DEMO_AGENT_POLICY],
-                      sandbox_cfg: SandboxConfig | None = None) -> Path:
+                      sandbox_cfg: SandboxConfig | None = None, snapshots: Sequence[int] = ()) -> Path:
     """Build the demo agent policy of ``recipe`` into ``out_dir`` unless one built from the same sources (suite
     digests, warm-up envs, the agent settings its episodes run under (``episode_settings``), template,
     ``recipe.cfg``) is there: the oracle episodes of the recipe's suite's train split and of its warm-up envs as
@@ -202,7 +208,8 @@ def main_agent_policy(out_dir: str | os.PathLike, recipe: Recipe = RECIPES[DEMO_
     default recipe's 1200 steps; a cached policy is found without running the oracle episodes. The episodes run
     under ``recipe.agent`` with a scratch tokenizer's token counts (trained on the single-turn pairs and the envs'
     prompts and visible files, of the recipe's vocabulary size), so their contexts are compressed about where the
-    policy's will be under the same ``context_budget``."""
+    policy's will be under the same ``context_budget``. ``snapshots``: steps after which a fresh build also writes
+    the model as it is then (``build_demo_policy``)."""
     from posttrain.envs.suite import load_suite, suite_digest
     from posttrain.sandbox import make_sandbox
     from posttrain.training.demo_policy import building, train_tokenizer
@@ -215,6 +222,8 @@ def main_agent_policy(out_dir: str | os.PathLike, recipe: Recipe = RECIPES[DEMO_
                                                     sort_keys=True).encode()).hexdigest(),
                "agent_config": episode_settings(agent_cfg),
                "template": hashlib.sha256(AGENT_TEMPLATE.encode()).hexdigest()}
+    if recipe.agent_repeats != 1:
+        sources["agent_repeats"] = recipe.agent_repeats
     made = recipe.made_pairs()
     if made:  # a recipe without them keeps the sources its cached policies were built from
         sources["pairs"] = hashlib.sha256(json.dumps(made).encode()).hexdigest()
@@ -232,4 +241,4 @@ def main_agent_policy(out_dir: str | os.PathLike, recipe: Recipe = RECIPES[DEMO_
             pairs = oracle_pairs(train, [e.oracle for e in train], scratch, box, agent_cfg)
         finally:
             box.close()
-        return build_agent_policy(out_dir, recipe.cfg, single, pairs, sources)
+        return build_agent_policy(out_dir, recipe.cfg, single, pairs * recipe.agent_repeats, sources, snapshots)

@@ -191,5 +191,20 @@ def specs() -> list[EnvSpec]:
     return [to_spec(task, split) for task, split in zip(tasks, splits(tasks), strict=True)]
 
 
+WARM_START_EVERY = 4  # the multi-domain policy's code pairs: every 4th train env
+
+
+def warm_start_pairs(every: int = WARM_START_EVERY) -> list[tuple[str, str]]:
+    """The code part of the multi-domain policy's warm start: every ``every``-th train env's ``(prompt, reference)``.
+    A subset on purpose, as the demo policy stops mid-way: trained on all 307 beside the other domains' worked
+    references and copy drills, that policy solved all 103 eval envs greedily at v0, leaving RL nothing to show.
+
+    >>> pairs = warm_start_pairs()
+    >>> len(pairs), pairs[0][0]
+    (77, '# Write a function add_2(x) that returns x plus 2.\\n')
+    """
+    return [(env.prompt, env.reference) for env in specs() if env.split == "train"][::every]
+
+
 if __name__ == "__main__":
     sys.exit(generator_main(sys.argv[1:], "posttrain.envs.generators.demo_python", specs, HEADER))

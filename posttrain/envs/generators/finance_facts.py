@@ -324,7 +324,8 @@ def warm_start_pairs(warm_up: int = WARM_START_STATEMENTS, drills: int = WARM_ST
     """
     train = [s for s in statements() if s.split == "train"] + warm_up_statements(warm_up)
     lines = [item_line(s, item) for s in train for item in s.shown]
-    return [(to_spec(s).prompt, worked_reference(s)) for s in train] + copy_drills(lines, drills, "drills-finance_facts")
+    worked = [(to_spec(s).prompt, worked_reference(s)) for s in train]
+    return worked + copy_drills(lines, drills, "drills-finance_facts")
 
 
 if __name__ == "__main__":
