@@ -11,6 +11,7 @@ version, in a run of <= 25 min; and no domain ends more than 0.03 below the run 
 
     python benchmarks/multi_domain.py                      # the multi-domain run, then the four single-domain ones
     python benchmarks/multi_domain.py --runs multi_domain  # one of them (comma-separated suite names)
+    python benchmarks/multi_domain.py --policy /tmp/curve/policy-step2000   # from another warm start
 
 The last line printed is one JSON object.
 """
@@ -69,8 +70,11 @@ def summary(curves: dict[str, dict[int, dict[str, float]]]) -> dict[str, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", default=",".join(SUITES), help="suites to run the preset on (comma-separated)")
+    parser.add_argument("--policy", help="the starting policy (default: the preset's, the demo-multi recipe's)")
     args = parser.parse_args()
     preset = asdict(LoopConfig.multi_domain_demo())
+    if args.policy:
+        preset["policy"] = str(Path(args.policy).resolve())
     runs = {}
     for suite in args.runs.split(","):
         work = Path(tempfile.mkdtemp(prefix=f"bench-multi-{suite}-"))

@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recipe", default=DEMO_AGENT_POLICY, choices=sorted(DEMO_AGENT_POLICIES),
                    help="demo-agent: agent_repo and its warm-up envs; demo-agent-long: the regression hunts and "
                         "warm-up hunts of other functions, under a 384-token context budget; demo-multi: the "
-                        "terminal tasks plus the code, finance and scene train pairs, and warm-up envs of all but code")
+                        "terminal tasks' episodes, a quarter of the code train pairs, finance statements and scene "
+                        "layouts answered by worked references, and copy drills")
     p.set_defaults(func=_agent_policy)
     p = sub.add_parser("admit", help="admit a suite: per-env verdicts with reason codes, per-check statistics")
     p.add_argument("suite")
