@@ -120,11 +120,10 @@ def finance_facts_data(warm_up: int, drills: int) -> tuple[list[tuple[str, str]]
     and 30 unseen drills."""
     from posttrain.envs.generators import finance_facts as ff
 
-    suite = ff.statements()
-    lines = [ff.item_line(s, item) for s in [s for s in suite if s.split == "train"] + ff.warm_up_statements(warm_up)
-             for item in s.shown]
+    lines = ff.item_lines(ff.warm_start_statements(warm_up))
     unseen = [copy_drills(lines, 1, -1 - n)[0] for n in range(30)]
-    return ff.warm_start_pairs(warm_up, drills), [ff.to_spec(s) for s in suite if s.split == "eval"], unseen
+    evals = [ff.to_spec(s) for s in ff.statements() if s.split == "eval"]
+    return ff.warm_start_pairs(warm_up, drills), evals, unseen
 
 
 def completions(policy_dir: str, prompts: list[str], max_new_tokens: int = 64) -> list[str]:

@@ -6,14 +6,15 @@ This builds the recipe once, writing snapshots of the model at the steps asked, 
 final policy) greedily, per domain, on the eval split of its suite:
 
 - single-turn suites: pass@1 of the greedy completion of the raw prompt (Hugging Face ``generate``, the env's own
-  verifier on the host);
+  verifier in a sandbox, as the loop verifies);
 - the agent suite: the fraction of the oracle episodes' turns whose call the policy writes exactly, given the
   oracle's context up to that turn (teacher-forced: a turn-level view of what the episodes need).
 
     python benchmarks/warm_start_curve.py --snapshots 1000,1500,2000,2500          # demo-multi, its 3000 steps
     python benchmarks/warm_start_curve.py --policy .posttrain/multi-policy           # score one built policy
 
-A build takes the recipe's time (27 min for demo-multi on one core here); scoring ~3 min a snapshot. The last line
+A build takes the recipe's time (demo-multi: 27-40 min on one core here, beside other work); scoring ~3 min a
+snapshot. The last line
 printed is one JSON object.
 """
 

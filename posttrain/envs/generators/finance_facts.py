@@ -322,10 +322,19 @@ def warm_start_pairs(warm_up: int = WARM_START_STATEMENTS, drills: int = WARM_ST
     >>> len(pairs), pairs[-1][0].startswith("Copy these lines:")
     (162, True)
     """
-    train = [s for s in statements() if s.split == "train"] + warm_up_statements(warm_up)
-    lines = [item_line(s, item) for s in train for item in s.shown]
+    train = warm_start_statements(warm_up)
     worked = [(to_spec(s).prompt, worked_reference(s)) for s in train]
-    return worked + copy_drills(lines, drills, "drills-finance_facts")
+    return worked + copy_drills(item_lines(train), drills, "drills-finance_facts")
+
+
+def warm_start_statements(warm_up: int = WARM_START_STATEMENTS) -> list[Statement]:
+    """The statements ``warm_start_pairs`` answers: the suite's train ones, then ``warm_up`` warm-up ones."""
+    return [s for s in statements() if s.split == "train"] + warm_up_statements(warm_up)
+
+
+def item_lines(shown: list[Statement]) -> list[str]:
+    """Every shown item's line of each statement, as the statement gives it: what the copy drills copy."""
+    return [item_line(s, item) for s in shown for item in s.shown]
 
 
 if __name__ == "__main__":
