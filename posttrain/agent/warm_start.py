@@ -88,13 +88,7 @@ def build_agent_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, single
     """The demo recipe on both kinds of pairs; the tokenizer of the result (and of each of the build's
     ``snapshots``) carries ``AGENT_TEMPLATE``. ``sources`` (what the pairs were made from) is recorded in the
     policy's meta, for ``main_agent_policy``'s cache check."""
-    from transformers import AutoTokenizer
-
-    out = build_demo_policy(out_dir, cfg, [*single_turn, *agent_turns], snapshots)
-    for folder in [out, *(Path(f"{out}-step{step}") for step in snapshots)]:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        tokenizer.chat_template = AGENT_TEMPLATE
-        tokenizer.save_pretrained(folder)
+    out = build_demo_policy(out_dir, cfg, [*single_turn, *agent_turns], snapshots, AGENT_TEMPLATE)
     meta = out / POLICY_META
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "agent_turns": len(agent_turns),
                                 "sources": sources or {}}, indent=2))

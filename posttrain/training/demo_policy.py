@@ -120,26 +120,31 @@ def sft_batches(lengths: Sequence[int], batch: int, groups: int, gen: torch.Gene
 
 
 def build_demo_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]],
-                      snapshots: Sequence[int] = ()) -> Path:
+                      snapshots: Sequence[int] = (), chat_template: str | None = None) -> Path:
     """Train the tokenizer and the model on ``(prompt, reference)`` pairs and write the policy to ``out_dir``; after
     each step in ``snapshots`` also write the model as it is then to ``<out_dir>-step<N>`` (a whole policy directory
-    but for its meta: how far into the build a skill appears, ``benchmarks/warm_start_curve.py``)."""
+    but for its meta: how far into the build a skill appears, ``benchmarks/warm_start_curve.py``). Every policy
+    written carries ``chat_template`` in its tokenizer when one is given, so a snapshot serves agent episodes as
+    soon as it is written, whether or not the build finishes."""
     if not pairs:
         raise ValueError("build_demo_policy: no (prompt, reference) pairs to train on")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: the same reduction order, hence the same weights, on any machine
     try:
-        return _build(Path(out_dir), cfg, pairs, set(snapshots))
+        return _build(Path(out_dir), cfg, pairs, set(snapshots), chat_template)
     finally:
         torch.set_num_threads(threads)
 
 
-def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]], snapshots: set[int]) -> Path:
+def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]], snapshots: set[int],
+           chat_template: str | None) -> Path:
     from transformers import LlamaForCausalLM, set_seed
 
     clock = timed()
     set_seed(cfg.seed)
     tokenizer = train_tokenizer([t for pair in pairs for t in pair], cfg.vocab_size)
+    if chat_template:
+        tokenizer.chat_template = chat_template
     model = LlamaForCausalLM(_model_config(cfg, tokenizer))
     examples = _sft_examples(tokenizer, pairs)
     too_long = [i for i, (ids, _) in enumerate(examples) if len(ids) > cfg.max_position_embeddings]

@@ -6,6 +6,7 @@ and pad far less than random ones."""
 from __future__ import annotations
 
 import pytest
+from transformers import AutoTokenizer
 
 import hashlib
 from dataclasses import replace
@@ -40,10 +41,14 @@ def test_demo_policy_build_is_deterministic_and_loadable_and_snapshots_leave_it_
     pairs = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"]
     cfg = replace(DemoPolicyConfig(), sft_steps=4)
     first = build_demo_policy(tmp_path / "a", cfg, pairs)
-    second = build_demo_policy(tmp_path / "b", cfg, pairs, snapshots=[2])
+    template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    second = build_demo_policy(tmp_path / "b", cfg, pairs, snapshots=[2], chat_template=template)
     assert _weights_sha(first) == _weights_sha(second)
     snapshot = tmp_path / "b-step2"
     assert check_policy_dir(snapshot) == snapshot and _weights_sha(snapshot) != _weights_sha(second)
+    # the template is in every folder the build writes, the snapshot too: it serves agent episodes as it is
+    assert [AutoTokenizer.from_pretrained(folder).chat_template for folder in (first, second, snapshot)] == \
+        [None, template, template]
     assert build_demo_policy(tmp_path / "c", replace(cfg, sft_steps=2), pairs) and \
         _weights_sha(tmp_path / "c") != _weights_sha(snapshot)  # a snapshot is mid-schedule, not a shorter build
     assert check_policy_dir(first) == first
