@@ -48,6 +48,18 @@ def loop_config(iterations: int, precision: str) -> dict:
             "rollout": {"dtype": dtype}, "train": {"precision": precision}}
 
 
+def merged(base: dict, override: dict) -> dict:
+    """``base`` with ``override``'s keys replaced, nested dicts merged key by key.
+
+    >>> merged({"train": {"learning_rate": 1e-4, "epochs": 1}, "iterations": 20}, {"train": {"learning_rate": 2e-4}})
+    {'train': {'learning_rate': 0.0002, 'epochs': 1}, 'iterations': 20}
+    """
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def run_loop(work: Path, cfg: dict) -> tuple[float, str]:
     """Run ``rl_loop`` with ``cfg`` (a ``--cfg`` dict) into ``work``'s fresh MLflow store; its wall seconds and the
     tracking URI."""

@@ -12,6 +12,7 @@ version, in a run of <= 25 min; and no domain ends more than 0.03 below the run 
     python benchmarks/multi_domain.py                      # the multi-domain run, then the four single-domain ones
     python benchmarks/multi_domain.py --runs multi_domain  # one of them (comma-separated suite names)
     python benchmarks/multi_domain.py --policy /tmp/curve/policy-step2000   # from another warm start
+    python benchmarks/multi_domain.py --runs multi_domain --cfg '{"train": {"learning_rate": 2e-4}}'
 
 The last line printed is one JSON object.
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # loop.py, when run from elsewhere
 
-from loop import run_loop  # noqa: E402
+from loop import merged, run_loop  # noqa: E402
 
 from posttrain.config import LoopConfig  # noqa: E402
 
@@ -71,8 +72,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", default=",".join(SUITES), help="suites to run the preset on (comma-separated)")
     parser.add_argument("--policy", help="the starting policy (default: the preset's, the demo-multi recipe's)")
+    parser.add_argument("--cfg", default="{}", help="loop settings (JSON) merged over the preset's, in every run")
     args = parser.parse_args()
-    preset = asdict(LoopConfig.multi_domain_demo())
+    preset = merged(asdict(LoopConfig.multi_domain_demo()), json.loads(args.cfg))
     if args.policy:
         preset["policy"] = str(Path(args.policy).resolve())
     runs = {}

@@ -268,14 +268,6 @@ def means(rows: list[dict]) -> dict:
     return {side: {name: mean(f"{side}_{name}") for name in ("greedy", "sampled")} for side in ("posttrain", "trl")}
 
 
-def merged(base: dict, override: dict) -> dict:
-    """``base`` with ``override``'s keys replaced, nested dicts merged key by key."""
-    out = dict(base)
-    for key, value in override.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=960.0, help="TRL's training seconds")
@@ -303,7 +295,7 @@ def main() -> None:
     loop_wall_s = None
     uri = args.mlflow_uri
     if uri is None:
-        cfg = merged({"iterations": args.iterations, "eval": {"every": args.eval_every},
+        cfg = loop.merged({"iterations": args.iterations, "eval": {"every": args.eval_every},
                       "admission": {"checks": ["consistency"]}}, json.loads(args.cfg))
         loop_wall_s, uri = loop.run_loop(work, cfg)
     run_id, versions = loop_versions(uri, args.run_id)

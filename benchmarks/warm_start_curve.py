@@ -3,7 +3,7 @@ that reads its envs but leaves room: a build that converges solves every env it 
 multi-domain policy's first fully converged build: code 103 of 103 eval envs greedily, finance 30 of 48, every one
 its formula-free envs, scenes 26 of 48, the templates that need no addition), and its RL run then gained nothing.
 This builds the recipe once, writing snapshots of the model at the steps asked, and scores each snapshot (and the
-final policy) greedily, per domain, on the eval split of its suite:
+final policy) greedily, per domain, on the eval split of its suite (``--split train``: the train split):
 
 - single-turn suites: pass@1 of the greedy completion of the raw prompt (Hugging Face ``generate``, the env's own
   verifier in a sandbox, as the loop verifies);
@@ -80,7 +80,9 @@ def main() -> None:
     parser.add_argument("--recipe", default=DEMO_MULTI_POLICY, choices=sorted(RECIPES))
     parser.add_argument("--snapshots", default="", help="comma-separated SFT steps to snapshot and score")
     parser.add_argument("--policy", help="score this built policy instead of building the recipe's")
-    parser.add_argument("--suite", default=MULTI_DOMAIN_SUITE_REF, help="whose eval split is scored")
+    parser.add_argument("--suite", default=MULTI_DOMAIN_SUITE_REF, help="whose envs are scored")
+    parser.add_argument("--split", default="eval", choices=("eval", "train"),
+                        help="which split: train shows what the warm start learnt by heart of RL's train envs")
     parser.add_argument("--out", help="where to build (default: a fresh folder under /tmp)")
     args = parser.parse_args()
     recipe = RECIPES[args.recipe]
@@ -91,9 +93,9 @@ def main() -> None:
         out = Path(args.out or tempfile.mkdtemp(prefix="warm-start-curve-")) / "policy"
         main_agent_policy(out, recipe, snapshots=steps)
         policies = {**{str(step): f"{out}-step{step}" for step in steps}, str(recipe.cfg.sft_steps): str(out)}
-    evals = [env for env in load_suite(local_copy(args.suite)).envs if env.split == "eval"]
-    single = [env for env in evals if env.kind == "single_turn"]
-    agent = [env for env in evals if env.kind == "agent" and env.oracle]
+    scored = [env for env in load_suite(local_copy(args.suite)).envs if env.split == args.split]
+    single = [env for env in scored if env.kind == "single_turn"]
+    agent = [env for env in scored if env.kind == "agent" and env.oracle]
     pairs = turn_pairs_of(next(iter(policies.values())), agent, recipe) if agent else []
     report = {}
     for step, policy in policies.items():
@@ -101,7 +103,8 @@ def main() -> None:
         if pairs:
             report[step]["agent_turns_exact"] = exact_turns(policy, pairs)
         print(f"{step:>6}: {report[step]}", flush=True)
-    print(json.dumps({"recipe": args.recipe, "suite": args.suite, "eval_envs": len(evals), "scores": report}))
+    print(json.dumps({"recipe": args.recipe, "suite": args.suite, "split": args.split, "envs": len(scored),
+                      "scores": report}))
 
 
 if __name__ == "__main__":
