@@ -336,6 +336,11 @@ class RolloutConfig(Validated):
                                             doc="an engine process not serving this long after its start: an error")
     seed: int = declare(0,
                         doc="the engine's sampling seed (replica r: seed + r); the same seed gives the same rollouts")
+    balance_domains: bool = declare(False,
+                                    doc="each iteration's single-turn envs split evenly among the train split's "
+                                        "domains (EnvSpec.domain), so a domain with more train envs is not rolled "
+                                        "out more often (posttrain.rollout.collect.pick_by_domain); off: a uniform "
+                                        "pick over envs, each domain's share following its size")
     dynamic_sampling: bool = declare(False,
                                      doc="DAPO dynamic sampling (posttrain.rollout.dynamic_sampling): groups whose "
                                          "rewards are all equal carry no GRPO signal; they are dropped and refilled "
@@ -728,7 +733,7 @@ class LoopConfig(Validated):
         return cls(
             suite=MULTI_DOMAIN_SUITE_REF, policy=DEMO_MULTI_POLICY, iterations=20,
             # a worked answer quotes its lines first: a three-object layout is up to ~150 tokens of the policy's
-            rollout=RolloutConfig(max_model_len=1024, max_new_tokens=192, chat_template="none"),
+            rollout=RolloutConfig(max_model_len=1024, max_new_tokens=192, chat_template="none", balance_domains=True),
             agent=AgentConfig(envs_per_iteration=8, samples_per_env=8, temperature=0.8, max_new_tokens=96,
                               token_budget=512, eval_samples=4),
             train=TrainConfig(micro_batch_size=16, learning_rate=1e-4),

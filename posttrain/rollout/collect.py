@@ -85,6 +85,52 @@ def pick_envs(envs: list[EnvSpec], count: int, seed: int, rest: Mapping[str, int
     return fresh + longest_resting[:count - len(fresh)]
 
 
+def even_shares(sizes: Mapping[str, int], count: int, rng: random.Random) -> dict[str, int]:
+    """``count`` split among the keys of ``sizes`` as evenly as their sizes allow: shares differ by at most one (the
+    extra ones to keys ``rng`` draws), a key never gets more than its size, and what a small key cannot take goes to
+    the others.
+
+    >>> even_shares({"code": 307, "finance": 160, "scene": 160}, 32, random.Random(0))
+    {'code': 10, 'finance': 11, 'scene': 11}
+    >>> even_shares({"code": 307, "tiny": 2}, 10, random.Random(0))
+    {'code': 8, 'tiny': 2}
+    """
+    shares = dict.fromkeys(sizes, 0)
+    growing = [key for key, size in sizes.items() if size > 0]
+    left = min(count, sum(sizes.values()))
+    while left > 0:
+        base, extra = divmod(left, len(growing))
+        lucky = set(rng.sample(growing, extra))
+        for key in growing:
+            add = min(base + (key in lucky), sizes[key] - shares[key])
+            shares[key], left = shares[key] + add, left - add
+        growing = [key for key in growing if shares[key] < sizes[key]]
+    return shares
+
+
+def pick_by_domain(envs: list[EnvSpec], count: int, seed: int,
+                   rest: Mapping[str, int] | None = None) -> list[EnvSpec]:
+    """``count`` envs with an even share for each domain of ``envs`` (``EnvSpec.domain``, ``even_shares``), each
+    share picked among its domain's envs as ``pick_envs`` picks: a domain with more train envs is not rolled out
+    more often. All of them when count <= 0 or count >= len(envs).
+
+    >>> pool = [EnvSpec(id=f"{d}{i}", prompt="p", verifier={"kind": "numeric"}, reference="", domain=d)
+    ...         for d, n in (("code", 30), ("scene", 10)) for i in range(n)]
+    >>> picked = pick_by_domain(pool, 8, seed=3)
+    >>> sorted(e.domain for e in picked).count("scene"), picked == pick_by_domain(pool, 8, seed=3)
+    (4, True)
+    """
+    if count <= 0 or count >= len(envs):
+        return list(envs)
+    domains: dict[str, list[EnvSpec]] = {}
+    for env in envs:
+        domains.setdefault(env.domain, []).append(env)
+    shares = even_shares({domain: len(members) for domain, members in sorted(domains.items())}, count,
+                         random.Random(seed))
+    return [env for domain, share in shares.items() if share
+            for env in pick_envs(domains[domain], share, seed=seed, rest=rest)]
+
+
 def iteration_seed(seed: int, iteration: int) -> int:
     """Base of one iteration's per-request sampling seeds: its samples get ``base + i`` (i < 2**20), distinct from
     every other iteration's (< 1024 iterations per ``seed``)."""
@@ -146,10 +192,11 @@ def collect(
 def rollout_envs(envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,
                  rest: Mapping[str, int] | None = None) -> list[EnvSpec]:
     """The single-turn train-split envs iteration ``iteration`` rolls out (``cfg.envs_per_iteration`` of them,
-    seeded, none of those that ``rest`` while enough others are left: ``pick_envs``); agent envs are the agent
-    tier's (``posttrain.agent.tier``)."""
+    seeded, none of those that ``rest`` while enough others are left: ``pick_envs``; with ``cfg.balance_domains``
+    an even share a domain: ``pick_by_domain``); agent envs are the agent tier's (``posttrain.agent.tier``)."""
     single_turn = [e for e in envs if e.split == "train" and e.kind != "agent"]
-    return pick_envs(single_turn, cfg.envs_per_iteration, seed=cfg.seed + iteration, rest=rest)
+    pick = pick_by_domain if cfg.balance_domains else pick_envs
+    return pick(single_turn, cfg.envs_per_iteration, seed=cfg.seed + iteration, rest=rest)
 
 
 def rollout_with(engine: RolloutEngine, envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,

@@ -1,0 +1,49 @@
+"""``rollout.balance_domains`` (``posttrain.rollout.collect.pick_by_domain``): an even share of each iteration's
+single-turn envs a domain, whatever the sizes of the domains' train splits; off, the uniform pick it always was."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from posttrain.config import LoopConfig, RolloutConfig
+from posttrain.envs.spec import EnvSpec
+from posttrain.rollout.collect import even_shares, rollout_envs
+
+pytestmark = pytest.mark.unit
+
+
+def pool(sizes: dict[str, int], split: str = "train") -> list[EnvSpec]:
+    return [EnvSpec(id=f"{domain}/{i:03d}", prompt="p", verifier={"kind": "numeric"}, reference="", domain=domain,
+                    split=split) for domain, n in sizes.items() for i in range(n)]
+
+
+def test_each_domain_gets_an_even_share_whatever_its_size_and_the_pick_is_seeded():
+    envs = pool({"python": 307, "finance": 160, "scene": 160}) + pool({"scene": 5}, split="eval")
+    cfg = RolloutConfig(envs_per_iteration=32, balance_domains=True)
+    for iteration in range(1, 6):
+        picked = rollout_envs(envs, cfg, iteration)
+        counts = Counter(e.domain for e in picked)
+        assert len({e.id for e in picked}) == 32 and all(e.split == "train" for e in picked)
+        assert set(counts) == {"python", "finance", "scene"} and max(counts.values()) - min(counts.values()) <= 1
+        assert [e.id for e in rollout_envs(envs, cfg, iteration)] == [e.id for e in picked]
+    assert rollout_envs(envs, cfg, 1) != rollout_envs(envs, cfg, 2)
+
+
+def test_a_small_domain_gives_all_it_has_and_resting_envs_sit_out_within_their_domain():
+    envs = pool({"python": 50, "scene": 3})
+    cfg = RolloutConfig(envs_per_iteration=12, balance_domains=True)
+    assert Counter(e.domain for e in rollout_envs(envs, cfg, 1)) == {"python": 9, "scene": 3}
+    rest = {f"python/{i:03d}": 1 for i in range(45)}
+    picked = rollout_envs(envs, cfg, 1, rest=rest)
+    assert {e.id for e in picked if e.domain == "python"} >= {f"python/{i:03d}" for i in range(45, 50)}
+    assert even_shares({"a": 0, "b": 4}, 3, random.Random(0)) == {"a": 0, "b": 3}
+
+
+def test_off_the_pick_is_the_uniform_one_and_the_multi_domain_preset_balances():
+    envs = pool({"python": 30, "scene": 10})
+    cfg = RolloutConfig(envs_per_iteration=8)
+    assert [e.id for e in rollout_envs(envs, cfg, 3)] == [e.id for e in random.Random(cfg.seed + 3).sample(envs, 8)]
+    assert LoopConfig.multi_domain_demo().rollout.balance_domains and not LoopConfig().rollout.balance_domains
