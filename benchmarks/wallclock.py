@@ -296,7 +296,7 @@ def main() -> None:
     uri = args.mlflow_uri
     if uri is None:
         cfg = loop.merged({"iterations": args.iterations, "eval": {"every": args.eval_every},
-                      "admission": {"checks": ["consistency"]}}, json.loads(args.cfg))
+                           "admission": {"checks": ["consistency"]}}, json.loads(args.cfg))
         loop_wall_s, uri = loop.run_loop(work, cfg)
     run_id, versions = loop_versions(uri, args.run_id)
     in_loop = [{k: point[k] for k in ("version", "seconds", "greedy", "sampled")}
