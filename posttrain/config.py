@@ -339,8 +339,9 @@ class RolloutConfig(Validated):
     balance_domains: bool = declare(False,
                                     doc="each iteration's single-turn envs split evenly among the train split's "
                                         "domains (EnvSpec.domain), so a domain with more train envs is not rolled "
-                                        "out more often (posttrain.rollout.collect.pick_by_domain); off: a uniform "
-                                        "pick over envs, each domain's share following its size")
+                                        "out more often (posttrain.rollout.collect.pick_by_domain; dynamic "
+                                        "sampling's refills too); off: a uniform pick over envs, each domain's "
+                                        "share following its size")
     dynamic_sampling: bool = declare(False,
                                      doc="DAPO dynamic sampling (posttrain.rollout.dynamic_sampling): groups whose "
                                          "rewards are all equal carry no GRPO signal; they are dropped and refilled "

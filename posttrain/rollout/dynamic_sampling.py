@@ -31,7 +31,7 @@ import pandas as pd
 
 from posttrain.config import RolloutConfig
 from posttrain.reward import distinct_rewards
-from posttrain.rollout.collect import iteration_seed
+from posttrain.rollout.collect import even_shares, iteration_seed
 
 LEARNABLE, ZERO_VARIANCE, NO_USABLE_SAMPLE = "learnable", "zero_variance", "no_usable_sample"
 
@@ -79,7 +79,9 @@ def refill_count(learnable: int, target: int, rounds_done: int, max_rounds: int,
 def refill_envs(envs: pd.DataFrame, scored: pd.DataFrame, cfg: RolloutConfig, iteration: int,
                 rounds_done: int) -> list[str]:
     """Ids of the single-turn train envs (``envs``: an Envs table) the next refill round of ``iteration`` samples,
-    given its ``scored`` rows so far: a seeded choice among those it has not used; [] when no round is needed or left.
+    given its ``scored`` rows so far: a seeded choice among those it has not used (with ``cfg.balance_domains``, an
+    even share a domain, as the iteration's first pick: ``posttrain.rollout.collect.even_shares``); [] when no round
+    is needed or left.
 
     >>> envs = pd.DataFrame({"env_id": ["a", "b", "c", "d", "x", "y"], "split": ["train"] * 4 + ["eval", "train"],
     ...                      "kind": ["single_turn"] * 5 + ["agent"]})
@@ -91,12 +93,24 @@ def refill_envs(envs: pd.DataFrame, scored: pd.DataFrame, cfg: RolloutConfig, it
     (2, True, True)
     >>> refill_envs(envs, scored, cfg, iteration=1, rounds_done=1)
     []
+    >>> envs["domain"] = ["code", "code", "code", "scene", "scene", "code"]
+    >>> balanced = RolloutConfig(envs_per_iteration=2, max_resample_rounds=1, balance_domains=True)
+    >>> sorted(envs.set_index("env_id").loc[refill_envs(envs, scored, balanced, 1, 0), "domain"])
+    ['code', 'scene']
     """
     learnable = sum(kind == LEARNABLE for kind in group_signal(scored).values())
     single_turn = (envs["split"] == "train") & (envs["kind"] != "agent")  # agent groups are the agent tier's
     unused = sorted(set(envs.loc[single_turn, "env_id"]) - set(scored["env_id"]))
     count = refill_count(learnable, cfg.envs_per_iteration, rounds_done, cfg.max_resample_rounds, len(unused))
-    return random.Random(iteration_seed(cfg.seed, iteration) + rounds_done).sample(unused, count)
+    rng = random.Random(iteration_seed(cfg.seed, iteration) + rounds_done)
+    if not cfg.balance_domains:
+        return rng.sample(unused, count)
+    domain_of = dict(zip(envs["env_id"], envs["domain"]))
+    by_domain: dict[str, list[str]] = {}
+    for env_id in unused:
+        by_domain.setdefault(domain_of[env_id], []).append(env_id)
+    shares = even_shares({domain: len(ids) for domain, ids in sorted(by_domain.items())}, count, rng)
+    return [env_id for domain, share in shares.items() for env_id in rng.sample(by_domain[domain], share)]
 
 
 def keep_learnable(scored: pd.DataFrame, target: int, rounds: int,

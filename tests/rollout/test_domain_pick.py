@@ -1,16 +1,19 @@
 """``rollout.balance_domains`` (``posttrain.rollout.collect.pick_by_domain``): an even share of each iteration's
-single-turn envs a domain, whatever the sizes of the domains' train splits; off, the uniform pick it always was."""
+single-turn envs a domain, whatever the sizes of the domains' train splits, in the first pick and in dynamic
+sampling's refills; off, the uniform pick it always was."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
 
+import pandas as pd
 import pytest
 
 from posttrain.config import LoopConfig, RolloutConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.rollout.collect import even_shares, rollout_envs
+from posttrain.rollout.collect import even_shares, iteration_seed, rollout_envs
+from posttrain.rollout.dynamic_sampling import refill_envs
 
 pytestmark = pytest.mark.unit
 
@@ -47,3 +50,19 @@ def test_off_the_pick_is_the_uniform_one_and_the_multi_domain_preset_balances():
     cfg = RolloutConfig(envs_per_iteration=8)
     assert [e.id for e in rollout_envs(envs, cfg, 3)] == [e.id for e in random.Random(cfg.seed + 3).sample(envs, 8)]
     assert LoopConfig.multi_domain_demo().rollout.balance_domains and not LoopConfig().rollout.balance_domains
+
+
+def test_dynamic_sampling_refills_keep_the_even_shares_and_off_they_are_the_uniform_pick():
+    ids = [e.id for e in pool({"python": 40, "scene": 12})]
+    envs = pd.DataFrame({"env_id": ids, "split": "train", "kind": "single_turn",
+                         "domain": [env_id.split("/")[0] for env_id in ids]})
+    used = ids[:4]  # one round so far, nothing learnable: the whole target is refilled
+    scored = pd.DataFrame({"env_id": used, "group_id": [f"it1/{i}" for i in used], "reward": 0.0, "infra_error": ""})
+    balanced = RolloutConfig(envs_per_iteration=10, balance_domains=True, dynamic_sampling=True)
+    refilled = refill_envs(envs, scored, balanced, iteration=1, rounds_done=0)
+    assert Counter(env_id.split("/")[0] for env_id in refilled) == {"python": 5, "scene": 5}
+    assert not set(refilled) & set(used) and refilled == refill_envs(envs, scored, balanced, 1, 0)
+    uniform = RolloutConfig(envs_per_iteration=10, dynamic_sampling=True)
+    unused = sorted(set(ids) - set(used))
+    expected = random.Random(iteration_seed(uniform.seed, 1)).sample(unused, 10)
+    assert refill_envs(envs, scored, uniform, iteration=1, rounds_done=0) == expected
