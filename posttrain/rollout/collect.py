@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, fields
-from typing import Mapping
+from typing import Callable, Mapping, TypeVar
 
 import pandas as pd
 
@@ -30,6 +30,8 @@ from posttrain.envs.spec import EnvSpec
 from posttrain.rollout.engine import RolloutEngine
 from posttrain.schemas import Trajectories, encode_floats, encode_ints
 from posttrain.timing import timed
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -125,10 +127,20 @@ def pick_by_domain(envs: list[EnvSpec], count: int, seed: int,
     domains: dict[str, list[EnvSpec]] = {}
     for env in envs:
         domains.setdefault(env.domain, []).append(env)
-    shares = even_shares({domain: len(members) for domain, members in sorted(domains.items())}, count,
-                         random.Random(seed))
-    return [env for domain, share in shares.items() if share
-            for env in pick_envs(domains[domain], share, seed=seed, rest=rest)]
+    return pick_evenly(domains, count, random.Random(seed),
+                       lambda members, share: pick_envs(members, share, seed=seed, rest=rest))
+
+
+def pick_evenly(groups: Mapping[str, list[T]], count: int, rng: random.Random,
+                pick: Callable[[list[T], int], list[T]]) -> list[T]:
+    """``count`` items of ``groups``, an even share of each group (``even_shares`` over the groups in sorted
+    order, drawn with ``rng``), each share chosen by ``pick(group, share)``; a group whose share is 0 is not asked.
+
+    >>> pick_evenly({"b": [3, 4, 5], "a": [1, 2]}, 4, random.Random(0), lambda members, n: members[:n])
+    [1, 2, 3, 4]
+    """
+    shares = even_shares({key: len(members) for key, members in sorted(groups.items())}, count, rng)
+    return [item for key, share in shares.items() if share for item in pick(groups[key], share)]
 
 
 def iteration_seed(seed: int, iteration: int) -> int:

@@ -31,7 +31,7 @@ import pandas as pd
 
 from posttrain.config import RolloutConfig
 from posttrain.reward import distinct_rewards
-from posttrain.rollout.collect import even_shares, iteration_seed
+from posttrain.rollout.collect import iteration_seed, pick_evenly
 
 LEARNABLE, ZERO_VARIANCE, NO_USABLE_SAMPLE = "learnable", "zero_variance", "no_usable_sample"
 
@@ -80,7 +80,7 @@ def refill_envs(envs: pd.DataFrame, scored: pd.DataFrame, cfg: RolloutConfig, it
                 rounds_done: int) -> list[str]:
     """Ids of the single-turn train envs (``envs``: an Envs table) the next refill round of ``iteration`` samples,
     given its ``scored`` rows so far: a seeded choice among those it has not used (with ``cfg.balance_domains``, an
-    even share a domain, as the iteration's first pick: ``posttrain.rollout.collect.even_shares``); [] when no round
+    even share a domain, as the iteration's first pick: ``posttrain.rollout.collect.pick_evenly``); [] when no round
     is needed or left.
 
     >>> envs = pd.DataFrame({"env_id": ["a", "b", "c", "d", "x", "y"], "split": ["train"] * 4 + ["eval", "train"],
@@ -109,8 +109,7 @@ def refill_envs(envs: pd.DataFrame, scored: pd.DataFrame, cfg: RolloutConfig, it
     by_domain: dict[str, list[str]] = {}
     for env_id in unused:
         by_domain.setdefault(domain_of[env_id], []).append(env_id)
-    shares = even_shares({domain: len(ids) for domain, ids in sorted(by_domain.items())}, count, rng)
-    return [env_id for domain, share in shares.items() for env_id in rng.sample(by_domain[domain], share)]
+    return pick_evenly(by_domain, count, rng, rng.sample)
 
 
 def keep_learnable(scored: pd.DataFrame, target: int, rounds: int,
