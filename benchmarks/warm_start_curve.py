@@ -8,7 +8,10 @@ final policy) greedily, per domain, on the eval split of its suite (``--split tr
 - single-turn suites: pass@1 of the greedy completion of the raw prompt (Hugging Face ``generate``, the env's own
   verifier in a sandbox, as the loop verifies);
 - the agent suite: the fraction of the oracle episodes' turns whose call the policy writes exactly, given the
-  oracle's context up to that turn (teacher-forced: a turn-level view of what the episodes need).
+  oracle's context up to that turn (teacher-forced: a turn-level view of what the episodes need);
+- ``copy_unseen``: the fraction of 40 copy drills over fresh lines (``fresh_copy_drill``: words of the scored
+  prompts in new orders, random syllable names, numbers) copied exactly: whether the policy copies what it never saw,
+  what the terminal envs' paths and lines need and a pool learnt by heart cannot give (docs/multi-domain.md).
 
     python benchmarks/warm_start_curve.py --snapshots 1000,1500,2000,2500          # demo-multi, its 3000 steps
     python benchmarks/warm_start_curve.py --policy .posttrain/multi-policy           # score one built policy
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +37,7 @@ from reading_probe import completions  # noqa: E402
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat  # noqa: E402
 from posttrain.agent.warm_start import RECIPES, main_agent_policy, oracle_pairs  # noqa: E402
 from posttrain.config import DEMO_MULTI_POLICY, MULTI_DOMAIN_SUITE_REF, SandboxConfig  # noqa: E402
+from posttrain.envs.generators.common import fresh_copy_drill  # noqa: E402
 from posttrain.envs.suite import load_suite  # noqa: E402
 from posttrain.envs.tools import tool_specs  # noqa: E402
 from posttrain.envs.verifiers import get_verifier, verify_many  # noqa: E402
@@ -75,6 +80,15 @@ def exact_turns(policy: str, pairs: list[tuple[str, str]]) -> float:
     return round(sum(text.strip() == call.strip() for text, (_, call) in zip(texts, pairs)) / len(pairs), 3)
 
 
+def copy_unseen(policy: str, words: list[str], count: int = 40) -> float:
+    """The fraction of ``count`` fresh copy drills over ``words`` (seeded alike for every policy) the policy's greedy
+    completion copies exactly."""
+    rng = random.Random("copy-unseen")
+    drills = [fresh_copy_drill(rng, words) for _ in range(count)]
+    texts = completions(policy, [prompt for prompt, _ in drills], max_new_tokens=96)
+    return round(sum(text.strip() == answer.strip() for text, (_, answer) in zip(texts, drills)) / count, 3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--recipe", default=DEMO_MULTI_POLICY, choices=sorted(RECIPES))
@@ -97,11 +111,13 @@ def main() -> None:
     single = [env for env in scored if env.kind == "single_turn"]
     agent = [env for env in scored if env.kind == "agent" and env.oracle]
     pairs = turn_pairs_of(next(iter(policies.values())), agent, recipe) if agent else []
+    words = sorted({word for env in scored for word in env.prompt.split() if len(word) <= 24})
     report = {}
     for step, policy in policies.items():
         report[step] = single_turn_scores(policy, single) if single else {}
         if pairs:
             report[step]["agent_turns_exact"] = exact_turns(policy, pairs)
+        report[step]["copy_unseen"] = copy_unseen(policy, words)
         print(f"{step:>6}: {report[step]}", flush=True)
     print(json.dumps({"recipe": args.recipe, "suite": args.suite, "split": args.split, "envs": len(scored),
                       "scores": report}))

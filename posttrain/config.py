@@ -476,8 +476,12 @@ class DemoPolicyConfig(Validated):
     intermediate_size: int = declare(384, low=1)
     num_layers: int = declare(3, low=1)
     num_heads: int = declare(2, low=1,
-                             doc="head_dim = hidden_size / num_heads = 64, a size vLLM's CPU attention supports")
+                             doc="head_dim = hidden_size / num_heads (64; vLLM's CPU attention takes 32, 64, 80, ...)")
     max_position_embeddings: int = declare(256, low=1)
+    copy_steps: int = declare(0, low=0,
+                              doc="steps of copy drills over fresh lines before SFT (each drill new, so only copying "
+                                  "fits them; docs/multi-domain.md): a policy that must copy names out of its prompt "
+                                  "learns it here; 0: none")
     sft_steps: int = declare(175, low=0, doc="mid-way through SFT on purpose: ~40% greedy pass@1 on eval, room for RL")
     sft_batch_size: int = declare(16, low=1)
     sft_length_groups: int = declare(1, low=1,

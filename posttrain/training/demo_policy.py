@@ -25,8 +25,9 @@ import hashlib
 import json
 import math
 import os
+import random
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -34,6 +35,7 @@ from pathlib import Path
 import torch
 
 from posttrain.config import DEMO_SUITE, DemoPolicyConfig
+from posttrain.envs.generators.common import fresh_copy_drill
 from posttrain.progress import progress
 from posttrain.timing import timed
 from posttrain.training.checkpoints import POLICY_META
@@ -150,16 +152,41 @@ def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]], s
     too_long = [i for i, (ids, _) in enumerate(examples) if len(ids) > cfg.max_position_embeddings]
     if too_long:
         raise ValueError(f"pairs {too_long} exceed max_position_embeddings={cfg.max_position_embeddings} tokens")
-    optim = torch.optim.AdamW(model.parameters(), lr=cfg.sft_learning_rate, weight_decay=0.0)
-    warmup = max(1, cfg.sft_steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (
-        1.0 + math.cos(math.pi * min(1.0, s / max(1, cfg.sft_steps)))))
+    if cfg.copy_steps:
+        words = sorted({word for pair in pairs for text in pair for word in text.split() if len(word) <= 24})
+        rng = random.Random(cfg.seed)
+        _fit(model, cfg.copy_steps, cfg.sft_learning_rate, "demo policy copy drills",
+             lambda: _collate(_sft_examples(tokenizer, [fresh_copy_drill(rng, words)
+                                                        for _ in range(cfg.sft_batch_size)]), tokenizer.pad_token_id))
     batches = sft_batches([len(ids) for ids, _ in examples], cfg.sft_batch_size, cfg.sft_length_groups,
                           torch.Generator().manual_seed(cfg.seed))
+
+    def snapshot(step: int, loss: torch.Tensor) -> None:
+        if step in snapshots:
+            meta = {"version": 0, "snapshot_of": str(out), "snapshot_step": step, "sft_loss": float(loss.detach())}
+            _write(Path(f"{out}-step{step}"), model, tokenizer, meta)
+
+    loss = _fit(model, cfg.sft_steps, cfg.sft_learning_rate, "demo policy SFT",
+                lambda: _collate([examples[i] for i in next(batches)], tokenizer.pad_token_id), snapshot)
+    meta = {"version": 0, "demo_policy": asdict(cfg), "num_pairs": len(pairs), "pairs_sha256": _digest(pairs),
+            "final_sft_loss": float(loss.detach()),
+            "build_seconds": round(clock.seconds, 1)}
+    return _write(out, model, tokenizer, meta)
+
+
+def _fit(model, steps: int, learning_rate: float, desc: str,
+         next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+         after_step: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
+    """``steps`` AdamW steps of next-token loss on ``next_batch()``'s ``(input_ids, attention, labels)``, each
+    ``[batch, L]``, under a 10% linear warm-up then a cosine decay to 0; the last step's loss."""
+    optim = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    warmup = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (
+        1.0 + math.cos(math.pi * min(1.0, s / max(1, steps)))))
     model.train()
-    bar = progress(total=cfg.sft_steps, desc="demo policy SFT", unit="step")  # a build takes minutes: say where it is
-    for step in range(1, cfg.sft_steps + 1):
-        input_ids, attention, labels = _collate([examples[i] for i in next(batches)], tokenizer.pad_token_id)
+    bar = progress(total=steps, desc=desc, unit="step")  # a build takes minutes: say where it is
+    for step in range(1, steps + 1):
+        input_ids, attention, labels = next_batch()
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -167,14 +194,10 @@ def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]], s
         sched.step()
         optim.zero_grad(set_to_none=True)
         bar.update(1)
-        if step in snapshots:
-            snapshot = {"version": 0, "snapshot_of": str(out), "snapshot_step": step, "sft_loss": float(loss.detach())}
-            _write(Path(f"{out}-step{step}"), model, tokenizer, snapshot)
+        if after_step:
+            after_step(step, loss)
     bar.close()
-    meta = {"version": 0, "demo_policy": asdict(cfg), "num_pairs": len(pairs), "pairs_sha256": _digest(pairs),
-            "final_sft_loss": float(loss.detach()),
-            "build_seconds": round(clock.seconds, 1)}
-    return _write(out, model, tokenizer, meta)
+    return loss
 
 
 def _write(out: Path, model, tokenizer, meta: dict) -> Path:

@@ -1,7 +1,7 @@
 """The demo policy build is seeded and single-threaded: the same config gives byte-identical weights; its tokenizer,
 trained on the train split, covers the eval split; a snapshot mid-build is a loadable policy and leaves the
-build's weights unchanged; batches grouped by length still see every example once an epoch
-and pad far less than random ones."""
+build's weights unchanged; the copy phase is seeded and part of the config; batches grouped by length still see
+every example once an epoch and pad far less than random ones."""
 
 from __future__ import annotations
 
@@ -55,6 +55,21 @@ def test_demo_policy_build_is_deterministic_and_loadable_and_snapshots_leave_it_
     assert policy_version(first) == 0
     other = build_demo_policy(tmp_path / "c", replace(cfg, seed=1), pairs)
     assert _weights_sha(other) != _weights_sha(first)
+
+
+def test_copy_phase_is_seeded_precedes_sft_and_is_part_of_the_build_config(tmp_path):
+    """``copy_steps`` trains on fresh copy drills before SFT: the same config twice gives the same weights, other
+    weights than the build without it (whose SFT it leaves as it was), and a policy built without it is not taken
+    for one built with it."""
+    from posttrain.training.demo_policy import is_complete
+
+    pairs = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"][:40]
+    cfg = replace(DemoPolicyConfig(), sft_steps=2, copy_steps=3, num_heads=4)
+    first, second = (build_demo_policy(tmp_path / name, cfg, pairs) for name in ("a", "b"))
+    plain = build_demo_policy(tmp_path / "c", replace(cfg, copy_steps=0), pairs)
+    assert _weights_sha(first) == _weights_sha(second) != _weights_sha(plain)
+    assert is_complete(first, cfg, pairs) and not is_complete(plain, cfg, pairs)
+    assert AutoTokenizer.from_pretrained(first).get_vocab() == AutoTokenizer.from_pretrained(plain).get_vocab()
 
 
 def test_tokenizer_trained_on_train_split_covers_the_eval_split():

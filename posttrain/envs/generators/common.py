@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import random
 import types
+from collections.abc import Sequence
 
 from posttrain.envs.spec import EnvSpec, Limits
 
@@ -144,3 +145,41 @@ def copy_drills(lines: list[str], count: int, seed: str | int, most: int = 4) ->
     """
     rng = random.Random(seed)
     return [copy_drill([rng.choice(lines) for _ in range(rng.randint(2, most))]) for _ in range(count)]
+
+
+SYLLABLES = tuple(consonant + vowel for consonant in "bdfgklmnprstvz" for vowel in "aeiou")
+SEPARATORS = (" ", " = ", "=", "/", ": ", ", ", ".", "_", " | ", " -")
+
+
+def fresh_line(rng: random.Random, words: Sequence[str]) -> str:
+    """A line no data holds: 1 to 4 parts, each a word of ``words`` (a recipe's own text, in a new order), a name of
+    2 to 4 random syllables (upper case a fifth of the time) or a number, joined by separators of config files, paths
+    and shell lines.
+
+    >>> rng = random.Random(0)
+    >>> [fresh_line(rng, ["def", "Cash"]) for _ in range(3)]
+    ['663 | verali: def', 'ZOGONU', '483']
+    """
+    def part() -> str:
+        draw = rng.random()
+        if draw < 0.45:
+            return rng.choice(words)
+        if draw < 0.8:
+            name = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
+            return name.upper() if rng.random() < 0.2 else name
+        return str(rng.randrange(10 ** rng.randint(1, 5)))
+
+    line = part()
+    for _ in range(rng.randint(0, 3)):
+        line += rng.choice(SEPARATORS) + part()
+    return line
+
+
+def fresh_copy_drill(rng: random.Random, words: Sequence[str]) -> tuple[str, str]:
+    """A copy drill (``copy_drill``) of 1 to 3 ``fresh_line``s: each one new, so only copying fits it, where drills
+    over a fixed pool are learnt by heart (docs/multi-domain.md, the copy phase).
+
+    >>> fresh_copy_drill(random.Random(0), ["def", "Cash"])
+    ('Copy these lines:\\ndamoza_def | def\\nMIZOGONU\\nCopy:\\n', 'damoza_def | def\\nMIZOGONU\\n')
+    """
+    return copy_drill([fresh_line(rng, words) for _ in range(rng.randint(1, 3))])
