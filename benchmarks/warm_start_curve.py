@@ -8,7 +8,8 @@ final policy) greedily, per domain, on the eval split of its suite (``--split tr
 - single-turn suites: pass@1 of the greedy completion of the raw prompt (Hugging Face ``generate``, the env's own
   verifier in a sandbox, as the loop verifies);
 - the agent suite: the fraction of the oracle episodes' turns whose call the policy writes exactly, given the
-  oracle's context up to that turn (teacher-forced: a turn-level view of what the episodes need);
+  oracle's context up to that turn (teacher-forced: a turn-level view of what the episodes need), and per tool
+  argument how often the policy's call gives the oracle's value (``agent_arguments_exact``);
 - ``copy_unseen``: the fraction of 40 copy drills over fresh lines (``fresh_copy_drill``: words of the scored
   prompts in new orders, random syllable names, numbers) copied exactly: whether the policy copies what it never saw,
   what the terminal envs' paths and lines need and a pool learnt by heart cannot give (docs/multi-domain.md).
@@ -34,12 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # reading_probe.py, wh
 
 from reading_probe import completions  # noqa: E402
 
+from posttrain.agent.parser import ToolCall, parse_calls  # noqa: E402
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat  # noqa: E402
 from posttrain.agent.warm_start import RECIPES, main_agent_policy, oracle_pairs  # noqa: E402
 from posttrain.config import DEMO_MULTI_POLICY, MULTI_DOMAIN_SUITE_REF, SandboxConfig  # noqa: E402
 from posttrain.envs.generators.common import fresh_copy_drill  # noqa: E402
 from posttrain.envs.suite import load_suite  # noqa: E402
-from posttrain.envs.tools import tool_specs  # noqa: E402
+from posttrain.envs.tools import TOOLS, tool_specs  # noqa: E402
 from posttrain.envs.verifiers import get_verifier, verify_many  # noqa: E402
 from posttrain.locations import local_copy  # noqa: E402
 from posttrain.sandbox import make_sandbox  # noqa: E402
@@ -74,10 +76,21 @@ def turn_pairs_of(policy: str, envs: list, recipe) -> list[tuple[str, str]]:
         box.close()
 
 
-def exact_turns(policy: str, pairs: list[tuple[str, str]]) -> float:
-    """The fraction of ``pairs`` whose call the policy's greedy completion of the context is, exactly."""
+def exact_turns(policy: str, pairs: list[tuple[str, str]]) -> tuple[float, dict[str, str]]:
+    """The fraction of ``pairs`` whose call the policy's greedy completion of the context is, exactly, and per
+    ``tool.argument`` of the oracle's calls how often the completion's call of that tool gives it exactly ("6/54"):
+    which strings the policy writes right (a path to read, a line to search for) and which it garbles."""
     texts = completions(policy, [context for context, _ in pairs], max_new_tokens=128)
-    return round(sum(text.strip() == call.strip() for text, (_, call) in zip(texts, pairs)) / len(pairs), 3)
+    allowed = {name: tool.arguments for name, tool in TOOLS.items()}
+    right: dict[str, list[bool]] = {}
+    for text, (_, call) in zip(texts, pairs):
+        written = {found.name: found.arguments for found in parse_calls(text, allowed) if isinstance(found, ToolCall)}
+        for wanted in parse_calls(call, allowed):
+            for argument, value in wanted.arguments.items():
+                right.setdefault(f"{wanted.name}.{argument}", []).append(
+                    written.get(wanted.name, {}).get(argument) == value)
+    exact = round(sum(text.strip() == call.strip() for text, (_, call) in zip(texts, pairs)) / len(pairs), 3)
+    return exact, {key: f"{sum(flags)}/{len(flags)}" for key, flags in sorted(right.items())}
 
 
 def copy_unseen(policy: str, words: list[str], count: int = 40) -> float:
@@ -116,7 +129,7 @@ def main() -> None:
     for step, policy in policies.items():
         report[step] = single_turn_scores(policy, single) if single else {}
         if pairs:
-            report[step]["agent_turns_exact"] = exact_turns(policy, pairs)
+            report[step]["agent_turns_exact"], report[step]["agent_arguments_exact"] = exact_turns(policy, pairs)
         report[step]["copy_unseen"] = copy_unseen(policy, words)
         print(f"{step:>6}: {report[step]}", flush=True)
     print(json.dumps({"recipe": args.recipe, "suite": args.suite, "split": args.split, "envs": len(scored),

@@ -216,7 +216,9 @@ def _digest(pairs: Sequence[tuple[str, str]]) -> str:
 
 def is_complete(out_dir: str | os.PathLike, cfg: DemoPolicyConfig,
                 pairs: Sequence[tuple[str, str]] | None = None) -> bool:
-    """True when ``out_dir`` holds a finished demo policy built with exactly ``cfg`` (and ``pairs``, if given)."""
+    """True when ``out_dir`` holds a finished demo policy built with exactly ``cfg`` (and ``pairs``, if given). A
+    field its meta lacks was added to ``DemoPolicyConfig`` after it was built, with a default that builds as before:
+    it counts as that default, so a new field does not rebuild every cached policy."""
     out = Path(out_dir)
     try:
         meta = json.loads((out / POLICY_META).read_text())
@@ -224,7 +226,8 @@ def is_complete(out_dir: str | os.PathLike, cfg: DemoPolicyConfig,
         return False
     files = (WEIGHTS, "config.json", "tokenizer.json", "tokenizer_config.json")
     same_data = pairs is None or meta.get("pairs_sha256") == _digest(pairs)
-    return meta.get("demo_policy") == asdict(cfg) and same_data and all((out / f).is_file() for f in files)
+    built = {**asdict(DemoPolicyConfig()), **meta.get("demo_policy", {})}
+    return "demo_policy" in meta and built == asdict(cfg) and same_data and all((out / f).is_file() for f in files)
 
 
 def main_demo_policy(out_dir: str | os.PathLike, cfg: DemoPolicyConfig | None = None,

@@ -9,6 +9,7 @@ import pytest
 from transformers import AutoTokenizer
 
 import hashlib
+import json
 from dataclasses import replace
 
 from posttrain.config import DEMO_SUITE, DemoPolicyConfig
@@ -70,6 +71,12 @@ def test_copy_phase_is_seeded_precedes_sft_and_is_part_of_the_build_config(tmp_p
     assert _weights_sha(first) == _weights_sha(second) != _weights_sha(plain)
     assert is_complete(first, cfg, pairs) and not is_complete(plain, cfg, pairs)
     assert AutoTokenizer.from_pretrained(first).get_vocab() == AutoTokenizer.from_pretrained(plain).get_vocab()
+    # a policy built before the field existed (its meta lacks it) is the build with copy_steps 0, not a stale one
+    meta_file = plain / "posttrain_policy.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["demo_policy"]["copy_steps"]
+    meta_file.write_text(json.dumps(meta))
+    assert is_complete(plain, replace(cfg, copy_steps=0), pairs) and not is_complete(plain, cfg, pairs)
 
 
 def test_tokenizer_trained_on_train_split_covers_the_eval_split():
