@@ -342,6 +342,12 @@ class RolloutConfig(Validated):
                                         "out more often (posttrain.rollout.collect.pick_by_domain; dynamic "
                                         "sampling's refills too); off: a uniform pick over envs, each domain's "
                                         "share following its size")
+    domain_weights: dict[str, float] = declare(factory=dict,
+                                               check=must(lambda d: all(w >= 0 for w in d.values()),
+                                                          "a map of domain -> weight >= 0"),
+                                               doc="with balance_domains: each domain's share of the picks in "
+                                                   "proportion to its weight (a domain not named weighs 1, 0: never "
+                                                   "picked); {}: even shares")
     dynamic_sampling: bool = declare(False,
                                      doc="DAPO dynamic sampling (posttrain.rollout.dynamic_sampling): groups whose "
                                          "rewards are all equal carry no GRPO signal; they are dropped and refilled "
@@ -356,7 +362,10 @@ class RolloutConfig(Validated):
                                         "demo, whose few train envs are mostly solved early: docs/algorithms.md")
 
     PATH = "rollout."
-    RELATIONS = {"max_new_tokens": below("max_model_len")}
+    RELATIONS = {"max_new_tokens": below("max_model_len"),
+                 "domain_weights": lambda weights, cfg: (
+                     "weights the balanced pick: set balance_domains too" if weights and not cfg.balance_domains
+                     else None)}
 
 
 @dataclass

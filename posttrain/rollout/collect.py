@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, fields
 from typing import Callable, Mapping, TypeVar
@@ -87,59 +88,73 @@ def pick_envs(envs: list[EnvSpec], count: int, seed: int, rest: Mapping[str, int
     return fresh + longest_resting[:count - len(fresh)]
 
 
-def even_shares(sizes: Mapping[str, int], count: int, rng: random.Random) -> dict[str, int]:
-    """``count`` split among the keys of ``sizes`` as evenly as their sizes allow: shares differ by at most one (the
-    extra ones to keys ``rng`` draws), a key never gets more than its size, and what a small key cannot take goes to
-    the others.
+def domain_shares(sizes: Mapping[str, int], count: int, rng: random.Random,
+                  weights: Mapping[str, float] | None = None) -> dict[str, int]:
+    """``count`` split among the keys of ``sizes`` in proportion to their ``weights`` (a key not named weighs 1;
+    none given: evenly) as far as their sizes allow: each key gets the whole part of its exact share, the ones left
+    go to the keys with the largest fractions (ties drawn by ``rng``), a key never gets more than its size (one of
+    weight 0: nothing), and what a small key cannot take goes to the others in proportion.
 
-    >>> even_shares({"code": 307, "finance": 160, "scene": 160}, 32, random.Random(0))
+    >>> domain_shares({"code": 307, "finance": 160, "scene": 160}, 32, random.Random(0))
     {'code': 10, 'finance': 11, 'scene': 11}
-    >>> even_shares({"code": 307, "tiny": 2}, 10, random.Random(0))
+    >>> domain_shares({"code": 307, "tiny": 2}, 10, random.Random(0))
     {'code': 8, 'tiny': 2}
+    >>> domain_shares({"code": 307, "finance": 160, "scene": 160}, 32, random.Random(0), {"scene": 2})
+    {'code': 8, 'finance': 8, 'scene': 16}
     """
+    weights = weights or {}
     shares = dict.fromkeys(sizes, 0)
-    growing = [key for key, size in sizes.items() if size > 0]
-    left = min(count, sum(sizes.values()))
+    growing = [key for key, size in sizes.items() if size > 0 and weights.get(key, 1.0) > 0]
+    left = min(count, sum(sizes[key] for key in growing))
     while left > 0:
-        base, extra = divmod(left, len(growing))
-        lucky = set(rng.sample(growing, extra))
+        total = sum(weights.get(key, 1.0) for key in growing)
+        exact = {key: left * weights.get(key, 1.0) / total for key in growing}
+        fraction = {key: exact[key] - math.floor(exact[key]) for key in growing}
+        extra, lucky = left - sum(math.floor(share) for share in exact.values()), []
+        for largest in sorted(set(fraction.values()), reverse=True):  # equal weights: one draw among all keys
+            tied = [key for key in growing if fraction[key] == largest]
+            need = extra - len(lucky)
+            lucky += tied if len(tied) <= need else rng.sample(tied, need)
         for key in growing:
-            add = min(base + (key in lucky), sizes[key] - shares[key])
+            add = min(math.floor(exact[key]) + (key in lucky), sizes[key] - shares[key])
             shares[key], left = shares[key] + add, left - add
         growing = [key for key in growing if shares[key] < sizes[key]]
     return shares
 
 
-def pick_by_domain(envs: list[EnvSpec], count: int, seed: int,
-                   rest: Mapping[str, int] | None = None) -> list[EnvSpec]:
-    """``count`` envs with an even share for each domain of ``envs`` (``EnvSpec.domain``, ``even_shares``), each
-    share picked among its domain's envs as ``pick_envs`` picks: a domain with more train envs is not rolled out
-    more often. All of them when count <= 0 or count >= len(envs).
+def pick_by_domain(envs: list[EnvSpec], count: int, seed: int, rest: Mapping[str, int] | None = None,
+                   weights: Mapping[str, float] | None = None) -> list[EnvSpec]:
+    """``count`` envs with a share for each domain of ``envs`` (``EnvSpec.domain``; ``domain_shares``: even, or in
+    proportion to ``weights``), each share picked among its domain's envs as ``pick_envs`` picks: a domain with more
+    train envs is not rolled out more often. All of them when count <= 0 or count >= len(envs).
 
     >>> pool = [EnvSpec(id=f"{d}{i}", prompt="p", verifier={"kind": "numeric"}, reference="", domain=d)
     ...         for d, n in (("code", 30), ("scene", 10)) for i in range(n)]
     >>> picked = pick_by_domain(pool, 8, seed=3)
     >>> sorted(e.domain for e in picked).count("scene"), picked == pick_by_domain(pool, 8, seed=3)
     (4, True)
+    >>> sorted(e.domain for e in pick_by_domain(pool, 8, seed=3, weights={"scene": 3})).count("scene")
+    6
     """
     if count <= 0 or count >= len(envs):
         return list(envs)
     domains: dict[str, list[EnvSpec]] = {}
     for env in envs:
         domains.setdefault(env.domain, []).append(env)
-    return pick_evenly(domains, count, random.Random(seed),
-                       lambda members, share: pick_envs(members, share, seed=seed, rest=rest))
+    return pick_in_shares(domains, count, random.Random(seed),
+                          lambda members, share: pick_envs(members, share, seed=seed, rest=rest), weights)
 
 
-def pick_evenly(groups: Mapping[str, list[T]], count: int, rng: random.Random,
-                pick: Callable[[list[T], int], list[T]]) -> list[T]:
-    """``count`` items of ``groups``, an even share of each group (``even_shares`` over the groups in sorted
-    order, drawn with ``rng``), each share chosen by ``pick(group, share)``; a group whose share is 0 is not asked.
+def pick_in_shares(groups: Mapping[str, list[T]], count: int, rng: random.Random,
+                   pick: Callable[[list[T], int], list[T]], weights: Mapping[str, float] | None = None) -> list[T]:
+    """``count`` items of ``groups``, a share of each group (``domain_shares`` over the groups in sorted order,
+    drawn with ``rng``: even, or in proportion to ``weights``), each share chosen by ``pick(group, share)``; a group
+    whose share is 0 is not asked.
 
-    >>> pick_evenly({"b": [3, 4, 5], "a": [1, 2]}, 4, random.Random(0), lambda members, n: members[:n])
+    >>> pick_in_shares({"b": [3, 4, 5], "a": [1, 2]}, 4, random.Random(0), lambda members, n: members[:n])
     [1, 2, 3, 4]
     """
-    shares = even_shares({key: len(members) for key, members in sorted(groups.items())}, count, rng)
+    shares = domain_shares({key: len(members) for key, members in sorted(groups.items())}, count, rng, weights)
     return [item for key, share in shares.items() if share for item in pick(groups[key], share)]
 
 
@@ -205,10 +220,13 @@ def rollout_envs(envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,
                  rest: Mapping[str, int] | None = None) -> list[EnvSpec]:
     """The single-turn train-split envs iteration ``iteration`` rolls out (``cfg.envs_per_iteration`` of them,
     seeded, none of those that ``rest`` while enough others are left: ``pick_envs``; with ``cfg.balance_domains``
-    an even share a domain: ``pick_by_domain``); agent envs are the agent tier's (``posttrain.agent.tier``)."""
+    a share a domain, even or by ``cfg.domain_weights``: ``pick_by_domain``); agent envs are the agent tier's
+    (``posttrain.agent.tier``)."""
     single_turn = [e for e in envs if e.split == "train" and e.kind != "agent"]
-    pick = pick_by_domain if cfg.balance_domains else pick_envs
-    return pick(single_turn, cfg.envs_per_iteration, seed=cfg.seed + iteration, rest=rest)
+    if cfg.balance_domains:
+        return pick_by_domain(single_turn, cfg.envs_per_iteration, seed=cfg.seed + iteration, rest=rest,
+                              weights=cfg.domain_weights)
+    return pick_envs(single_turn, cfg.envs_per_iteration, seed=cfg.seed + iteration, rest=rest)
 
 
 def rollout_with(engine: RolloutEngine, envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,

@@ -31,7 +31,7 @@ import pandas as pd
 
 from posttrain.config import RolloutConfig
 from posttrain.reward import distinct_rewards
-from posttrain.rollout.collect import iteration_seed, pick_evenly
+from posttrain.rollout.collect import iteration_seed, pick_in_shares
 
 LEARNABLE, ZERO_VARIANCE, NO_USABLE_SAMPLE = "learnable", "zero_variance", "no_usable_sample"
 
@@ -79,9 +79,9 @@ def refill_count(learnable: int, target: int, rounds_done: int, max_rounds: int,
 def refill_envs(envs: pd.DataFrame, scored: pd.DataFrame, cfg: RolloutConfig, iteration: int,
                 rounds_done: int) -> list[str]:
     """Ids of the single-turn train envs (``envs``: an Envs table) the next refill round of ``iteration`` samples,
-    given its ``scored`` rows so far: a seeded choice among those it has not used (with ``cfg.balance_domains``, an
-    even share a domain, as the iteration's first pick: ``posttrain.rollout.collect.pick_evenly``); [] when no round
-    is needed or left.
+    given its ``scored`` rows so far: a seeded choice among those it has not used (with ``cfg.balance_domains``, a
+    share a domain as in the iteration's first pick, even or by ``cfg.domain_weights``:
+    ``posttrain.rollout.collect.pick_in_shares``); [] when no round is needed or left.
 
     >>> envs = pd.DataFrame({"env_id": ["a", "b", "c", "d", "x", "y"], "split": ["train"] * 4 + ["eval", "train"],
     ...                      "kind": ["single_turn"] * 5 + ["agent"]})
@@ -109,7 +109,7 @@ def refill_envs(envs: pd.DataFrame, scored: pd.DataFrame, cfg: RolloutConfig, it
     by_domain: dict[str, list[str]] = {}
     for env_id in unused:
         by_domain.setdefault(domain_of[env_id], []).append(env_id)
-    return pick_evenly(by_domain, count, rng, rng.sample)
+    return pick_in_shares(by_domain, count, rng, rng.sample, cfg.domain_weights)
 
 
 def keep_learnable(scored: pd.DataFrame, target: int, rounds: int,

@@ -1,6 +1,6 @@
 """``rollout.balance_domains`` (``posttrain.rollout.collect.pick_by_domain``): an even share of each iteration's
-single-turn envs a domain, whatever the sizes of the domains' train splits, in the first pick and in dynamic
-sampling's refills; off, the uniform pick it always was."""
+single-turn envs a domain, whatever the sizes of the domains' train splits, or a share by ``rollout.domain_weights``,
+in the first pick and in dynamic sampling's refills; off, the uniform pick it always was."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from posttrain.config import LoopConfig, RolloutConfig
+from posttrain.config import ConfigError, LoopConfig, RolloutConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.rollout.collect import even_shares, iteration_seed, rollout_envs
+from posttrain.rollout.collect import domain_shares, iteration_seed, rollout_envs
 from posttrain.rollout.dynamic_sampling import refill_envs
 
 pytestmark = pytest.mark.unit
@@ -42,7 +42,7 @@ def test_a_small_domain_gives_all_it_has_and_resting_envs_sit_out_within_their_d
     rest = {f"python/{i:03d}": 1 for i in range(45)}
     picked = rollout_envs(envs, cfg, 1, rest=rest)
     assert {e.id for e in picked if e.domain == "python"} >= {f"python/{i:03d}" for i in range(45, 50)}
-    assert even_shares({"a": 0, "b": 4}, 3, random.Random(0)) == {"a": 0, "b": 3}
+    assert domain_shares({"a": 0, "b": 4}, 3, random.Random(0)) == {"a": 0, "b": 3}
 
 
 def test_off_the_pick_is_the_uniform_one_and_the_multi_domain_preset_balances():
@@ -66,3 +66,29 @@ def test_dynamic_sampling_refills_keep_the_even_shares_and_off_they_are_the_unif
     unused = sorted(set(ids) - set(used))
     expected = random.Random(iteration_seed(uniform.seed, 1)).sample(unused, 10)
     assert refill_envs(envs, scored, uniform, iteration=1, rounds_done=0) == expected
+
+
+def test_domain_weights_set_each_domains_share_in_the_pick_and_the_refills():
+    envs = pool({"python": 307, "finance": 160, "scene": 160})
+    cfg = RolloutConfig(envs_per_iteration=32, balance_domains=True, domain_weights={"scene": 2, "finance": 1.5})
+    for iteration in range(1, 4):  # 32 x 1 / 4.5, 32 x 1.5 / 4.5, 32 x 2 / 4.5: 7.1, 10.7, 14.2
+        assert Counter(e.domain for e in rollout_envs(envs, cfg, iteration)) == {"python": 7, "finance": 11,
+                                                                               "scene": 14}
+    never = RolloutConfig(envs_per_iteration=32, balance_domains=True, domain_weights={"python": 0})
+    assert Counter(e.domain for e in rollout_envs(envs, never, 1)) == {"finance": 16, "scene": 16}
+    ids = [e.id for e in pool({"python": 40, "scene": 12})]
+    table = pd.DataFrame({"env_id": ids, "split": "train", "kind": "single_turn",
+                          "domain": [env_id.split("/")[0] for env_id in ids]})
+    scored = pd.DataFrame({"env_id": ids[:4], "group_id": [f"it1/{i}" for i in ids[:4]], "reward": 0.0,
+                           "infra_error": ""})
+    weighted = RolloutConfig(envs_per_iteration=10, balance_domains=True, dynamic_sampling=True,
+                             domain_weights={"python": 4})
+    refilled = refill_envs(table, scored, weighted, iteration=1, rounds_done=0)
+    assert Counter(env_id.split("/")[0] for env_id in refilled) == {"python": 8, "scene": 2}
+
+
+def test_domain_weights_are_refused_without_the_balanced_pick_or_below_zero():
+    with pytest.raises(ConfigError, match="rollout.domain_weights.*set balance_domains too"):
+        RolloutConfig(domain_weights={"scene": 2})
+    with pytest.raises(ConfigError, match="rollout.domain_weights.*weight >= 0"):
+        RolloutConfig(balance_domains=True, domain_weights={"scene": -1})
