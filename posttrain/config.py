@@ -491,6 +491,9 @@ class DemoPolicyConfig(Validated):
                               doc="steps of copy drills over fresh lines before SFT (each drill new, so only copying "
                                   "fits them; docs/multi-domain.md): a policy that must copy names out of its prompt "
                                   "learns it here; 0: none")
+    copy_share: float = declare(0.0, low=0, high=1,
+                                doc="the share of each SFT batch that is fresh copy drills (the rest: the pairs), so "
+                                    "copying learnt in the copy steps is kept while the pairs are learnt; 0: none")
     sft_steps: int = declare(175, low=0, doc="mid-way through SFT on purpose: ~40% greedy pass@1 on eval, room for RL")
     sft_batch_size: int = declare(16, low=1)
     sft_length_groups: int = declare(1, low=1,

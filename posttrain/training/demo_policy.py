@@ -152,22 +152,29 @@ def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]], s
     too_long = [i for i, (ids, _) in enumerate(examples) if len(ids) > cfg.max_position_embeddings]
     if too_long:
         raise ValueError(f"pairs {too_long} exceed max_position_embeddings={cfg.max_position_embeddings} tokens")
+    words = sorted({word for pair in pairs for text in pair for word in text.split() if len(word) <= 24})
+    rng = random.Random(cfg.seed)
+
+    def fresh_drills(count: int) -> list[tuple[list[int], int]]:
+        return _sft_examples(tokenizer, [fresh_copy_drill(rng, words) for _ in range(count)])
+
     if cfg.copy_steps:
-        words = sorted({word for pair in pairs for text in pair for word in text.split() if len(word) <= 24})
-        rng = random.Random(cfg.seed)
         _fit(model, cfg.copy_steps, cfg.sft_learning_rate, "demo policy copy drills",
-             lambda: _collate(_sft_examples(tokenizer, [fresh_copy_drill(rng, words)
-                                                        for _ in range(cfg.sft_batch_size)]), tokenizer.pad_token_id))
+             lambda: _collate(fresh_drills(cfg.sft_batch_size), tokenizer.pad_token_id))
     batches = sft_batches([len(ids) for ids, _ in examples], cfg.sft_batch_size, cfg.sft_length_groups,
                           torch.Generator().manual_seed(cfg.seed))
+    drills_a_batch = round(cfg.copy_share * cfg.sft_batch_size)
+
+    def sft_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        chosen = [examples[i] for i in next(batches)][drills_a_batch:]
+        return _collate(chosen + fresh_drills(drills_a_batch), tokenizer.pad_token_id)
 
     def snapshot(step: int, loss: torch.Tensor) -> None:
         if step in snapshots:
             meta = {"version": 0, "snapshot_of": str(out), "snapshot_step": step, "sft_loss": float(loss.detach())}
             _write(Path(f"{out}-step{step}"), model, tokenizer, meta)
 
-    loss = _fit(model, cfg.sft_steps, cfg.sft_learning_rate, "demo policy SFT",
-                lambda: _collate([examples[i] for i in next(batches)], tokenizer.pad_token_id), snapshot)
+    loss = _fit(model, cfg.sft_steps, cfg.sft_learning_rate, "demo policy SFT", sft_batch, snapshot)
     meta = {"version": 0, "demo_policy": asdict(cfg), "num_pairs": len(pairs), "pairs_sha256": _digest(pairs),
             "final_sft_loss": float(loss.detach()),
             "build_seconds": round(clock.seconds, 1)}

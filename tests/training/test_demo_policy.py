@@ -58,10 +58,10 @@ def test_demo_policy_build_is_deterministic_and_loadable_and_snapshots_leave_it_
     assert _weights_sha(other) != _weights_sha(first)
 
 
-def test_copy_phase_is_seeded_precedes_sft_and_is_part_of_the_build_config(tmp_path):
-    """``copy_steps`` trains on fresh copy drills before SFT: the same config twice gives the same weights, other
-    weights than the build without it (whose SFT it leaves as it was), and a policy built without it is not taken
-    for one built with it."""
+def test_copy_drills_are_seeded_and_part_of_the_build_config(tmp_path):
+    """``copy_steps`` trains on fresh copy drills before SFT (``copy_share``: in each SFT batch too): the same config
+    twice gives the same weights, other weights than the build without it, and a policy built without it is not
+    taken for one built with it."""
     from posttrain.training.demo_policy import is_complete
 
     pairs = [(e.prompt, e.reference) for e in load_suite(DEMO_SUITE).envs if e.split == "train"][:40]
@@ -77,6 +77,9 @@ def test_copy_phase_is_seeded_precedes_sft_and_is_part_of_the_build_config(tmp_p
     del meta["demo_policy"]["copy_steps"]
     meta_file.write_text(json.dumps(meta))
     assert is_complete(plain, replace(cfg, copy_steps=0), pairs) and not is_complete(plain, cfg, pairs)
+    # copy_share: fresh drills in every SFT batch as well, a build of its own
+    shared = build_demo_policy(tmp_path / "d", replace(cfg, copy_share=0.5), pairs)
+    assert _weights_sha(shared) not in {_weights_sha(first), _weights_sha(plain)}
 
 
 def test_tokenizer_trained_on_train_split_covers_the_eval_split():
