@@ -71,9 +71,9 @@ demo-agent-long: setup $(STAMP) agent-long-policy
 	time $(BIN)/pyflyte run workflows/rl_loop.py rl_agent_long_demo
 	@echo; echo "Done. Review the runs: make mlflow-ui (experiment posttrain; agent_eval/* and eval/assertion/* curves)."
 
-# The multi-domain demo policy: the demo recipe on a quarter of the code train pairs, finance statements and scene
-# layouts answered by worked references, copy drills and the terminal tasks' oracle episodes (~30 min, cached; see
-# docs/multi-domain.md); the run trains on all four at once.
+# The multi-domain demo policy: copy drills over fresh lines, then the demo recipe on a quarter of the code train
+# pairs, finance statements and scene layouts answered by worked references, copy drills and the terminal tasks'
+# oracle episodes (~70 min beside other work, cached; see docs/multi-domain.md); the run trains on all four at once.
 multi-policy: $(STAMP)
 	$(BIN)/posttrain agent-policy --recipe demo-multi $(MULTI_POLICY)
 

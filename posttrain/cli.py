@@ -148,14 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("demo-policy", help="build the demo policy")
     p.add_argument("out", nargs="?", default=default_policy_dir())
     p.set_defaults(func=_demo_policy)
-    p = sub.add_parser("agent-policy", help="build a demo agent policy (warm-started on oracle episodes, 15-40 min)")
+    p = sub.add_parser("agent-policy", help="build a demo agent policy (warm-started on oracle episodes, 15-70 min)")
     p.add_argument("out", nargs="?", help="where (default: .posttrain/agent-policy, agent-long-policy or "
                                           "multi-policy)")
     p.add_argument("--recipe", default=DEMO_AGENT_POLICY, choices=sorted(DEMO_AGENT_POLICIES),
                    help="demo-agent: agent_repo and its warm-up envs; demo-agent-long: the regression hunts and "
                         "warm-up hunts of other functions, under a 384-token context budget; demo-multi: the "
                         "terminal tasks' episodes, a quarter of the code train pairs, finance statements and scene "
-                        "layouts answered by worked references, and copy drills")
+                        "layouts answered by worked references, and copy drills, after copy drills over fresh lines")
     p.set_defaults(func=_agent_policy)
     p = sub.add_parser("admit", help="admit a suite: per-env verdicts with reason codes, per-check statistics")
     p.add_argument("suite")

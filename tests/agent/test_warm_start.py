@@ -87,6 +87,7 @@ def test_each_named_demo_agent_policy_has_a_recipe_and_its_own_folder(monkeypatc
     assert Path(multi.suite).name == "terminal_tasks"
     assert LoopConfig.multi_domain_demo().rollout.chat_template == "none"  # single-turn pairs are raw prompts
     assert {env.id.split("/")[0] for env in multi.warm_up_envs()} == {"terminal_tasks"}
+    assert multi.cfg.copy_steps > 0 and multi.cfg.hidden_size // multi.cfg.num_heads in (32, 64)  # vLLM CPU sizes
 
 
 SUITES = Path("posttrain/envs/suites")
