@@ -39,7 +39,7 @@ from posttrain.agent.parser import ToolCall, parse_calls  # noqa: E402
 from posttrain.agent.template import AGENT_TEMPLATE, ChatFormat  # noqa: E402
 from posttrain.agent.warm_start import RECIPES, main_agent_policy, oracle_pairs  # noqa: E402
 from posttrain.config import DEMO_MULTI_POLICY, MULTI_DOMAIN_SUITE_REF, SandboxConfig  # noqa: E402
-from posttrain.envs.generators.common import fresh_copy_drill  # noqa: E402
+from posttrain.envs.generators.common import drill_words, fresh_copy_drill  # noqa: E402
 from posttrain.envs.suite import load_suite  # noqa: E402
 from posttrain.envs.tools import TOOLS, tool_specs  # noqa: E402
 from posttrain.envs.verifiers import get_verifier, verify_many  # noqa: E402
@@ -124,7 +124,7 @@ def main() -> None:
     single = [env for env in scored if env.kind == "single_turn"]
     agent = [env for env in scored if env.kind == "agent" and env.oracle]
     pairs = turn_pairs_of(next(iter(policies.values())), agent, recipe) if agent else []
-    words = sorted({word for env in scored for word in env.prompt.split() if len(word) <= 24})
+    words = drill_words(env.prompt for env in scored)
     report = {}
     for step, policy in policies.items():
         report[step] = single_turn_scores(policy, single) if single else {}

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from posttrain.config import DEMO_SUITE, DemoPolicyConfig
-from posttrain.envs.generators.common import fresh_copy_drill
+from posttrain.envs.generators.common import drill_words, fresh_copy_drill
 from posttrain.progress import progress
 from posttrain.timing import timed
 from posttrain.training.checkpoints import POLICY_META
@@ -152,7 +152,7 @@ def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]], s
     too_long = [i for i, (ids, _) in enumerate(examples) if len(ids) > cfg.max_position_embeddings]
     if too_long:
         raise ValueError(f"pairs {too_long} exceed max_position_embeddings={cfg.max_position_embeddings} tokens")
-    words = sorted({word for pair in pairs for text in pair for word in text.split() if len(word) <= 24})
+    words = drill_words(text for pair in pairs for text in pair)
     rng = random.Random(cfg.seed)
 
     def fresh_drills(count: int) -> list[tuple[list[int], int]]:

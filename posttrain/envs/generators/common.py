@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import random
 import types
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from posttrain.envs.spec import EnvSpec, Limits
 
@@ -149,6 +149,16 @@ def copy_drills(lines: list[str], count: int, seed: str | int, most: int = 4) ->
 
 SYLLABLES = tuple(consonant + vowel for consonant in "bdfgklmnprstvz" for vowel in "aeiou")
 SEPARATORS = (" ", " = ", "=", "/", ": ", ", ", ".", "_", " | ", " -")
+
+
+def drill_words(texts: Iterable[str], longest: int = 24) -> list[str]:
+    """The distinct whitespace-separated words of ``texts`` up to ``longest`` characters, sorted: what
+    ``fresh_line`` draws its known parts from.
+
+    >>> drill_words(["def f(x): return x", "return 1"])
+    ['1', 'def', 'f(x):', 'return', 'x']
+    """
+    return sorted({word for text in texts for word in text.split() if len(word) <= longest})
 
 
 def fresh_line(rng: random.Random, words: Sequence[str]) -> str:
