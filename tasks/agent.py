@@ -39,7 +39,8 @@ from tasks.tables import Table
 AgentSampled = NamedTuple("AgentSampled", [("scored", Table[AgentScored]), ("steps", Table[Steps]),
                                            ("eval_results", Table[EvalResults]), ("eval_steps", Table[Steps]),
                                            ("eval_snapshots", Table[EpisodeSnapshots]),
-                                           ("metrics", dict[str, float]), ("eval_metrics", dict[str, float])])
+                                           ("metrics", dict[str, float]), ("eval_metrics", dict[str, float]),
+                                           ("times", dict[str, float])])
 
 
 @task(cache=True, cache_version=CACHE_VERSION, **{**stage("rollout"), "pod_template": sandbox_pod_template()})
@@ -56,7 +57,8 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
     ``eval-v<k>/<env_id>``); ``eval_snapshots``: the workspace snapshots of the eval episodes that failed
     (``agent.snapshot_every``, at most ``agent.snapshot_keep_mb``); ``metrics``: the rollout's episodes and the task's
     timings (engine start or swap, wall) as ``agent/*`` (``posttrain.agent.metrics.agent_metrics``); ``eval_metrics``:
-    the eval episodes' (``agent_eval/*``).
+    the eval episodes' (``agent_eval/*``); ``times``: the task's wall seconds as ``time/agent_s``, the agent stage of
+    v_k's iteration window (``posttrain.tracking.metrics.time_metrics``).
     """
     clock = timed()
     specs = envs_from_table(envs)
@@ -88,7 +90,8 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
     return AgentSampled(scored=scored, steps=steps, eval_results=results, eval_steps=eval_steps,
                         eval_snapshots=snapshots,
                         metrics=agent_metrics(stats, steps),
-                        eval_metrics=agent_metrics(eval_stats, eval_steps, prefix="agent_eval"))
+                        eval_metrics=agent_metrics(eval_stats, eval_steps, prefix="agent_eval"),
+                        times={"time/agent_s": stats.wall_s})
 
 
 @task(**stage("track"))

@@ -18,7 +18,7 @@ from flytekit import Resources
 
 from tasks.pods import sandbox_pod_template
 
-CACHE_VERSION = "posttrain-9"  # bump when a cached task's behaviour changes without its inputs changing
+CACHE_VERSION = "posttrain-10"  # bump when a cached task's behaviour changes without its inputs changing
 
 _CPU_STAGES = {"admit": ("2", "4Gi"), "reward": ("2", "4Gi"), "track": ("1", "1Gi")}
 _ACCEL_STAGES = {"rollout": ("2", "16Gi"), "update": ("2", "16Gi"), "evaluate": ("2", "16Gi"), "policy": ("2", "8Gi")}

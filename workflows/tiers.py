@@ -199,8 +199,10 @@ class Agent(Tier):
         return self.rollouts[k + 1].scored
 
     def metrics(self, k: int) -> list:
-        """With v_k: the episodes of the rollout that trained it (k >= 1) and its greedy eval's, when evaluated."""
-        trained = [self.rollouts[k].metrics] if k > 0 else []
+        """With v_k: the wall time of the node that sampled at step k (k >= 1: ``time/agent_s``, the agent stage of
+        the iteration's window), the episodes of the rollout that trained it (k >= 1) and its greedy eval's, when
+        evaluated."""
+        trained = [self.window(k).times, self.rollouts[k].metrics] if k > 0 else []
         return trained + ([self.evaluations[k].eval_metrics] if k in self.evaluations else [])
 
     def steps(self, k: int) -> dict:

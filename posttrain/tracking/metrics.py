@@ -4,9 +4,10 @@ Each stage's task turns its stats into a metrics dict named as MLflow shows it (
 ``stage_metrics``, and ``time/<stage>_s`` for where the time went): ``rollout_metrics`` (a rollout, logged with the
 iteration it trains), ``sample_times`` (a sample task's times, logged with the version it sampled from),
 ``reward_metrics``, ``train_metrics``; ``tasks/evaluate.py`` times its eval scoring as ``time/eval_score_s``
-(``posttrain.timing.timed``), and the agent tier's metrics are ``posttrain.agent.metrics.agent_metrics``. The tracking
-task merges one iteration's dicts (``iteration_metrics``): zeros for a stage that did not run (``NOT_RUN``), the
-version's evaluation summary and where its wall time went (``time_metrics``).
+(``posttrain.timing.timed``), and the agent tier's metrics are ``posttrain.agent.metrics.agent_metrics`` (its task's
+wall seconds ``time/agent_s``, logged with the version it sampled from). The tracking task merges one iteration's
+dicts (``iteration_metrics``): zeros for a stage that did not run (``NOT_RUN``), the version's evaluation summary and
+where its wall time went (``time_metrics``).
 
 Example (iteration k: v_k's sample task, the rollout and reward that trained v_k, its update, v_k's eval scoring):
     >>> from posttrain.reward import RewardStats
@@ -105,7 +106,7 @@ def train_metrics(stats: TrainStats, train_rows: pd.DataFrame, trained_from: int
 # or sample task of that tier; a version that was not evaluated had no eval scoring): zeros, as every iteration logs
 # every stage.
 NOT_RUN: Metrics = {**rollout_metrics(RolloutStats()), **sample_times(RolloutStats()),
-                    **reward_metrics(RewardStats()), "time/eval_score_s": 0.0}
+                    **reward_metrics(RewardStats()), "time/eval_score_s": 0.0, "time/agent_s": 0.0}
 
 
 def version_metrics(results: pd.DataFrame) -> Metrics:
@@ -134,20 +135,21 @@ def time_metrics(stages: Metrics, iteration_s: float | None = None) -> Metrics:
     """Where iteration k's wall time went, from its stages' metrics. Its window (since iteration k-1 was logged)
     runs: the reward stage of the rollout that trained v_k (``time/reward_s``, refill rounds included), the update
     (``time/update_s``), the sample task of v_k (engine start or swap, v_k's eval decode, the next rollout) and the
-    refill rounds' sampling (``rollout/refill_wall_s``): together ``time/sample_s``, and the eval scoring of v_k
-    (``time/eval_score_s``). With ``iteration_s`` also ``time/iteration_s``, ``time/untimed_s`` (tracking and
-    orchestration: the rest) and ``time/overhead_fraction`` = (engine start + untimed) / iteration.
+    refill rounds' sampling (``rollout/refill_wall_s``): together ``time/sample_s``, the agent tier's task of v_k (its
+    eval episodes and the next rollout's: ``time/agent_s``) and the eval scoring of v_k (``time/eval_score_s``).
+    With ``iteration_s`` also ``time/iteration_s``, ``time/untimed_s`` (tracking and orchestration: the rest) and
+    ``time/overhead_fraction`` = (engine start + untimed) / iteration.
 
     >>> stages = {"time/sample_s": 2.5, "rollout/refill_wall_s": 1.0, "time/engine_start_s": 0.0,
-    ...           "time/reward_s": 4.0, "time/update_s": 2.0, "time/eval_score_s": 5.0}
-    >>> time_metrics(stages, 16.0)
-    {'time/sample_s': 3.5, 'time/iteration_s': 16.0, 'time/untimed_s': 1.5, 'time/overhead_fraction': 0.09375}
+    ...           "time/reward_s": 4.0, "time/update_s": 2.0, "time/agent_s": 3.0, "time/eval_score_s": 5.0}
+    >>> time_metrics(stages, 20.0)
+    {'time/sample_s': 3.5, 'time/iteration_s': 20.0, 'time/untimed_s': 2.5, 'time/overhead_fraction': 0.125}
     """
     sample_s = stages["time/sample_s"] + stages["rollout/refill_wall_s"]
     metrics = {"time/sample_s": sample_s}
     if iteration_s:
         untimed = max(0.0, iteration_s - sample_s - stages["time/reward_s"] - stages["time/update_s"]
-                      - stages["time/eval_score_s"])
+                      - stages["time/agent_s"] - stages["time/eval_score_s"])
         metrics.update({"time/iteration_s": iteration_s, "time/untimed_s": untimed,
                         "time/overhead_fraction": (stages["time/engine_start_s"] + untimed) / iteration_s})
     return metrics

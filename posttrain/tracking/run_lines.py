@@ -29,7 +29,7 @@ from typing import TextIO
 LOCAL_UI = "http://127.0.0.1:5000"  # where `make mlflow-ui` serves the UI
 RESUMED = "(resumed: logged by an earlier execution)"
 # label -> the metric of one stage's wall seconds, in the order the stages run
-STAGE_TIMES = {"sample": "time/sample_s", "reward": "time/reward_s", "agent": "agent/wall_s",
+STAGE_TIMES = {"sample": "time/sample_s", "reward": "time/reward_s", "agent": "time/agent_s",
                "update": "time/update_s", "eval": "time/eval_score_s"}
 
 Metrics = Mapping[str, float]
@@ -55,7 +55,7 @@ def iteration_line(version: int, metrics: Metrics) -> str:
     tier's mean reward and solve rate, then each stage's wall seconds and the iteration's.
 
     >>> print(iteration_line(2, {"agent/episodes": 8, "agent/reward_mean": 0.3, "agent/solve_rate": 0.25,
-    ...                          "agent/wall_s": 41.0, "time/update_s": 9.25}))
+    ...                          "time/agent_s": 41.0, "time/update_s": 9.25}))
     v2  agent reward 0.300  solved 0.250  |  agent 41.0s  update 9.2s
     """
     parts = [f"v{version}", *_rollout(metrics), *_agent(metrics)]

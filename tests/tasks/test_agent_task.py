@@ -135,6 +135,7 @@ def test_agent_sample_rolls_out_and_evaluates_on_the_live_engine_and_caches(agen
     assert metrics["agent/engine_start_s"] + metrics["agent/engine_swap_s"] >= 0
     assert metrics["agent/wall_s"] >= metrics["agent/seconds"] > metrics["agent/generate_s"] > 0
     assert metrics["agent/prefix_cache_hit"] > 0  # the eval's episodes cached the stable prefix
+    assert out.times == {"time/agent_s": metrics["agent/wall_s"]}  # the agent stage of v_k's iteration window
     print(f"agent_sample: rollout {metrics}\neval {eval_metrics}")
 
     # an identical call is served from Flyte's cache: nothing runs
@@ -164,6 +165,7 @@ def test_a_suite_without_agent_envs_starts_no_engine(tiny_policy, flyte_cache):
     assert len(out.scored) == len(out.steps) == len(out.eval_results) == len(out.eval_steps) == 0
     assert out.eval_snapshots.empty
     assert (out.metrics, out.eval_metrics) == ({"agent/episodes": 0.0}, {"agent_eval/episodes": 0.0})
+    assert list(out.times) == ["time/agent_s"] and out.times["time/agent_s"] < 1.0  # no engine, no episode
     assert live.counters() == before
 
 

@@ -67,6 +67,14 @@ def test_iteration_metrics_join_eval_rollout_reward_sandbox_and_train():
     assert (timed["time/iteration_s"], timed["time/untimed_s"], timed["time/overhead_fraction"]) == (8.0, 2.0, 0.25)
 
 
+def test_the_agent_tiers_task_is_a_stage_of_the_iteration_not_its_overhead():
+    stages = [TRAIN, {"time/sample_s": 1.0, "time/reward_s": 1.0, "time/agent_s": 30.0}]
+    timed = iteration_metrics(stages, iteration_s=40.0)
+    assert timed["time/untimed_s"] == 40.0 - 1.0 - 1.0 - 30.0 - timed["time/update_s"]
+    assert timed["time/overhead_fraction"] == timed["time/untimed_s"] / 40.0
+    assert iteration_metrics([TRAIN])["time/agent_s"] == 0.0  # a suite without agent envs
+
+
 def test_a_stage_that_did_not_run_logs_zeros_and_dynamic_sampling_its_counts_only_when_it_ran():
     agent_only = iteration_metrics([TRAIN, {"agent/episodes": 4.0}])
     assert {key: agent_only[key] for key in NOT_RUN} == NOT_RUN

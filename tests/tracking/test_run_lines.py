@@ -92,10 +92,11 @@ def test_agent_envs_add_their_reward_solve_rate_stage_time_and_greedy_solve_rate
     greedy = AgentStats(episodes=4, solved=1, solve_rate=0.25, reward_mean=0.25, wall_s=9.0)
     steps = pd.DataFrame()
     metrics = iteration_metrics([train_metrics(TRAIN, pd.DataFrame({"policy_version": []}), trained_from=1),
-                                 agent_metrics(rollout, steps), agent_metrics(greedy, steps, prefix="agent_eval")],
+                                 agent_metrics(rollout, steps), agent_metrics(greedy, steps, prefix="agent_eval"),
+                                 {"time/agent_s": 38.5}],  # v2's agent task, not the one whose rollout trained v2
                                 evaluation(2, {"a": True, "b": False}, {}), iteration_s=60.0)
     assert version_lines(2, metrics) == [
-        "v2  agent reward 0.300  solved 0.250  2 infra errors  |  agent 41.0s  update 0.9s  |  iteration 60.0s",
+        "v2  agent reward 0.300  solved 0.250  2 infra errors  |  agent 38.5s  update 0.9s  |  iteration 60.0s",
         "v2 eval  greedy 0.500  (2 envs)  agent solved 0.250 (4 episodes)"]
 
 

@@ -24,6 +24,11 @@ def test_the_loop_runs_the_agent_tier_beside_the_single_turn_one(stale_tiers_run
     assert baseline.data.metrics["agent_eval/episodes"] == 2
     assert 1 <= m["agent/steps_mean"] <= 2
     assert m["rollout/samples"] == 4  # both tiers: 2 envs x 2 samples each
+    for k in sorted(by_iteration)[1:]:  # the agent tier's task is a named stage of each window, not overhead
+        t = by_iteration[k].data.metrics
+        assert t["time/agent_s"] > 0
+        stages = sum(t[f"time/{stage}_s"] for stage in ("sample", "reward", "update", "agent", "eval_score", "untimed"))
+        assert abs(stages - t["time/iteration_s"]) < 0.05, t  # all of it, once: no stage from another window
     for name in ("agent_steps", "agent_eval_steps", "scored", "eval_results"):
         assert f"tables/{name}.parquet" in {f.path for f in stale_tiers_run.client.list_artifacts(
             last.info.run_id, "tables")}
