@@ -347,7 +347,8 @@ class RolloutConfig(Validated):
                                                           "a map of domain -> weight >= 0"),
                                                doc="with balance_domains: each domain's share of the picks in "
                                                    "proportion to its weight (a domain not named weighs 1, 0: never "
-                                                   "picked); {}: even shares")
+                                                   "picked); {}: even shares. A name no single-turn train env has, "
+                                                   "or every weight 0, fails the first rollout")
     dynamic_sampling: bool = declare(False,
                                      doc="DAPO dynamic sampling (posttrain.rollout.dynamic_sampling): groups whose "
                                          "rewards are all equal carry no GRPO signal; they are dropped and refilled "

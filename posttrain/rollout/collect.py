@@ -26,7 +26,7 @@ from typing import Callable, Mapping, TypeVar
 
 import pandas as pd
 
-from posttrain.config import RolloutConfig
+from posttrain.config import ConfigError, RolloutConfig
 from posttrain.envs.spec import EnvSpec
 from posttrain.rollout.engine import RolloutEngine
 from posttrain.schemas import Trajectories, encode_floats, encode_ints
@@ -224,9 +224,30 @@ def rollout_envs(envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,
     (``posttrain.agent.tier``)."""
     single_turn = [e for e in envs if e.split == "train" and e.kind != "agent"]
     if cfg.balance_domains:
+        check_domain_weights(cfg.domain_weights, {e.domain for e in single_turn})
         return pick_by_domain(single_turn, cfg.envs_per_iteration, seed=cfg.seed + iteration, rest=rest,
                               weights=cfg.domain_weights)
     return pick_envs(single_turn, cfg.envs_per_iteration, seed=cfg.seed + iteration, rest=rest)
+
+
+def check_domain_weights(weights: Mapping[str, float], domains: set[str]) -> None:
+    """Refuse ``rollout.domain_weights`` that name a domain none of the single-turn train envs has (misspelt, an agent
+    domain, or one admission rejected whole: its weight would do nothing, silently) or that weigh every domain 0
+    (nothing would be picked).
+
+    >>> check_domain_weights({"scene": 2}, {"python", "scene"})
+    >>> check_domain_weights({"scenes": 2}, {"python", "scene"})
+    Traceback (most recent call last):
+    ...
+    posttrain.config.ConfigError: rollout.domain_weights names scenes: no single-turn train env has that domain (they \
+have: python, scene)
+    """
+    if unknown := sorted(set(weights) - domains):
+        raise ConfigError(f"rollout.domain_weights names {', '.join(unknown)}: no single-turn train env has that "
+                          f"domain (they have: {', '.join(sorted(domains))})")
+    if domains and all(weights.get(domain, 1.0) == 0 for domain in domains):
+        raise ConfigError(f"rollout.domain_weights weighs every domain 0 ({', '.join(sorted(domains))}): nothing "
+                          "would be picked")
 
 
 def rollout_with(engine: RolloutEngine, envs: list[EnvSpec], cfg: RolloutConfig, iteration: int,

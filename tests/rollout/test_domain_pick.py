@@ -92,3 +92,15 @@ def test_domain_weights_are_refused_without_the_balanced_pick_or_below_zero():
         RolloutConfig(domain_weights={"scene": 2})
     with pytest.raises(ConfigError, match="rollout.domain_weights.*weight >= 0"):
         RolloutConfig(balance_domains=True, domain_weights={"scene": -1})
+
+
+def test_domain_weights_that_name_no_train_domain_or_weigh_all_zero_are_refused_at_the_first_pick():
+    envs = pool({"python": 30, "scene": 10}) + pool({"finance": 5}, split="eval")
+    for weights, problem in (({"scenes": 2}, "names scenes: no single-turn train env has that domain"),
+                             ({"finance": 2}, "names finance"),  # eval envs only: never picked
+                             ({"python": 0, "scene": 0}, "weighs every domain 0")):
+        cfg = RolloutConfig(envs_per_iteration=8, balance_domains=True, domain_weights=weights)
+        with pytest.raises(ConfigError, match=f"rollout.domain_weights {problem}"):
+            rollout_envs(envs, cfg, 1)
+    kept = RolloutConfig(envs_per_iteration=8, balance_domains=True, domain_weights={"python": 0})
+    assert {e.domain for e in rollout_envs(envs, kept, 1)} == {"scene"}
