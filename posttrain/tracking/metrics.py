@@ -102,6 +102,11 @@ def train_metrics(stats: TrainStats, train_rows: pd.DataFrame, trained_from: int
             "time/update_s": float(stats.wall_s)}
 
 
+# label -> the metric of one stage's wall seconds, in the order the stages run: with ``time/untimed_s`` the whole of
+# an iteration's window (``time_metrics``); ``tracking.run_lines`` prints each by its label
+STAGE_TIMES = {"sample": "time/sample_s", "reward": "time/reward_s", "agent": "time/agent_s",
+               "update": "time/update_s", "eval": "time/eval_score_s"}
+
 # What an iteration logs for a stage that did not run in it (a suite without single-turn envs has no rollout, reward
 # or sample task of that tier; a version that was not evaluated had no eval scoring): zeros, as every iteration logs
 # every stage.
@@ -148,8 +153,8 @@ def time_metrics(stages: Metrics, iteration_s: float | None = None) -> Metrics:
     sample_s = stages["time/sample_s"] + stages["rollout/refill_wall_s"]
     metrics = {"time/sample_s": sample_s}
     if iteration_s:
-        untimed = max(0.0, iteration_s - sample_s - stages["time/reward_s"] - stages["time/update_s"]
-                      - stages["time/agent_s"] - stages["time/eval_score_s"])
+        staged = {**stages, **metrics}  # the sample stage with its refill rounds
+        untimed = max(0.0, iteration_s - sum(staged[key] for key in STAGE_TIMES.values()))
         metrics.update({"time/iteration_s": iteration_s, "time/untimed_s": untimed,
                         "time/overhead_fraction": (stages["time/engine_start_s"] + untimed) / iteration_s})
     return metrics

@@ -26,11 +26,10 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TextIO
 
+from posttrain.tracking.metrics import STAGE_TIMES
+
 LOCAL_UI = "http://127.0.0.1:5000"  # where `make mlflow-ui` serves the UI
 RESUMED = "(resumed: logged by an earlier execution)"
-# label -> the metric of one stage's wall seconds, in the order the stages run
-STAGE_TIMES = {"sample": "time/sample_s", "reward": "time/reward_s", "agent": "time/agent_s",
-               "update": "time/update_s", "eval": "time/eval_score_s"}
 
 Metrics = Mapping[str, float]
 
