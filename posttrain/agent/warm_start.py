@@ -76,9 +76,9 @@ def oracle_pairs(envs: Sequence[EnvSpec], oracles: Sequence[list], fmt: ChatForm
     finally:
         for session in sessions:
             session.close()
-    unsolved = [e.env_id for e in episodes if e.finish_reason != "submit"]
+    unsolved = {e.env_id: e.finish_reason for e in episodes if e.finish_reason != "submit"}
     if unsolved:
-        raise ValueError(f"oracle episodes did not submit: {unsolved}")
+        raise ValueError(f"oracle episodes did not submit (env: how each ended): {unsolved}")
     return turn_pairs(episodes, fmt.tokenizer)
 
 

@@ -27,6 +27,8 @@ def test_oracle_turns_become_pairs_and_the_policy_ships_the_template(fmt, tmp_pa
     box = make_sandbox("bwrap-warm")
     try:
         pairs = oracle_pairs(envs, [oracle(e) for e in envs], fmt, box, AgentConfig())
+        with pytest.raises(ValueError, match=f"{envs[1].id}': 'max_steps'"):  # which env, and how it ended
+            oracle_pairs(envs, [oracle(e) for e in envs], fmt, box, AgentConfig(max_steps=2))
     finally:
         box.close()
     assert len(pairs) == 2 * 5
