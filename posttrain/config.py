@@ -495,6 +495,9 @@ class DemoPolicyConfig(Validated):
     copy_share: float = declare(0.0, low=0, high=1,
                                 doc="the share of each SFT batch that is fresh copy drills (the rest: the pairs), so "
                                     "copying learnt in the copy steps is kept while the pairs are learnt; 0: none")
+    split_digits: bool = declare(False,
+                                 doc="every digit a token of its own: numbers of one width line up digit by digit, "
+                                     "what a worked sum of two of them needs (finance_facts.work_line)")
     sft_steps: int = declare(175, low=0, doc="mid-way through SFT on purpose: ~40% greedy pass@1 on eval, room for RL")
     sft_batch_size: int = declare(16, low=1)
     sft_length_groups: int = declare(1, low=1,

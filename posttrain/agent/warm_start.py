@@ -125,7 +125,7 @@ AGENT_LONG_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embedding
 # fresh lines come first, and 4 heads of 32 (copying came twice as fast as with 2 of 64); 2000 SFT steps, where the
 # 3000-step build had room left (docs/multi-domain.md, the copy phase).
 MULTI_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=1024, num_heads=4, copy_steps=1500,
-                                    sft_steps=2000, sft_batch_size=32, sft_length_groups=16)
+                                    sft_steps=2500, sft_batch_size=32, sft_length_groups=16, split_digits=True)
 
 
 def call(name: str) -> list:

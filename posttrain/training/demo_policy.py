@@ -44,13 +44,21 @@ SPECIAL_TOKENS = ("<s>", "</s>", "<pad>")  # ids 0, 1, 2
 WEIGHTS = "model.safetensors"
 
 
-def train_tokenizer(texts: Sequence[str], vocab_size: int):
-    """Byte-level BPE over ``texts`` whose post-processor prepends ``<s>`` (so HF and vLLM encode alike)."""
+def train_tokenizer(texts: Sequence[str], vocab_size: int, split_digits: bool = False):
+    """Byte-level BPE over ``texts`` whose post-processor prepends ``<s>`` (so HF and vLLM encode alike);
+    ``split_digits``: every digit a token of its own, so numbers of one width line up digit by digit.
+
+    >>> tok = train_tokenizer(["193.5 - 100.4 = 093.1"] * 20, 300, split_digits=True)
+    >>> [tok.decode([i]) for i in tok.encode("193.5")]
+    ['<s>', '1', '9', '3', '.', '5']
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level]) \
+        if split_digits else byte_level
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
@@ -144,7 +152,7 @@ def _build(out: Path, cfg: DemoPolicyConfig, pairs: Sequence[tuple[str, str]], s
 
     clock = timed()
     set_seed(cfg.seed)
-    tokenizer = train_tokenizer([t for pair in pairs for t in pair], cfg.vocab_size)
+    tokenizer = train_tokenizer([t for pair in pairs for t in pair], cfg.vocab_size, cfg.split_digits)
     if chat_template:
         tokenizer.chat_template = chat_template
     model = LlamaForCausalLM(_model_config(cfg, tokenizer))

@@ -252,7 +252,48 @@ def worked_reference(s: Statement) -> str:
     {"revenue": 343.0}
     """
     asked = dict.fromkeys(item for item, _ in s.variant.asks)
-    return "".join(item_line(s, item) + "\n" for item in asked) + to_spec(s).reference
+    return "".join(item_line(s, item) + "\n" for item in asked) + work_line(s) + to_spec(s).reference
+
+
+def work_line(s: Statement) -> str:
+    """A derived value worked before the JSON object (warm-start data only; "" when nothing is derived): the formula
+    over the two figures, then the result zero-padded to their width, so that every digit of it stands as far from
+    the two digits it is made of as every other (one token a digit with ``DemoPolicyConfig.split_digits``). The
+    figures need no carry or borrow (``partner``): each digit of the result is one of 100 digit facts.
+
+    >>> s = make_statement(7, "Lake Paper", next(v for v in VARIANTS if v.name == "gross_profit"), "text", "train")
+    >>> work_line(s)
+    'gross_profit = 712.3 - 512.2 = 200.1\\n'
+    """
+    if not s.variant.derived:
+        return ""
+    (first, second), op = s.variant.asks, s.variant.op
+    a, b = s.figures[first[1]][first[0]], s.figures[second[1]][second[0]]
+    return worked_sum(a, op, b, prefix=f"{s.variant.derived} = ")
+
+
+def worked_sum(a: int, op: str, b: int, prefix: str = "") -> str:
+    """``a op b`` (tenths) and its result, zero-padded to ``a``'s width: ``worked_sum(1935, "-", 1004)`` is
+    ``"193.5 - 100.4 = 093.1\\n"``."""
+    result = a + b if op == "+" else a - b
+    return f"{prefix}{amount(a)} {op} {amount(b)} = {amount(result).zfill(len(amount(a)))}\n"
+
+
+def sum_drills(count: int, seed: str = "drills-arith") -> list[tuple[str, str]]:
+    """``count`` worked sums and differences of fresh figures without carry or borrow (``partner``), in
+    ``work_line``'s form: the digit facts a derived value is made of, beyond the few hundred statements that derive
+    one.
+
+    >>> sum_drills(1)
+    [('Compute: 1647.9 + 3230.0\\n', '1647.9 + 3230.0 = 4877.9\\n')]
+    """
+    rng, drills = random.Random(seed), []
+    while len(drills) < count:
+        op, a = rng.choice("+-"), rng.randint(1_000, 19_999)
+        b = partner(a, op, rng)
+        if b is not None and len(str(a + b if op == "+" else a - b)) <= len(str(a)):
+            drills.append((f"Compute: {amount(a)} {op} {amount(b)}\n", worked_sum(a, op, b)))
+    return drills
 
 
 def to_spec(s: Statement) -> EnvSpec:
@@ -300,31 +341,47 @@ def warm_up_specs(count: int = WARM_UP) -> list[EnvSpec]:
     return [replace(to_spec(s), id=f"finance_facts/warm_up_{n}") for n, s in enumerate(warm_up_statements(count))]
 
 
-def warm_up_statements(count: int = WARM_UP) -> list[Statement]:
-    """The statements of ``warm_up_specs``."""
+def warm_up_statements(count: int = WARM_UP, variants: tuple[Variant, ...] = VARIANTS,
+                       first: int = 100_000) -> list[Statement]:
+    """The statements of ``warm_up_specs``: ``count`` of ``variants`` and every form in turn, numbered (seeded) from
+    ``first``."""
     companies = [f"{a} {b}" for a, b in product(PREFIXES, SUFFIXES)]
-    pairs = list(product(VARIANTS, FORMS))
-    return [make_statement(100_000 + n, companies[n % len(companies)], *pairs[n % len(pairs)], "train")
+    pairs = list(product(variants, FORMS))
+    return [make_statement(first + n, companies[n % len(companies)], *pairs[n % len(pairs)], "train")
             for n in range(count)]
+
+
+def derived_statements(count: int) -> list[Statement]:
+    """``count`` more warm-up statements that each derive a value (numbered from 300,000): the worked sums a policy
+    learns arithmetic from; a handful among two thousand statements taught it none (docs/multi-domain.md).
+
+    >>> {s.variant.difficulty for s in derived_statements(8)}
+    {3}
+    """
+    return warm_up_statements(count, tuple(v for v in VARIANTS if v.derived), first=300_000)
 
 
 WARM_START_STATEMENTS = 2000  # warm-up statements in the multi-domain policy's data, each with its worked reference
 WARM_START_DRILLS = 4000  # copy drills of their lines: without them 3 of 48 eval statements read, with them 32
+WARM_START_SUMS = 1000  # worked sums of fresh figures (sum_drills)
+WARM_START_DERIVED = 2000  # more statements that derive a value (derived_statements)
 
 
-def warm_start_pairs(warm_up: int = WARM_START_STATEMENTS, drills: int = WARM_START_DRILLS) -> list[tuple[str, str]]:
-    """The finance part of the multi-domain policy's warm start: the suite's train statements and ``warm_up`` more,
-    each answered by its ``worked_reference``, then ``drills`` copy drills of 2-4 of their item lines. With 2000 and
-    4000 (3000 SFT steps of 32, the demo shape) a policy passed 32 of the 48 eval statements it never saw
-    (``benchmarks/reading_probe.py --levels finance_facts``).
+def warm_start_pairs(warm_up: int = WARM_START_STATEMENTS, drills: int = WARM_START_DRILLS,
+                     sums: int = WARM_START_SUMS, derived: int = WARM_START_DERIVED) -> list[tuple[str, str]]:
+    """The finance part of the multi-domain policy's warm start: the suite's train statements, ``warm_up`` more and
+    ``derived`` more that derive a value, each answered by its ``worked_reference``, then ``drills`` copy drills of
+    2-4 item lines of the first two kinds and ``sums`` worked sums (``sum_drills``). With 2000 and 4000 alone (3000
+    SFT steps of 32, the demo shape) a policy passed 32 of the 48 eval statements it never saw
+    (``benchmarks/reading_probe.py --levels finance_facts``), none of the 16 that derive a value.
 
-    >>> pairs = warm_start_pairs(warm_up=1, drills=1)
-    >>> len(pairs), pairs[-1][0].startswith("Copy these lines:")
-    (162, True)
+    >>> pairs = warm_start_pairs(warm_up=1, drills=1, sums=1, derived=1)
+    >>> len(pairs), pairs[-2][0].startswith("Copy these lines:"), pairs[-1][0].startswith("Compute:")
+    (164, True, True)
     """
     train = warm_start_statements(warm_up)
-    worked = [(to_spec(s).prompt, worked_reference(s)) for s in train]
-    return worked + copy_drills(item_lines(train), drills, "drills-finance_facts")
+    worked = [(to_spec(s).prompt, worked_reference(s)) for s in train + derived_statements(derived)]
+    return worked + copy_drills(item_lines(train), drills, "drills-finance_facts") + sum_drills(sums)
 
 
 def warm_start_statements(warm_up: int = WARM_START_STATEMENTS) -> list[Statement]:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from posttrain.envs.generators import file_name, render
-from posttrain.envs.generators.finance_facts import (HEADER, ITEMS, specs, statements, to_spec, warm_up_specs,
-                                                    worked_reference)
+from posttrain.envs.generators.finance_facts import (HEADER, ITEMS, derived_statements, specs, statements, sum_drills,
+                                                    to_spec, warm_start_pairs, warm_up_specs, worked_reference)
 from posttrain.envs.verifiers import get_verifier
 
 SUITE = Path("posttrain/envs/suites/finance_facts")
@@ -96,10 +96,30 @@ def test_warm_up_envs_are_other_statements_of_every_variant_with_right_reference
 
 
 @pytest.mark.unit
-def test_a_worked_reference_quotes_the_asked_lines_of_the_prompt_then_answers_as_the_reference():
+def test_the_warm_start_answers_statements_the_suite_does_not_hold_and_more_that_derive_a_value():
+    derived = derived_statements(300)
+    assert {s.variant.difficulty for s in derived} == {3}
+    assert {s.variant.name for s in derived} == {s.variant.name for s in statements() if s.variant.derived}
+    pairs = warm_start_pairs(warm_up=300, drills=0, sums=0, derived=300)
+    suite_prompts = {env.prompt for env in ENVS}
+    warm_prompts = [prompt for prompt, _ in pairs if prompt not in suite_prompts]
+    assert len(set(warm_prompts)) == 600  # the warm-up and the derived statements: none repeats, none is the suite's
+    assert {to_spec(s).prompt for s in derived} <= set(warm_prompts)
+    assert {env.prompt for env in ENVS if env.split == "eval"}.isdisjoint(prompt for prompt, _ in pairs)
+
+
+@pytest.mark.unit
+def test_a_worked_reference_quotes_the_asked_lines_of_the_prompt_works_a_derived_value_then_answers_as_the_reference():
     for s in statements():
         spec = to_spec(s)
         *quotes, answer = worked_reference(s).splitlines()
+        if s.variant.derived:  # the formula over the two figures asked, the result padded to their width
+            work = quotes.pop()
+            values = json.loads(spec.reference)
+            (first, second), result = (s.key(ask) for ask in s.variant.asks), values[s.variant.derived]
+            a, b, padded = work.removeprefix(f"{s.variant.derived} = ").replace(f" {s.variant.op} ", " = ").split(" = ")
+            assert (float(a), float(b), float(padded)) == (values[first], values[second], result), (spec.id, work)
+            assert len(padded) == len(a) == len(b), (spec.id, work)
         asked = list(dict.fromkeys(item for item, _ in s.variant.asks))
         assert len(quotes) == len(asked), spec.id
         for quote, item in zip(quotes, asked):
@@ -108,3 +128,15 @@ def test_a_worked_reference_quotes_the_asked_lines_of_the_prompt_then_answers_as
         assert answer + "\n" == spec.reference
         verdict = NUMERIC.score_on_host(spec, NUMERIC.extract_solution(worked_reference(s)))
         assert verdict.passed, spec.id
+
+
+@pytest.mark.unit
+def test_sum_drills_are_worked_like_a_derived_value_without_carry_or_borrow():
+    drills = sum_drills(300)
+    assert len(set(drills)) == 300 and {prompt.split()[2] for prompt, _ in drills} == {"+", "-"}
+    for prompt, work in drills:
+        a, op, b = prompt.removeprefix("Compute: ").split()
+        left, result = work.rstrip("\n").split(" = ")
+        assert left == f"{a} {op} {b}" and len(result) == len(a) == len(b)
+        digits = [(int(x), int(y), int(z)) for x, y, z in zip(a, b, result) if x != "."]
+        assert all(z == (x + y if op == "+" else x - y) for x, y, z in digits), work  # digit by digit: no carry
