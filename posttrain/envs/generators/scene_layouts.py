@@ -295,25 +295,73 @@ def worked_reference(spec: EnvSpec) -> str:
     objects = [{"name": o["name"], "type": o["type"], "size": o["size"], "position": o["position"]}
                for o in json.loads(spec.reference)["objects"]]
     quotes = "".join(size_line(kind, size).removeprefix("- ") + "\n" for kind, size in sizes(spec).items())
-    return quotes + compact({"objects": objects}) + "\n"
+    return quotes + work_lines(spec) + compact({"objects": objects}) + "\n"
+
+
+def work_lines(spec: EnvSpec) -> str:
+    """Each coordinate of the reference that is a sum, worked (warm-start data only; "" when none is): the
+    coordinate of the object it rests on or stands beside, that object's extent along the axis and the distance
+    required, those of them that are not 0, then their sum; every number to two decimals, so the digits of the terms
+    and of the sum line up (one token a digit with ``DemoPolicyConfig.split_digits``). A coordinate copied from one
+    number (a lamp's z, a desk's height) gets no line.
+
+    >>> far = next(s for s in specs() if "far" in s.tags)
+    >>> print(work_lines(far), end="")
+    desk_1 x = 1.50 + 0.90 = 2.40
+    """
+    objects = json.loads(spec.reference)["objects"]
+    distances = [0] + [c["distance"] for c in spec.verifier["constraints"] if c["type"] == "min_distance"]
+    lines = []
+    for i, obj in enumerate(objects):
+        for axis, name in enumerate("xyz"):
+            value = obj["position"][axis]
+            candidates = ([v for v in (other["position"][axis], other["size"][axis], distance) if v]
+                          for other in objects[:i] for distance in distances)
+            terms = next((t for t in candidates if round(sum(t), 2) == value), [])
+            if len(terms) > 1:
+                lines.append(f"{obj['name']} {name} = {worked_sum(terms)}")
+    return "".join(lines)
+
+
+def worked_sum(terms: list[float]) -> str:
+    """``terms`` and their sum, each to two decimals: ``worked_sum([0.35, 0.2])`` is ``"0.35 + 0.20 = 0.55\\n"``."""
+    return f"{' + '.join(f'{v:.2f}' for v in terms)} = {sum(terms):.2f}\n"
+
+
+def sum_drills(count: int, seed: str = "drills-scene-sums") -> list[tuple[str, str]]:
+    """``count`` worked sums of fresh extents in ``work_lines``' form, half a width and a distance (tenths, as a
+    far or apart layout adds them), half two heights (twentieths, as a stack does): the carries a layout's sums
+    need, beyond the few hundred layouts that have one.
+
+    >>> sum_drills(2)
+    [('Compute: 1.20 + 1.00\\n', '1.20 + 1.00 = 2.20\\n'), ('Compute: 0.90 + 0.40\\n', '0.90 + 0.40 = 1.30\\n')]
+    """
+    rng, drills = random.Random(seed), []
+    for n in range(count):
+        terms = ([rng.randint(2, 24) / 10, rng.randint(3, 12) / 10] if n % 2 == 0
+                 else [rng.randint(2, 36) / 20, rng.randint(2, 12) / 20])
+        drills.append((f"Compute: {' + '.join(f'{v:.2f}' for v in terms)}\n", worked_sum(terms)))
+    return drills
 
 
 WARM_START_DRILLS = 2000  # copy drills of size lines in the multi-domain policy's data
+WARM_START_SUMS = 2000  # worked sums of fresh extents (sum_drills)
 
 
-def warm_start_pairs(per_template: int = WARM_UP_PER_TEMPLATE, drills: int = WARM_START_DRILLS
-                     ) -> list[tuple[str, str]]:
+def warm_start_pairs(per_template: int = WARM_UP_PER_TEMPLATE, drills: int = WARM_START_DRILLS,
+                     sums: int = WARM_START_SUMS) -> list[tuple[str, str]]:
     """The scene part of the multi-domain policy's warm start: the suite's train layouts and ``per_template`` warm-up
     ones of each template, each answered by its ``worked_reference``, then ``drills`` copy drills of 2-3 size lines
-    of their prompts.
+    of their prompts and ``sums`` worked sums (``sum_drills``).
 
-    >>> pairs = warm_start_pairs(per_template=1, drills=1)
-    >>> len(pairs), pairs[-1][0].startswith("Copy these lines:")
-    (169, True)
+    >>> pairs = warm_start_pairs(per_template=1, drills=1, sums=1)
+    >>> len(pairs), pairs[-2][0].startswith("Copy these lines:"), pairs[-1][0].startswith("Compute:")
+    (170, True, True)
     """
     train = [spec for spec in specs() if spec.split == "train"] + warm_up_specs(per_template)
     lines = [size_line(kind, size) for spec in train for kind, size in sizes(spec).items()]
-    return [(spec.prompt, worked_reference(spec)) for spec in train] + copy_drills(lines, drills, "drills-scene", 3)
+    return ([(spec.prompt, worked_reference(spec)) for spec in train] + copy_drills(lines, drills, "drills-scene", 3)
+            + sum_drills(sums))
 
 
 def layouts(per_template: int, seed: int, seen: set) -> list[EnvSpec]:

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from posttrain.envs.generators.scene_layouts import EVAL_SLOTS, PER_TEMPLATE, TEMPLATES, sizes, specs, \
-    warm_start_pairs, warm_up_specs, worked_reference
+    sum_drills, warm_start_pairs, warm_up_specs, worked_reference
 from posttrain.envs.suite import load_suite
 from posttrain.envs.verifiers.scene import extract_solution, score_on_host
 
@@ -131,15 +131,39 @@ def test_warm_up_envs_repeat_no_suite_envs_types_and_sizes_and_their_references_
 @pytest.mark.unit
 def test_a_worked_reference_quotes_each_types_size_line_then_passes_and_warm_start_pairs_hold_no_eval_env():
     for env in ENVS:
-        *quotes, layout = worked_reference(env).splitlines()
+        *quotes, layout = [line for line in worked_reference(env).splitlines() if " = " not in line]
         assert [f"- {quote}" for quote in quotes] == [line for line in env.prompt.splitlines()
                                                      if line.startswith("- ") and "[" in line]
         assert score_on_host(env, extract_solution(worked_reference(env))).passed, env.id
         assert sorted(map(str, json.loads(layout)["objects"])) != sorted(map(str, _objects(env)))  # size first
-    pairs = warm_start_pairs(per_template=2, drills=50)
+    pairs = warm_start_pairs(per_template=2, drills=50, sums=0)
     prompts = [prompt for prompt, _ in pairs]
     assert {e.prompt for e in ENVS if e.split == "train"} <= set(prompts)
     assert not {e.prompt for e in ENVS if e.split == "eval"} & set(prompts)
     size_lines = {f"- {kind} {json.dumps(size, separators=(',', ':'))}" for env in ENVS + warm_up_specs(2)
                   for kind, size in sizes(env).items()}
     assert all(answer in prompt and set(answer.splitlines()) <= size_lines for prompt, answer in pairs[-50:])
+
+
+@pytest.mark.unit
+def test_every_coordinate_made_of_a_sum_is_worked_before_the_layout_and_sum_drills_carry_alike():
+    worked = {}
+    for env in ENVS:
+        lines = worked_reference(env).splitlines()
+        positions = {o["name"]: o["position"] for o in json.loads(lines[-1])["objects"]}
+        for line in lines:
+            if " = " in line:
+                target, terms, total = line.split(" = ")
+                name, axis = target.split()
+                values = [float(v) for v in terms.split(" + ")]
+                assert len(values) >= 2 and f"{sum(values):.2f}" == total, line
+                assert positions[name]["xyz".index(axis)] == float(total), (env.id, line)
+                assert all(len(v) == 4 for v in (*terms.split(" + "), total)), line  # d.dd: the digits line up
+                worked[env.tags[1]] = worked.get(env.tags[1], 0) + 1
+    assert worked == {"apart": 26, "far": 26, "stack": 26}  # the templates that add; the others copy
+    drills = sum_drills(200)
+    assert len(set(drills)) > 150
+    for prompt, answer in drills:
+        terms, total = answer.rstrip("\n").split(" = ")
+        assert prompt == f"Compute: {terms}\n" and f"{sum(map(float, terms.split(' + '))):.2f}" == total
+    assert sum(float(answer.split(" = ")[1]) >= 1 > float(answer.split(" + ")[0]) for _, answer in drills) > 20
