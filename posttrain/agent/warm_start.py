@@ -122,8 +122,10 @@ AGENT_LONG_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embedding
 # (0 of 24 eval at any budget tried); answers that quote their lines first, with copy drills, at batch 32 are read
 # (docs/multi-domain.md). Batches grouped by length: a drill no longer pads to an agent turn's context. Drills over the
 # suites' pools are learnt by heart and the policy copied no line it had not seen (0 of 40): 1500 steps of drills over
-# fresh lines come first, and 4 heads of 32 (copying came twice as fast as with 2 of 64); 2000 SFT steps, where the
-# 3000-step build had room left (docs/multi-domain.md, the copy phase).
+# fresh lines come first, and 4 heads of 32 (copying came twice as fast as with 2 of 64). Each digit a token of its
+# own and a worked line before each answer that sums (``revenue_change = 779.2 - 677.0 = 102.2``,
+# ``box_1 z = 0.10 + 0.40 = 0.50``), with sum drills: a value derived by a sum is computed (finance 45 of 48 eval at
+# v0 against 28 without; code 0.62 against 0.29); 2500 SFT steps, so the other domains keep their share of samples.
 MULTI_POLICY_CFG = DemoPolicyConfig(vocab_size=1024, max_position_embeddings=1024, num_heads=4, copy_steps=1500,
                                     sft_steps=2500, sft_batch_size=32, sft_length_groups=16, split_digits=True)
 
