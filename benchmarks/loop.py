@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -71,10 +72,32 @@ def run_loop(work: Path, cfg: dict) -> tuple[float, str]:
     command = [str(Path(sys.executable).parent / "pyflyte"), "run", "--overwrite-cache", "workflows/rl_loop.py",
                "rl_loop", "--cfg", json.dumps(cfg)]
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"the workflow failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
+    returncode, stdout, stderr = run_to_end(command, cwd=ROOT, env=env)
+    if returncode != 0:
+        raise SystemExit(f"the workflow failed (exit {returncode}):\n{stdout[-3000:]}\n{stderr[-6000:]}")
     return time.perf_counter() - started, uri
+
+
+def run_to_end(command: list[str], grace_s: float = 30, **popen) -> tuple[int, str, str]:
+    """Run ``command`` to its end: its exit code, stdout and stderr. Stopped here (Ctrl-C, or ``kill``: SIGTERM
+    unwinds like Ctrl-C), it is stopped too -- SIGTERM, SIGKILL after ``grace_s`` -- so a killed benchmark leaves no
+    workflow running.
+
+    >>> run_to_end([sys.executable, "-c", "print('hi')"])
+    (0, 'hi\n', '')
+    """
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen) as process:
+        try:
+            stdout, stderr = process.communicate()
+        except BaseException:
+            process.terminate()
+            try:
+                process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            raise
+    return process.returncode, stdout, stderr
 
 
 def iteration_times(uri: str, iterations: int) -> tuple[dict[str, float], dict[int, dict[str, float]], str]:
