@@ -759,7 +759,7 @@ class LoopConfig(Validated):
                               token_budget=512, eval_samples=4),
             # an optimizer step is one micro batch of 2 groups: at 1e-4 a policy near its optimum random-walks (code
             # fell 22 points from a start at 0.55 greedy), at 2e-5 with the rate warmed up no domain fell more than
-            # one env in 20 versions (docs/multi-domain.md)
+            # one env in 20 versions from the two strong starts measured, two from the weaker (docs/multi-domain.md)
             train=TrainConfig(micro_batch_size=16, learning_rate=2e-5, lr_warmup_steps=40),
             eval=EvalConfig(every=5, max_new_tokens=192),
             admission=AdmissionConfig(checks=["consistency", "solvability", "anti_hacking"]),

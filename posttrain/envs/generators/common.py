@@ -135,6 +135,15 @@ def copy_drill(lines: list[str]) -> tuple[str, str]:
     return "Copy these lines:\n" + text + "Copy:\n", text
 
 
+def sum_drill(work: str) -> tuple[str, str]:
+    """A warm-start pair that asks for the sum a worked line ``terms = result`` states, answered by that line.
+
+    >>> sum_drill("1.20 + 1.00 = 2.20\\n")
+    ('Compute: 1.20 + 1.00\\n', '1.20 + 1.00 = 2.20\\n')
+    """
+    return f"Compute: {work.rpartition(' = ')[0]}\n", work
+
+
 def copy_drills(lines: list[str], count: int, seed: str | int, most: int = 4) -> list[tuple[str, str]]:
     """``count`` copy drills of 2 to ``most`` lines drawn from ``lines`` (``random.Random(seed)``): what teaches a
     tiny policy to continue a name with what followed it in its prompt, where a plain answer would have to look the

@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from itertools import product
 
 from posttrain.envs.generators import main as generator_main
-from posttrain.envs.generators.common import copy_drills
+from posttrain.envs.generators.common import copy_drills, sum_drill
 from posttrain.envs.generators.finance import AMOUNT, Question, listing, numeric_verifier, v
 from posttrain.envs.spec import EnvSpec, Limits
 
@@ -292,7 +292,7 @@ def sum_drills(count: int, seed: str = "drills-arith") -> list[tuple[str, str]]:
         op, a = rng.choice("+-"), rng.randint(1_000, 19_999)
         b = partner(a, op, rng)
         if b is not None and len(str(a + b if op == "+" else a - b)) <= len(str(a)):
-            drills.append((f"Compute: {amount(a)} {op} {amount(b)}\n", worked_sum(a, op, b)))
+            drills.append(sum_drill(worked_sum(a, op, b)))
     return drills
 
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from posttrain.envs.generators import main as generator_main
-from posttrain.envs.generators.common import copy_drills
+from posttrain.envs.generators.common import copy_drills, sum_drill
 from posttrain.envs.generators.scene import top
 from posttrain.envs.spec import EnvSpec, Limits
 from posttrain.envs.verifiers import scene as scene_verifier
@@ -340,7 +340,7 @@ def sum_drills(count: int, seed: str = "drills-scene-sums") -> list[tuple[str, s
     for n in range(count):
         terms = ([rng.randint(2, 24) / 10, rng.randint(3, 12) / 10] if n % 2 == 0
                  else [rng.randint(2, 36) / 20, rng.randint(2, 12) / 20])
-        drills.append((f"Compute: {' + '.join(f'{v:.2f}' for v in terms)}\n", worked_sum(terms)))
+        drills.append(sum_drill(worked_sum(terms)))
     return drills
 
 
