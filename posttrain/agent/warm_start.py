@@ -190,8 +190,9 @@ RECIPES = {
                                    AGENT_LONG_POLICY_CFG,
                                    AgentConfig(temperature=0.0, context_budget=AGENT_LONG_CONTEXT_BUDGET)),
     DEMO_MULTI_POLICY: Recipe(str(SUITES / "terminal_tasks"),
-                              ("posttrain.envs.generators.terminal_tasks:warm_up_specs",), MULTI_POLICY_CFG,
-                              single_turn=(), agent_repeats=4,
+                              ("posttrain.envs.generators.terminal_tasks:warm_up_specs",
+                               "posttrain.envs.generators.terminal_tasks:suite_pool_warm_up_specs"), MULTI_POLICY_CFG,
+                              single_turn=(), agent_repeats=2,
                               pairs=tuple(f"posttrain.envs.generators.{name}" for name in
                                           ("demo_python:warm_start_pairs", "finance_facts:warm_start_pairs",
                                            "scene_layouts:warm_start_pairs", "terminal_tasks:warm_start_drills"))),

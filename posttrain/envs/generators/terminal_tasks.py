@@ -17,7 +17,8 @@ its ``oracle`` (at most five calls), a reference that makes the oracle's edits i
 as ``agent_repo`` declares them.
 
 208 envs (91 / 65 / 52 of difficulty 1 / 2 / 3): 160 train, 48 eval, spread over each difficulty's families.
-``warm_up_specs()`` makes 176 more over file names and keys no suite env uses, for warm-start data only. Write the
+``warm_up_specs()`` makes 704 more over file names and keys no suite env uses, ``suite_pool_warm_up_specs()`` 528
+over the suite's names with no suite env's prompt, for warm-start data only. Write the
 suite with:
     $ python -m posttrain.envs.generators.terminal_tasks posttrain/envs/suites/terminal_tasks
 
@@ -148,7 +149,7 @@ WARM_UP_POOLS = Pools(
               "backup": {"target": ("tape", "s3", "nfs"), "keep": ("7", "14", "28", "42")},
               "ui": {"theme": ("light", "dark", "contrast"), "language": ("en", "fr", "de"),
                      "page": ("25", "50", "75")},
-              "session": {"store": ("cookie", "database", "memcache"), "age": ("3601", "86400", "604800")}},
+              "session": {"store": ("cookie", "database", "memcache"), "ttl": ("3601", "86400", "604800")}},
     paths={"ini": ("config/site.ini", "etc/daemon.ini", "ops/stage.ini", "cfg/local.ini", "setup.ini"),
            "env": (".env.dev", "ops/job.env", "cfg/.env.stage", "srv/web.env", "local.env"),
            "json": ("options.json", "cfg/site.json", "ops/stage.json", "srv/web.json", "tool.json")},
@@ -518,7 +519,8 @@ FAMILIES: dict[int, tuple[tuple[str, Callable[[Pools, int], Task], int, int], ..
     3: (("two_keys", two_keys, 18, 4), ("two_files", two_files, 17, 4),
         ("script_two", script_family("script_two"), 17, 4)),
 }
-WARM_UP_PER_FAMILY = 16
+WARM_UP_PER_FAMILY = 64
+SUITE_POOL_WARM_UP_PER_FAMILY = 48
 
 
 def evaluation(oracle: list[dict]) -> dict:
@@ -566,19 +568,50 @@ def specs() -> list[EnvSpec]:
     return envs
 
 
+def _fresh_envs(pools: Pools, per_family: int, taken: set[str], first: Callable[[int], int]) -> list[EnvSpec]:
+    """``per_family`` envs of each family over ``pools``, split ``train``, from index ``first(suite envs of the
+    family)`` on: an index is skipped where its prompt is in ``taken`` or its (prompt, workspace) came before."""
+    envs = []
+    for difficulty, families in FAMILIES.items():
+        for family, make, count, _ in families:
+            seen: set[str] = set()
+            i = first(count)
+            while len(seen) < per_family:
+                task = make(pools, i)
+                key = json.dumps([task.prompt, task.workspace], sort_keys=True)
+                if task.prompt not in taken and key not in seen:
+                    seen.add(key)
+                    envs.append(_spec(task, family, i, difficulty, "train"))
+                i += 1
+                assert i < first(count) + 50 * per_family, (family, "too few distinct envs in the pools")
+    assert len({e.id for e in envs}) == len(envs)
+    return envs
+
+
 def warm_up_specs() -> list[EnvSpec]:
-    """Envs for warm-start data only, not part of the suite: ``WARM_UP_PER_FAMILY`` of each family over
-    ``WARM_UP_POOLS`` (file names, keys and script names no suite env uses), split ``train``.
+    """Envs for warm-start data only, not part of the suite: ``WARM_UP_PER_FAMILY`` distinct ones of each family
+    over ``WARM_UP_POOLS`` (file names, keys and script names no suite env uses), split ``train``.
 
     >>> envs = warm_up_specs()
     >>> len(envs), {e.split for e in envs}, {e.id for e in envs} & {e.id for e in specs()}
-    (176, {'train'}, set())
+    (704, {'train'}, set())
     """
-    envs = [_spec(make(WARM_UP_POOLS, i), family, i, difficulty, "train")
-            for difficulty, families in FAMILIES.items() for family, make, _, _ in families
-            for i in range(WARM_UP_PER_FAMILY)]
-    assert len({e.id for e in envs}) == len({e.prompt for e in envs}) == len(envs)
-    return envs
+    return _fresh_envs(WARM_UP_POOLS, WARM_UP_PER_FAMILY, set(), lambda count: 0)
+
+
+def suite_pool_warm_up_specs() -> list[EnvSpec]:
+    """Envs for warm-start data only: ``SUITE_POOL_WARM_UP_PER_FAMILY`` distinct ones of each family over the
+    suite's own names (``SUITE_POOLS``), from the indices after the suite's and with no prompt of a suite env (train
+    or eval), split ``train``. Over the warm-up pools alone a tiny policy learnt to copy the task's value only for the
+    keys it had seen set; on eval envs it wrote a train env's value for the key (docs/multi-domain.md): these envs
+    set the suite's keys to every value, in other files and sections than the suite's envs do.
+
+    >>> envs = suite_pool_warm_up_specs()
+    >>> len(envs), {e.prompt for e in envs} & {e.prompt for e in specs()}
+    (528, set())
+    """
+    taken = {e.prompt.rstrip("\n") for e in specs()}
+    return _fresh_envs(SUITE_POOLS, SUITE_POOL_WARM_UP_PER_FAMILY, taken, lambda count: count)
 
 
 WARM_START_DRILLS = 2000  # copy drills in the multi-domain policy's data

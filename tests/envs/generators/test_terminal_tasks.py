@@ -1,5 +1,6 @@
 """The ``terminal_tasks`` generator: 208 agent envs (160 train, 48 eval, every difficulty in both splits) whose
-prompts, files and oracles fit a tiny policy; 176 warm-up envs over names no suite env uses; the committed suite is
+prompts, files and oracles fit a tiny policy; 704 warm-up envs over names no suite env uses and 528 over the suite's
+names with no suite env's prompt; the committed suite is
 the generator's output. In real bwrap sandboxes: an env of each family in each split passes admission (the oracle
 episode solves its env, the no-op agent and the verifier's cheats fail), agents that hard-code what the task shows
 fail, and the oracle episodes of a sample of warm-up envs solve them while the no-op agent does not; copy drills
@@ -7,6 +8,7 @@ fail, and the oracle episodes of a sample of warm-up envs solve them while the n
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import time
@@ -23,13 +25,14 @@ from posttrain.agent.tools import replace_once
 from posttrain.config import AdmissionConfig, SandboxConfig
 from posttrain.envs.generators import file_name, render
 from posttrain.envs.generators import terminal_tasks
-from posttrain.envs.generators.terminal_tasks import FAMILIES, specs, warm_up_specs
+from posttrain.envs.generators.terminal_tasks import FAMILIES, specs, suite_pool_warm_up_specs, warm_up_specs
 from posttrain.envs.tools import TOOLS
 from posttrain.envs.verifiers import get_verifier
 from posttrain.sandbox import make_sandbox
 
 ENVS = specs()
 WARM_UP = warm_up_specs()
+SUITE_POOL_WARM_UP = suite_pool_warm_up_specs()
 SUITE = Path("posttrain/envs/suites/terminal_tasks")
 CFG = SandboxConfig(backend="bwrap")
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
@@ -56,11 +59,12 @@ def test_counts_splits_and_difficulties():
                for e in ENVS)
     assert all(get_verifier("workspace_tests").validate(e) == [] for e in ENVS)
     assert specs() == ENVS and warm_up_specs() == WARM_UP  # deterministic
+    assert suite_pool_warm_up_specs() == SUITE_POOL_WARM_UP
 
 
 @pytest.mark.unit
 def test_prompts_files_and_oracles_fit_a_tiny_policy():
-    for env in ENVS + WARM_UP:
+    for env in ENVS + WARM_UP + SUITE_POOL_WARM_UP:
         assert len(env.prompt) <= 300, env.id
         assert all(len(text) <= 400 for text in env.workspace.values()), env.id
         assert 2 <= len(env.oracle) <= 5 and env.oracle[-1]["name"] == "submit", env.id
@@ -71,7 +75,7 @@ def test_prompts_files_and_oracles_fit_a_tiny_policy():
 @pytest.mark.unit
 def test_every_oracle_parses_and_its_edits_apply_where_the_workspace_has_them():
     allowed = {name: tool.arguments for name, tool in TOOLS.items()}
-    for env in ENVS + WARM_UP:
+    for env in ENVS + WARM_UP + SUITE_POOL_WARM_UP:
         assert [parse_calls(FORMATS["hermes"].render(c), allowed)[0].name for c in env.oracle] == \
             [c["name"] for c in env.oracle]
         files = dict(env.workspace)
@@ -101,6 +105,28 @@ def test_warm_up_envs_use_names_no_suite_env_uses():
         assert not set(getattr(terminal_tasks.SUITE_POOLS, kind)) & set(getattr(terminal_tasks.WARM_UP_POOLS, kind))
     suite_keys = {k for keys in terminal_tasks.SUITE_POOLS.sections.values() for k in keys}
     assert not suite_keys & {k for keys in terminal_tasks.WARM_UP_POOLS.sections.values() for k in keys}
+
+
+def distinct_per_family(envs, count: int) -> bool:
+    """``count`` envs of each family, no two with the same task and files."""
+    tasks = {(e.prompt, json.dumps(e.workspace, sort_keys=True)) for e in envs}
+    return len(tasks) == len(envs) and set(Counter(family(e) for e in envs).values()) == {count}
+
+
+@pytest.mark.unit
+def test_suite_pool_warm_up_envs_are_new_tasks_over_the_suite_names():
+    assert distinct_per_family(WARM_UP, 64) and distinct_per_family(SUITE_POOL_WARM_UP, 48)
+    assert {e.split for e in SUITE_POOL_WARM_UP} == {"train"}
+    assert not {e.prompt for e in SUITE_POOL_WARM_UP} & {e.prompt for e in ENVS}  # no eval (nor train) task
+    assert len({e.id for e in ENVS + WARM_UP + SUITE_POOL_WARM_UP}) == len(ENVS + WARM_UP + SUITE_POOL_WARM_UP)
+    suite_keys = {k for keys in terminal_tasks.SUITE_POOLS.sections.values() for k in keys}
+    edited = {c["arguments"]["search"].split(" = ")[0] for e in SUITE_POOL_WARM_UP for c in e.oracle
+              if c["name"] == "edit_file" and "ini" in e.tags}
+    assert edited == suite_keys  # every key of the suite is set, to values the prompt gives
+    eval_paths = {p for e in ENVS if e.split == "eval" for p in e.workspace}
+    assert eval_paths <= {p for e in SUITE_POOL_WARM_UP for p in e.workspace} | {p for e in ENVS
+                                                                                if e.split == "train"
+                                                                                for p in e.workspace}
 
 
 @pytest.mark.unit
@@ -194,8 +220,8 @@ def test_hard_coding_and_no_op_agents_fail_and_the_oracle_solves():
 @pytest.mark.integration
 @needs_bwrap
 def test_warm_up_oracle_episodes_solve_and_the_no_op_fails():
-    chosen = WARM_UP[::8]
-    assert len(chosen) == 22 and {family(e) for e in chosen} == {family(e) for e in WARM_UP}
+    chosen = WARM_UP[::32] + SUITE_POOL_WARM_UP[::24]
+    assert len(chosen) == 44 and {family(e) for e in chosen} == {family(e) for e in WARM_UP}
     box = make_sandbox(CFG)
     try:
         jobs = [(e, oracle_calls(e)) for e in chosen] + [(e, agent_probes(e)[NOOP]) for e in chosen]
