@@ -73,7 +73,7 @@ demo-agent-long: setup $(STAMP) agent-long-policy
 
 # The multi-domain demo policy: copy drills over fresh lines, then the demo recipe on a quarter of the code train
 # pairs, finance statements and scene layouts answered by worked references, copy drills and the terminal tasks'
-# oracle episodes (~70 min beside other work, cached; see docs/multi-domain.md); the run trains on all four at once.
+# oracle episodes (~80 min beside other work, cached; see docs/multi-domain.md); the run trains on all four at once.
 multi-policy: $(STAMP)
 	$(BIN)/posttrain agent-policy --recipe demo-multi $(MULTI_POLICY)
 

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("demo-policy", help="build the demo policy")
     p.add_argument("out", nargs="?", default=default_policy_dir())
     p.set_defaults(func=_demo_policy)
-    p = sub.add_parser("agent-policy", help="build a demo agent policy (warm-started on oracle episodes, 15-70 min)")
+    p = sub.add_parser("agent-policy", help="build a demo agent policy (warm-started on oracle episodes, 15-80 min)")
     p.add_argument("out", nargs="?", help="where (default: .posttrain/agent-policy, agent-long-policy or "
                                           "multi-policy)")
     p.add_argument("--recipe", default=DEMO_AGENT_POLICY, choices=sorted(DEMO_AGENT_POLICIES),
