@@ -2,8 +2,12 @@
 
 Each run is ``pyflyte run workflows/rl_loop.py rl_loop`` with ``LoopConfig.multi_domain_demo()`` (whole, as
 ``--cfg``), into a fresh MLflow store under ``/tmp``: once on ``multi_domain`` (code, finance, scene and terminal
-envs together) and once per member suite with ``suite`` set to it, the same policy, iterations, batch sizes and
-evaluation. From each run's iteration runs: every domain's greedy pass@1 (``eval/pass_at_1/domain_<d>``) and, for the
+envs together) and once per member suite with ``suite`` set to it, the same policy, iterations and evaluation. A
+single-turn domain's run alone rolls out as many of its envs an iteration as the multi-domain run gives it
+(``rollout.envs_per_iteration`` times its share, rounded up: 11 of the preset's 32 among three domains), so the
+comparison asks whether training beside the other domains hurts one, at the same data of its own; the agent tier
+(terminal) is the same in both. ``--alone-batch preset`` runs it on the preset's whole batch instead (three times the
+domain's data in the same iterations: what a user who trains one domain only would run). From each run's iteration runs: every domain's greedy pass@1 (``eval/pass_at_1/domain_<d>``) and, for the
 single-turn domains, sampled pass@1 at each evaluated version, and the run's wall seconds.
 
 Targets (issue 25): in the multi-domain run, every domain's greedy pass@1 rises by >= 0.10 from v0 to the last
@@ -13,6 +17,7 @@ version, in a run of <= 25 min; and no domain ends more than 0.03 below the run 
     python benchmarks/multi_domain.py --runs multi_domain  # one of them (comma-separated suite names)
     python benchmarks/multi_domain.py --policy /tmp/curve/policy-step2000   # from another warm start
     python benchmarks/multi_domain.py --runs multi_domain --cfg '{"train": {"learning_rate": 2e-4}}'
+    python benchmarks/multi_domain.py --runs demo_python --alone-batch preset   # code alone, on the whole batch
 
 The last line printed is one JSON object.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 from dataclasses import asdict
@@ -31,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # loop.py, when run fr
 from loop import merged, run_loop  # noqa: E402
 
 from posttrain.config import LoopConfig  # noqa: E402
+from posttrain.envs.suite import load_suite  # noqa: E402
+from posttrain.locations import local_copy  # noqa: E402
 
 SUITES = ("multi_domain", "demo_python", "finance_facts", "scene_layouts", "terminal_tasks")
 GREEDY, SAMPLED = "eval/pass_at_1/domain_", "eval/pass_at_1_sampled/domain_"
@@ -68,11 +76,43 @@ def summary(curves: dict[str, dict[int, dict[str, float]]]) -> dict[str, dict]:
     return out
 
 
+def alone_envs_per_iteration(per_iteration: int, domains: set[str], weights: dict[str, float],
+                             domain: str) -> int:
+    """Single-turn envs an iteration of ``domain``'s run alone: its share of ``per_iteration`` in the multi-domain
+    run (``rollout.balance_domains`` over ``domains``, by ``weights``; a domain not named weighs 1), rounded up.
+
+    >>> alone_envs_per_iteration(32, {"python", "finance", "scene"}, {}, "finance")
+    11
+    >>> alone_envs_per_iteration(32, {"python", "finance", "scene"}, {"python": 2}, "python")
+    16
+    """
+    total = sum(weights.get(d, 1.0) for d in domains)
+    return math.ceil(per_iteration * weights.get(domain, 1.0) / total)
+
+
+def suite_settings(preset: dict, suite: str, alone_batch: str) -> dict:
+    """The loop settings of the run on ``suite``: the preset with ``suite`` set, and for a single-turn member suite
+    run alone with ``alone_batch`` "share", its domain's share of the preset's single-turn batch."""
+    settings = {**preset, "suite": f"posttrain:envs/suites/{suite}"}
+    if suite == "multi_domain" or alone_batch == "preset":
+        return settings
+    single = {e.domain for e in load_suite(local_copy(settings["suite"])).split("train") if e.kind == "single_turn"}
+    if not single:  # the agent tier only: the same envs an iteration as in the multi-domain run
+        return settings
+    members = {e.domain for e in load_suite(local_copy("posttrain:envs/suites/multi_domain")).split("train")
+               if e.kind == "single_turn"}
+    (domain,), rollout = single, preset["rollout"]  # a member suite is one domain
+    share = alone_envs_per_iteration(rollout["envs_per_iteration"], members, rollout["domain_weights"], domain)
+    return merged(settings, {"rollout": {"envs_per_iteration": share}})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", default=",".join(SUITES), help="suites to run the preset on (comma-separated)")
     parser.add_argument("--policy", help="the starting policy (default: the preset's, the demo-multi recipe's)")
     parser.add_argument("--cfg", default="{}", help="loop settings (JSON) merged over the preset's, in every run")
+    parser.add_argument("--alone-batch", choices=("share", "preset"), default="share",
+                        help="a single-turn domain's run alone: its share of the multi-domain batch, or the whole")
     args = parser.parse_args()
     preset = merged(asdict(LoopConfig.multi_domain_demo()), json.loads(args.cfg))
     if args.policy:
@@ -80,7 +120,7 @@ def main() -> None:
     runs = {}
     for suite in args.runs.split(","):
         work = Path(tempfile.mkdtemp(prefix=f"bench-multi-{suite}-"))
-        wall_s, uri = run_loop(work, {**preset, "suite": f"posttrain:envs/suites/{suite}"})
+        wall_s, uri = run_loop(work, suite_settings(preset, suite, args.alone_batch))
         curves = domain_curves(uri)
         runs[suite] = {"wall_s": round(wall_s, 1), "mlflow": uri, "curves": curves, "summary": summary(curves)}
         print(json.dumps({suite: runs[suite]["summary"], "wall_s": runs[suite]["wall_s"]}), flush=True)
