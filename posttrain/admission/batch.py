@@ -6,12 +6,14 @@ admission only uses cached verdicts for envs whose reference passed the reproduc
 not vary between runs); the reproducibility repeats themselves are always run afresh (``fresh=True``).
 Infra verdicts are never cached.
 
-A verdict that hit a deadline (the execution's, or one test's: ``Verdict.hit_deadline``) or failed on infra (a
-sandbox that did not start, a workspace setup that timed out) is run once more after the batch, with the other such
-runs only, and the second verdict kept: in a batch of hundreds of concurrent executions on a loaded machine, a test
-or a setup that needs a fraction of its time alone can run out of it, and admission would then reject a sound env (a
-reference that "failed", a guard label "wrong", a reproducibility "flake", an env it could not run). A solution that
-loops stays timed out and a setup that cannot work stays infra, at the cost of one more run each per check.
+A verdict that hit a deadline (the execution's, a solution phase's or one test's: ``Verdict.hit_deadline``) or
+failed on infra (a sandbox that did not start, a workspace setup that timed out) is run once more after the batch,
+with the other such runs only, and the second verdict kept: in a batch of hundreds of concurrent executions on a
+loaded machine, a test, a setup or a reference that needs a fraction of its time alone can run out of it (a
+multi-domain demo run rejected a two-step terminal reference as "2/3 tests passed", its second step undone, that
+passes 30 of 30 runs alone), and admission would then reject a sound env (a reference that "failed", a guard
+label "wrong", a reproducibility "flake", an env it could not run). A solution that loops stays timed out and a
+setup that cannot work stays infra, at the cost of one more run each per check.
 ``reruns`` counts them per check (``executions`` counts first runs only, so it does not vary with the load).
 
 Example:

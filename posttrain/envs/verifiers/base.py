@@ -35,7 +35,7 @@ class Verdict:
     tests_passed: int
     tests_total: int
     exit_code: int | None = None
-    timed_out: bool = False  # the execution hit its deadline
+    timed_out: bool = False  # the execution hit its deadline (workspace_tests: or its solution phase did)
     tests_timed_out: int = 0  # tests stopped at their own deadline (verifiers with a deadline per test)
     infra_error: str = ""  # non-empty: the sandbox failed, not the solution; see ``excluded``
     detail: str = ""  # short human-readable reason
@@ -51,8 +51,8 @@ class Verdict:
 
     @property
     def hit_deadline(self) -> bool:
-        """The execution or one of its tests was stopped at a deadline: on a loaded machine a sign of the load as
-        much as of the solution (admission re-runs these: ``admission.batch``)."""
+        """The execution, its solution phase or one of its tests was stopped at a deadline: on a loaded machine a
+        sign of the load as much as of the solution (admission re-runs these: ``admission.batch``)."""
         return self.timed_out or self.tests_timed_out > 0
 
     @property

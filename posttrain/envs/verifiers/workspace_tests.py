@@ -223,6 +223,9 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
         return Verdict.infra(replace(result, infra_error=f"workspace setup failed: {setup_failure}"), total)
     syntax = phases.get("syntax")
     compiled = syntax is None or syntax.get("ok") is True
+    # the tests ran on what the solution had done by then: a deadline hit (on a loaded machine, of the load as much
+    # as of the solution: ``Verdict.hit_deadline``, which admission re-runs), never a plain failure of its work
+    solution_stopped = phases.get("solution", {}).get("timed_out") is True
     outcomes = first_record_per_index(records, "test", total)
     why = [_failure(test, outcomes.get(index)) for index, test in enumerate(tests)]
     ok = [not failure for failure in why]
@@ -238,10 +241,12 @@ def score(spec: EnvSpec, result: ExecutionResult, nonce: str) -> Verdict:
         detail = f"no driver output ({how}): {result.stderr.strip()[-160:]}"
     else:
         detail = f"{passed}/{total} tests passed" + (" (timed out)" if result.timed_out else "")
+        detail += " (the solution was stopped at its deadline)" if solution_stopped else ""
         detail += f"; {failures[0]}" if failures else ""
     guards = [test.guard for test in tests]
     return Verdict(reward=reward(ok, guards), passed=passed == total, compiled=compiled,
-                   tests_passed=passed, tests_total=total, exit_code=result.exit_code, timed_out=result.timed_out,
+                   tests_passed=passed, tests_total=total, exit_code=result.exit_code,
+                   timed_out=result.timed_out or solution_stopped,
                    tests_timed_out=sum(1 for record in outcomes.values() if record.get("timed_out")),
                    detail=detail, failures=tuple(why), signals=signals(ok, guards), **sandbox_fields(result))
 

@@ -172,6 +172,34 @@ def test_real_driver_reference_passes_and_cheats_fail():
     assert all(not v.excluded for v in verdicts)
 
 
+def test_a_solution_stopped_at_its_deadline_is_a_deadline_hit_not_a_plain_failure():
+    # a reference of two steps whose second a loaded machine did not reach: admission must re-run it, not reject it
+    half = records({"phase": "syntax", "ok": True}, {"phase": "solution", "exit": None, "timed_out": True,
+                                                     "ended": True},
+                   {"test": 0, "exit": 0, "stdout": "6"}, {"test": 1, "exit": 0, "stdout": ""},
+                   {"test": 2, "exit": 0})
+    v = score(SPEC, ExecutionResult(exit_code=0, stdout=half), N)
+    assert (v.passed, v.tests_passed, v.timed_out, v.hit_deadline) == (False, 2, True, True)
+    assert v.detail.startswith("2/3 tests passed (the solution was stopped at its deadline); add: printed")
+    done = records({"phase": "syntax", "ok": True}, {"phase": "solution", "exit": 0, "timed_out": False,
+                                                     "ended": True}, {"test": 0, "exit": 0, "stdout": "6"})
+    assert not score(SPEC, ExecutionResult(exit_code=0, stdout=done), N).hit_deadline
+
+
+@needs_bwrap
+def test_real_driver_reports_a_solution_stopped_at_its_deadline():
+    slow = EnvSpec(**{**SPEC.__dict__, "verifier": {**SPEC.verifier, "solution_timeout_s": 1}})
+    late = f"sleep 3\n{SPEC.reference}"  # the fix would come after the deadline
+    box = make_sandbox(CFG)
+    try:
+        stopped, fixed = verify_many([(slow, late), (slow, SPEC.reference)], box, CFG)
+    finally:
+        box.close()
+    assert (stopped.passed, stopped.timed_out, stopped.hit_deadline) == (False, True, True), stopped.detail
+    assert "the solution was stopped at its deadline" in stopped.detail
+    assert (fixed.passed, fixed.hit_deadline) == (True, False), fixed.detail
+
+
 def test_a_setup_runs_before_the_solution_and_its_failure_is_infra_never_the_solutions():
     spec = EnvSpec(**{**SPEC.__dict__, "setup": "git init -q\n"})
     assert json.loads(build_execution(spec, "true\n", CFG, N).stdin)["setup"] == "git init -q\n"
