@@ -7,8 +7,9 @@ single-turn domain's run alone rolls out as many of its envs an iteration as the
 (``rollout.envs_per_iteration`` times its share, rounded up: 11 of the preset's 32 among three domains), so the
 comparison asks whether training beside the other domains hurts one, at the same data of its own; the agent tier
 (terminal) is the same in both. ``--alone-batch preset`` runs it on the preset's whole batch instead (three times the
-domain's data in the same iterations: what a user who trains one domain only would run). From each run's iteration runs: every domain's greedy pass@1 (``eval/pass_at_1/domain_<d>``) and, for the
-single-turn domains, sampled pass@1 at each evaluated version, and the run's wall seconds.
+domain's data in the same iterations: what a user who trains one domain only would run). From each run's iteration
+runs: every domain's greedy pass@1 (``eval/pass_at_1/domain_<d>``) and, for the single-turn domains, sampled pass@1
+at each evaluated version, and the run's wall seconds.
 
 Targets (issue 25): in the multi-domain run, every domain's greedy pass@1 rises by >= 0.10 from v0 to the last
 version, in a run of <= 25 min; and no domain ends more than 0.03 below the run trained on that domain alone.
