@@ -28,7 +28,8 @@ version at each of their times.
   downloaded from the iteration run, or read where the run says they are, and evaluated with TRL's checkpoints.
 - TRL: one process (transformers ``generate``, fp32 on the CPU: TRL's defaults) with
   ``per_device_train_batch_size=32, steps_per_generation=8, num_iterations=1``: one generation of 256 completions,
-  then 8 optimizer steps on slices of 32 (GRPOConfig's ``generation_batch_size`` = 32 x 8). Its clock runs from
+  then 8 optimizer steps on slices of 32 (GRPOConfig's ``generation_batch_size`` = 32 x 8); ``num_iterations`` is
+  the loop's ``train.epochs`` (``--cfg`` included), so a variant with 2 epochs meets TRL taking 16. Its clock runs from
   ``on_train_begin`` to the end of each optimizer step, less the time spent saving checkpoints; model loading and the
   trainer's construction are not counted. Every ``--every`` training seconds, and when ``--seconds`` are spent, the
   policy is saved (HF dir); the starting policy stands for 0 s.
@@ -71,8 +72,9 @@ STEPS_PER_ROUND = 8  # optimizer steps per round: the loop's 256 completions in 
 PASS = ("eval/pass_at_1", "eval/pass_at_1_sampled")  # greedy, sampled
 
 
-def run_trl(policy: str, seconds: float, every: float, out: Path) -> dict:
-    """Train with TRL for ``seconds`` training seconds, saving the policy into ``out`` every ``every`` of them."""
+def run_trl(policy: str, seconds: float, every: float, out: Path, epochs: int = 1) -> dict:
+    """Train with TRL for ``seconds`` training seconds, saving the policy into ``out`` every ``every`` of them;
+    ``epochs`` passes over each round's completions (TRL's ``num_iterations``, the loop's ``train.epochs``)."""
     from transformers import TrainerCallback
 
     from posttrain.config import RolloutConfig, SandboxConfig, TrainConfig
@@ -105,7 +107,7 @@ def run_trl(policy: str, seconds: float, every: float, out: Path) -> dict:
                 if (Path(policy) / name).is_file():
                     shutil.copy(Path(policy) / name, target / name)
             self.saved.append({"dir": str(target), "seconds": round(clock, 2), "step": step,
-                               "round": step / STEPS_PER_ROUND})
+                               "round": step / (STEPS_PER_ROUND * epochs)})
             self.paused += time.perf_counter() - began
 
     rollout, train, sandbox_cfg = RolloutConfig(), TrainConfig(), SandboxConfig()
@@ -118,7 +120,7 @@ def run_trl(policy: str, seconds: float, every: float, out: Path) -> dict:
             max_completion_length=rollout.max_new_tokens, learning_rate=train.learning_rate,
             lr_scheduler_type="constant", max_grad_norm=train.max_grad_norm, epsilon=train.clip_eps,
             per_device_train_batch_size=train.micro_batch_size, steps_per_generation=STEPS_PER_ROUND,
-            num_iterations=1, max_steps=10**7, disable_tqdm=True)
+            num_iterations=epochs, max_steps=10**7, disable_tqdm=True)
         setup_s = time.perf_counter() - began
         trainer.train()
     last = checkpoints.saved[-1] if checkpoints.saved else {"step": 0, "round": 0}
@@ -281,12 +283,14 @@ def main() -> None:
     parser.add_argument("--trl-from", help="an earlier run's folder: reuse its TRL checkpoints (trl.json)")
     parser.add_argument("--side", choices=["trl", "eval"], help=argparse.SUPPRESS)
     parser.add_argument("--policy", help=argparse.SUPPRESS)
+    parser.add_argument("--epochs", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--dirs", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     if args.side:  # a child process: TRL and vLLM each in their own (see rl_step)
-        print(json.dumps(run_trl(args.policy, args.seconds, args.every, Path(args.out)) if args.side == "trl"
+        trl = args.side == "trl"
+        print(json.dumps(run_trl(args.policy, args.seconds, args.every, Path(args.out), args.epochs) if trl
                          else evaluate(args.dirs)))
         return
     policy = rl_step.policy_dir("demo")
@@ -306,8 +310,11 @@ def main() -> None:
     if args.trl_from:
         trl = json.loads((Path(args.trl_from) / "trl.json").read_text())
     else:
+        from posttrain.config import TrainConfig
+
+        epochs = json.loads(args.cfg).get("train", {}).get("epochs", TrainConfig().epochs)  # TRL's passes mirror ours
         trl = rl_step.child(script + ["--side", "trl", "--seconds", str(args.seconds), "--every", str(args.every),
-                                      "--out", str(work / "trl")])
+                                      "--out", str(work / "trl"), "--epochs", str(epochs)])
         if "error" in trl:
             raise SystemExit(f"TRL failed: {trl['error']}")
         (work / "trl.json").write_text(json.dumps(trl))
