@@ -4,11 +4,12 @@ Both sides train the demo policy (``rl_step.policy_dir("demo")``) on the demo su
 defaults: 32 envs a round x 8 samples at temperature 0.6 (``RolloutConfig``), completions of at most 48 tokens,
 learning rate 1e-4 constant (``TrainConfig``), no KL term, the round's 256 completions split into 8 optimizer steps
 of 32, the same sandboxed reward (``rl_step.rewards_of``: posttrain's verifiers in sandboxes of the default backend,
-copies of one completion verified once, as the loop's reward stage does). Both are plotted against *training
-seconds* and evaluated the same way at the same seconds: after both have trained, one child process runs posttrain's
-own evaluation (``evaluation.greedy.evaluate_policy``: greedy and sampled pass@1, 8 samples at 0.6 seeded alike for
-every policy, on the demo suite's 103 eval envs) on the starting policy, on TRL's checkpoints and on posttrain's
-version at each of their times.
+copies of one completion verified once, as the loop's reward stage does; the loop also reuses the verdict of a pair
+an earlier iteration verified, ``sandbox.verdict_cache_entries``, which TRL's reward function, called once a round,
+does not). Both are plotted against *training seconds* and evaluated the same way at the same seconds: after both
+have trained, one child process runs posttrain's own evaluation (``evaluation.greedy.evaluate_policy``: greedy and
+sampled pass@1, 8 samples at 0.6 seeded alike for every policy, on the demo suite's 103 eval envs) on the starting
+policy, on TRL's checkpoints and on posttrain's version at each of their times.
 
 - posttrain: ``pyflyte run workflows/rl_loop.py rl_loop`` (the demo's config but ``--iterations``, default 400: at
   ~2.3 training seconds an iteration here about as long as TRL's 960 s; in-loop evaluation sparse, of v0 and the

@@ -290,6 +290,11 @@ class SandboxConfig(Validated):
     verify_duplicates_once: bool = declare(True,
                                            doc="reward stage: one sandbox run per distinct (env, completion), shared "
                                                "by copies")
+    verdict_cache_entries: int = declare(20000, low=0,
+                                         doc="with verify_duplicates_once: verdicts kept across the reward stages and "
+                                             "evaluations of one process (posttrain.envs.verifiers.cache), a pair "
+                                             "sampled again reusing its verdict; never an infra failure or a deadline "
+                                             "hit; 0: off")
     docker: DockerPoolConfig = declare(factory=DockerPoolConfig, doc='backend "docker" only')
 
     PATH = "sandbox."

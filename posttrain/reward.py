@@ -41,7 +41,8 @@ import pandas as pd
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.verifiers import get_verifier, verify_many
+from posttrain.envs.verifiers import get_verifier
+from posttrain.envs.verifiers.cache import verify_cached
 from posttrain.sandbox import Sandbox
 from posttrain.schemas import UNACCOUNTED, Scored, all_tests_passed, measured
 
@@ -58,7 +59,8 @@ class RewardStats:
     learnable_fraction: float = 0.0  # groups whose rewards differ: all that GRPO learns from
     wall_s: float = 0.0  # the whole stage: every verification, host side included
     verifications_per_s: float = 0.0  # samples / wall_s
-    sandbox_runs: int = 0  # distinct (env, completion) pairs: what the sandboxes ran when copies are verified once
+    sandbox_runs: int = 0  # distinct (env, completion) pairs less cache hits: what the sandboxes ran
+    cache_hits: int = 0  # distinct pairs whose verdict an earlier stage of this process had (verifiers.cache)
     # what the verifications' programs used, over the rows with a measure (0.0 when none has one: docs/sandboxes.md)
     sandbox_cpu_p50_s: float = 0.0
     sandbox_cpu_p99_s: float = 0.0
@@ -84,14 +86,15 @@ def score(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: Sandbox
     With ``cfg.verify_duplicates_once`` a completion sampled several times for one env is verified in one sandbox
     and its verdict given to every copy (``first_copies``): admission's reproducibility check admits only envs whose
     verdict does not change between runs, and a sharpening policy repeats itself (a third of the demo's samples at
-    temperature 0.6 are copies).
+    temperature 0.6 are copies). A pair verified in an earlier call of this process (``cfg.verdict_cache_entries``)
+    reuses that verdict too (``posttrain.envs.verifiers.cache``; ``VERDICTS.hits`` counts them).
     """
     keys = list(zip(trajectories["env_id"], trajectories["completion"]))
     first = first_copies(keys) if cfg.verify_duplicates_once else list(range(len(keys)))
     distinct = sorted(set(first))
     pairs = [(envs[keys[i][0]], get_verifier(envs[keys[i][0]].verifier_kind).extract_solution(keys[i][1]))
              for i in distinct]
-    by_row = dict(zip(distinct, verify_many(pairs, sandbox, cfg)))
+    by_row = dict(zip(distinct, verify_cached(pairs, sandbox, cfg)))
     verdicts = [by_row[i] for i in first]
     scored = trajectories.copy()
     scored["reward"] = [float(v.reward) for v in verdicts]
@@ -162,9 +165,10 @@ def domain_means(scored: pd.DataFrame, domains: dict[str, str]) -> dict[str, flo
 
 
 def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0, memory_peak_mb: float = 0.0,
-                 domains: dict[str, str] | None = None) -> RewardStats:
+                 domains: dict[str, str] | None = None, cache_hits: int = 0) -> RewardStats:
     """The reward stage's summary of its Scored table; ``wall_s``: how long the stage took, ``memory_peak_mb``: the
-    most its processes held, ``domains`` (env id -> domain): what ``domain_means`` is taken over."""
+    most its processes held, ``domains`` (env id -> domain): what ``domain_means`` is taken over, ``cache_hits``:
+    the distinct pairs whose verdict came from ``verifiers.cache`` (no sandbox ran for them)."""
     usable = trainable_rows(scored)
     cpu = scored.loc[scored["sandbox_cpu_s"] != UNACCOUNTED, "sandbox_cpu_s"]
     peaks = scored.loc[scored["sandbox_memory_peak_mb"] != UNACCOUNTED, "sandbox_memory_peak_mb"]
@@ -179,7 +183,8 @@ def reward_stats(scored: pd.DataFrame, wall_s: float = 0.0, memory_peak_mb: floa
         learnable_fraction=learnable_fraction(usable),
         wall_s=wall_s,
         verifications_per_s=len(scored) / wall_s if wall_s > 0 else 0.0,
-        sandbox_runs=int(len(scored[["env_id", "completion"]].drop_duplicates())),
+        sandbox_runs=int(len(scored[["env_id", "completion"]].drop_duplicates())) - cache_hits,
+        cache_hits=cache_hits,
         sandbox_cpu_p50_s=percentile(cpu, 50),
         sandbox_cpu_p99_s=percentile(cpu, 99),
         sandbox_memory_peak_p50_mb=percentile(peaks, 50),

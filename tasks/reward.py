@@ -10,6 +10,7 @@ from flytekit import task
 
 from posttrain.config import SandboxConfig
 from posttrain.envs.table import envs_from_table
+from posttrain.envs.verifiers.cache import VERDICTS
 from posttrain.memory import peak_memory
 from posttrain.reward import reward_stats, score
 from posttrain.sandbox import make_sandbox
@@ -35,11 +36,13 @@ def reward(trajectories: Table[Trajectories], envs: Table[Envs], sandbox: Sandbo
     clock = timed()
     with peak_memory() as memory:
         box = make_sandbox(sandbox)
+        hits_before = VERDICTS.hits
         try:
             scored = score(trajectories, envs_from_table(envs), box, sandbox)
         finally:
             box.close()
-    stats = reward_stats(scored, wall_s=clock.seconds, memory_peak_mb=memory.peak_mb, domains=env_domains(envs))
+    stats = reward_stats(scored, wall_s=clock.seconds, memory_peak_mb=memory.peak_mb, domains=env_domains(envs),
+                         cache_hits=VERDICTS.hits - hits_before)
     known = empty(EnvHistory) if iteration is None else settled.record(history, scored, iteration)
     return Reward(scored=scored, metrics=reward_metrics(stats), history=known)
 
@@ -59,5 +62,6 @@ def add_round(so_far: Table[Scored], so_far_rollout: dict[str, float], so_far_re
     wall_s = so_far_reward["reward/wall_s"] + more_reward["reward/wall_s"]
     memory_peak_mb = max(so_far_reward["reward/memory_peak_mb"], more_reward["reward/memory_peak_mb"])
     return Rounds(scored=joined, rollout_metrics=combine_rollouts(so_far_rollout, more_rollout),
-                  reward_metrics=reward_metrics(reward_stats(joined, wall_s=wall_s, memory_peak_mb=memory_peak_mb,
-                                                             domains=env_domains(envs))))
+                  reward_metrics=reward_metrics(reward_stats(
+                      joined, wall_s=wall_s, memory_peak_mb=memory_peak_mb, domains=env_domains(envs),
+                      cache_hits=int(so_far_reward["reward/cache_hits"] + more_reward["reward/cache_hits"]))))

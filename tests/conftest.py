@@ -1,6 +1,6 @@
 """Shared fixtures (``tiny_policy``: a real demo policy, HF dir, built once per session; ``family_policy``: tiny
 checkpoints of the Mistral, Qwen2 and Llama 3 families; the process's live vLLM engine, shut down when the session
-ends) and the kind rule.
+ends; the process's verdict cache, emptied before each test) and the kind rule.
 
 Tests mirror the library (``tests/<package>/test_<module>.py``); what kind a test is, is a marker, never a folder:
 every test carries exactly one of ``unit``, ``integration``, ``e2e`` (``pytest -m unit`` runs the fast ones), and
@@ -47,6 +47,15 @@ def family_policy(tmp_path_factory):
         return built[family]
 
     return get
+
+
+@pytest.fixture(autouse=True)
+def _empty_verdict_cache():
+    """Each test starts with no verdict kept by an earlier one (``posttrain.envs.verifiers.cache``): what a test's
+    sandboxes run, and measure, is its own."""
+    from posttrain.envs.verifiers.cache import VERDICTS
+
+    VERDICTS.clear()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -87,3 +87,59 @@ def test_each_row_carries_its_signals_and_the_metrics_log_each_layer_mean():
     assert {name: value for name, value in by_domain.items() if name.startswith("reward/domain/")} == \
            pytest.approx({"reward/domain/python": 1.0, "reward/domain/linted": 0.95})
     assert not any(name.startswith("reward/domain/") for name in metrics)  # no domains given: none logged
+
+
+def test_a_pair_scored_in_an_earlier_call_reuses_its_verdict_and_no_sandbox_runs_for_it():
+    from posttrain.envs.verifiers.cache import VERDICTS
+
+    a, b = [env for env in load_suite(DEMO_SUITE).envs if env.split == "train"][:2]
+    wrong = "def nothing():\n    return None\n"
+    rows = [(a.id, a.reference), (a.id, wrong), (b.id, b.reference)]
+    cfg = SandboxConfig()
+    with make_sandbox(cfg) as box:
+        first = score(trajectories(rows), {a.id: a, b.id: b}, box, cfg)
+        assert VERDICTS.hits == 0 and len(VERDICTS) == 3
+        again = score(trajectories(rows + [(b.id, wrong)]), {a.id: a, b.id: b}, box, cfg)
+    assert VERDICTS.hits == 3  # the new pair (b, wrong) ran; the three others did not
+    assert again["reward"].tolist() == first["reward"].tolist() + [0.0]
+    # a reused verdict is the whole verdict, its run's measures included (as a copy in one batch shares them)
+    assert again["sandbox_ms"].iloc[:3].tolist() == first["sandbox_ms"].tolist()
+    assert reward_stats(again, cache_hits=3).sandbox_runs == 1
+    assert reward_metrics(reward_stats(again, cache_hits=3))["reward/cache_hits"] == 3.0
+
+
+@pytest.mark.parametrize("change", ["spec", "sandbox", "off", "every_copy"])
+def test_a_changed_spec_or_sandbox_setting_or_a_cache_turned_off_verifies_again(change):
+    from posttrain.envs.verifiers.cache import VERDICTS
+
+    a = [env for env in load_suite(DEMO_SUITE).envs if env.split == "train"][0]
+    cfg = SandboxConfig()
+    with make_sandbox(cfg) as box:
+        first = score(trajectories([(a.id, a.reference)]), {a.id: a}, box, cfg)
+        spec, later = a, cfg
+        if change == "spec":  # its tests changed: the reference now fails one of them
+            cases = [dict(case) for case in a.verifier["cases"]]
+            cases[0]["expected"] = "never this"
+            spec = dataclasses.replace(a, verifier={**a.verifier, "cases": cases})
+        else:
+            later = {"sandbox": dataclasses.replace(cfg, memory_mb=cfg.memory_mb - 1),
+                     "off": dataclasses.replace(cfg, verdict_cache_entries=0),
+                     "every_copy": dataclasses.replace(cfg, verify_duplicates_once=False)}[change]
+        again = score(trajectories([(a.id, a.reference)]), {a.id: spec}, box, later)
+    assert VERDICTS.hits == 0
+    assert first["reward"].tolist() == [1.0]
+    assert again["reward"].tolist() == ([pytest.approx(1 - 1 / len(a.verifier["cases"]))] if change == "spec"
+                                        else [1.0])
+
+
+def test_a_verdict_stopped_at_its_deadline_is_verified_again():
+    from posttrain.envs.verifiers.cache import VERDICTS
+
+    a = [env for env in load_suite(DEMO_SUITE).envs if env.split == "train"][0]
+    spin = f"def {a.entry_point}(*args):\n    while True:\n        pass\n"
+    cfg = SandboxConfig(timeout_s=1.0)
+    with make_sandbox(cfg) as box:
+        for _ in range(2):
+            scored = score(trajectories([(a.id, spin)]), {a.id: a}, box, cfg)
+            assert scored["timed_out"].tolist() == [True]
+    assert VERDICTS.hits == 0 and len(VERDICTS) == 0
