@@ -23,9 +23,9 @@ def test_stage_metrics_prefix_fields_and_put_sandbox_latency_under_sandbox():
     assert stage_metrics("reward", reward) == {
         "reward/samples": 4, "reward/mean": 0.5, "reward/pass_rate": 0.25, "reward/infra_errors": 0,
         "reward/timeouts": 0, "sandbox/p50_ms": 10.0, "sandbox/p99_ms": 30.0, "reward/learnable_fraction": 0.0,
-        "reward/wall_s": 0.0, "reward/verifications_per_s": 0.0, "sandbox/runs": 0, "sandbox/cpu_p50_s": 0.0,
-        "sandbox/cpu_p99_s": 0.0, "sandbox/memory_peak_p50_mb": 0.0, "sandbox/memory_peak_max_mb": 0.0,
-        "reward/memory_peak_mb": 0.0}
+        "reward/wall_s": 0.0, "reward/verifications_per_s": 0.0, "sandbox/runs": 0, "reward/cache_hits": 0,
+        "sandbox/cpu_p50_s": 0.0, "sandbox/cpu_p99_s": 0.0, "sandbox/memory_peak_p50_mb": 0.0,
+        "sandbox/memory_peak_max_mb": 0.0, "reward/memory_peak_mb": 0.0}
     assert stage_metrics("rollout", RolloutStats(samples=8, tokens_per_s=3.0))["rollout/tokens_per_s"] == 3.0
 
 
