@@ -89,9 +89,11 @@ def verify_cached(specs_and_solutions: Sequence[tuple[EnvSpec, str]], sandbox, c
     ``verify_many`` exactly. Host-only verifiers need no sandbox and are never kept."""
     if cfg.verdict_cache_entries <= 0 or not cfg.verify_duplicates_once:
         return verify_many(specs_and_solutions, sandbox, cfg)
-    contexts: dict[int, str] = {}
-    keys = [(contexts.setdefault(id(spec), context_digest(spec, cfg)), solution)
-            if get_verifier(spec.verifier_kind).needs_sandbox else None for spec, solution in specs_and_solutions]
+    contexts: dict[int, str] = {}  # one digest per env, not per pair
+    for spec, _ in specs_and_solutions:
+        if id(spec) not in contexts and get_verifier(spec.verifier_kind).needs_sandbox:
+            contexts[id(spec)] = context_digest(spec, cfg)
+    keys = [(contexts[id(spec)], solution) if id(spec) in contexts else None for spec, solution in specs_and_solutions]
     verdicts = [VERDICTS.get(key) if key else None for key in keys]
     missing = [i for i, verdict in enumerate(verdicts) if verdict is None]
     for i, verdict in zip(missing, verify_many([specs_and_solutions[i] for i in missing], sandbox, cfg)):
