@@ -12,6 +12,7 @@ import pytest
 
 from posttrain.config import DEMO_SUITE, SandboxConfig
 from posttrain.envs.suite import load_suite
+from posttrain.envs.verifiers.cache import VERDICTS
 from posttrain.reward import reward_stats, score
 from posttrain.sandbox import make_sandbox
 from posttrain.schemas import UNACCOUNTED
@@ -90,8 +91,6 @@ def test_each_row_carries_its_signals_and_the_metrics_log_each_layer_mean():
 
 
 def test_a_pair_scored_in_an_earlier_call_reuses_its_verdict_and_no_sandbox_runs_for_it():
-    from posttrain.envs.verifiers.cache import VERDICTS
-
     a, b = [env for env in load_suite(DEMO_SUITE).envs if env.split == "train"][:2]
     wrong = "def nothing():\n    return None\n"
     rows = [(a.id, a.reference), (a.id, wrong), (b.id, b.reference)]
@@ -110,8 +109,6 @@ def test_a_pair_scored_in_an_earlier_call_reuses_its_verdict_and_no_sandbox_runs
 
 @pytest.mark.parametrize("change", ["spec", "sandbox", "off", "every_copy"])
 def test_a_changed_spec_or_sandbox_setting_or_a_cache_turned_off_verifies_again(change):
-    from posttrain.envs.verifiers.cache import VERDICTS
-
     a = [env for env in load_suite(DEMO_SUITE).envs if env.split == "train"][0]
     cfg = SandboxConfig()
     with make_sandbox(cfg) as box:
@@ -133,8 +130,6 @@ def test_a_changed_spec_or_sandbox_setting_or_a_cache_turned_off_verifies_again(
 
 
 def test_a_verdict_stopped_at_its_deadline_is_verified_again():
-    from posttrain.envs.verifiers.cache import VERDICTS
-
     a = [env for env in load_suite(DEMO_SUITE).envs if env.split == "train"][0]
     spin = f"def {a.entry_point}(*args):\n    while True:\n        pass\n"
     cfg = SandboxConfig(timeout_s=1.0)

@@ -33,7 +33,6 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import asdict
-
 from typing import Sequence
 
 from posttrain.config import SandboxConfig
@@ -107,8 +106,8 @@ def context_digest(spec: EnvSpec, cfg: SandboxConfig) -> str:
     """What a verdict depends on besides the solution: the env spec as loaded and the sandbox settings.
 
     >>> from posttrain.envs.spec import EnvSpec
-    >>> spec = EnvSpec(id="demo/x", prompt="p", reference="r", verifier={"kind": "python_tests", "entry_point": "f",
-    ...                "tests": [{"args": [1], "expected": 1}]})
+    >>> spec = EnvSpec(id="demo/x", prompt="p", reference="r",
+    ...                verifier={"kind": "python_tests", "cases": [{"args": [1], "expected": 1}]})
     >>> context_digest(spec, SandboxConfig()) == context_digest(spec, SandboxConfig(timeout_s=3.0))
     False
     """
