@@ -136,6 +136,7 @@ def evaluate(dirs: list[str]) -> list[dict]:
     from posttrain.evaluation.greedy import evaluate_policy
     from posttrain.evaluation.results import eval_metrics
     from posttrain.rollout import live
+    from posttrain.sandbox import live as live_sandbox
 
     envs = {env.id: env for env in load_suite(DEMO_SUITE).envs}
     results = []
@@ -148,6 +149,7 @@ def evaluate(dirs: list[str]) -> list[dict]:
                             "eval_s": round(time.perf_counter() - began, 1)})
     finally:
         live.shutdown_all()
+        live_sandbox.shutdown()
     return results
 
 

@@ -1,10 +1,11 @@
 """Flyte task: the agent tier of policy v_k, apart from the single-turn ``tasks.rollout.sample``.
 
-``agent_sample`` runs, on the process's live vLLM engine swapped to v_k (``posttrain.rollout.live``) and in one
-sandbox (``SandboxConfig``), the greedy agent eval of v_k (when this version is evaluated) and the agent rollout of
-iteration k+1 from it (``posttrain.agent.tier``, ``posttrain.evaluation.agent``). Its scored rows are rewarded already
-(the verifier on each final workspace), so they go straight to the update; its eval rows join the version's
-EvalResults. A version without agent envs to run returns empty tables and starts no engine.
+``agent_sample`` runs, on the process's live vLLM engine swapped to v_k (``posttrain.rollout.live``) and in the
+process's live sandbox (``posttrain.sandbox.live``, from ``SandboxConfig``), the greedy agent eval of v_k (when this
+version is evaluated) and the agent rollout of iteration k+1 from it (``posttrain.agent.tier``,
+``posttrain.evaluation.agent``). Its scored rows are rewarded already (the verifier on each final workspace), so they
+go straight to the update; its eval rows join the version's EvalResults. A version without agent envs to run returns
+empty tables and starts no engine.
 
 The engine is the one ``sample`` uses (same ``RolloutConfig``: one engine per process, no restart between the
 tiers), so ``rollout.max_model_len`` and the policy's positions must hold an agent episode (prompt ~500 tokens with
@@ -27,7 +28,7 @@ from posttrain.evaluation.agent import eval_envs, evaluate_agent
 from posttrain.evaluation.results import judge_regressions
 from posttrain.memory import peak_memory
 from posttrain.rollout import live
-from posttrain.sandbox import make_sandbox
+from posttrain.sandbox import live as live_sandbox
 from posttrain.schemas import AgentScored, Envs, EpisodeSnapshots, EvalResults, Scored, Steps, empty
 from posttrain.timing import timed
 from tasks.pods import sandbox_pod_template
@@ -70,20 +71,16 @@ def agent_sample(policy: PolicyDir, envs: Table[Envs], cfg: AgentConfig, sandbox
     snapshots = empty(EpisodeSnapshots)
     start_s = swap_s = memory_peak_mb = 0.0
     if rolls_out or evaluates:
-        with engine_lifetime(), peak_memory() as memory:
+        with engine_lifetime(live.shutdown_all, live_sandbox.shutdown), peak_memory() as memory:
             policy_dir = policy.download()
             engine, start_s, swap_s = live.acquire_timed(policy_dir, rollout_cfg, version=policy_version)
-            fmt, box = chat_format(policy_dir, cfg), make_sandbox(sandbox)
-            try:
-                if evaluates:
-                    results, eval_steps, eval_stats, snapshots = evaluate_agent(
-                        engine, fmt, specs, cfg, box, sandbox, engine.max_model_len, cfg.eval_limit)
-                if rolls_out:
-                    scored, steps, stats = rollout_agent(engine, fmt, specs, cfg, box, sandbox,
-                                                         engine.max_model_len, for_iteration,
-                                                         cfg.envs_per_iteration, cfg.samples_per_env)
-            finally:
-                box.close()
+            fmt, box = chat_format(policy_dir, cfg), live_sandbox.acquire(sandbox)
+            if evaluates:
+                results, eval_steps, eval_stats, snapshots = evaluate_agent(
+                    engine, fmt, specs, cfg, box, sandbox, engine.max_model_len, cfg.eval_limit)
+            if rolls_out:
+                scored, steps, stats = rollout_agent(engine, fmt, specs, cfg, box, sandbox, engine.max_model_len,
+                                                     for_iteration, cfg.envs_per_iteration, cfg.samples_per_env)
         memory_peak_mb = memory.peak_mb
     stats.engine_start_s, stats.engine_swap_s = start_s, swap_s
     stats.wall_s, stats.memory_peak_mb = clock.seconds, memory_peak_mb

@@ -14,6 +14,8 @@ from pandera.typing import DataFrame
 from posttrain.config import EvalConfig, RolloutConfig, SandboxConfig
 from posttrain.envs.table import envs_from_table
 from posttrain.evaluation import greedy
+from posttrain.rollout import live
+from posttrain.sandbox import live as live_sandbox
 from posttrain.schemas import Envs, EvalResults, EvalTrajectories
 from posttrain.timing import timed
 from tasks.policy import PolicyDir
@@ -32,7 +34,7 @@ def score_eval(trajectories: Table[EvalTrajectories], envs: Table[Envs], sandbox
     previously evaluated version's results, for ``no_regression``); ``metrics``: how long that took
     (``time/eval_score_s``)."""
     metrics: dict[str, float] = {}
-    with timed("time/eval_score_s", into=metrics):
+    with engine_lifetime(live_sandbox.shutdown), timed("time/eval_score_s", into=metrics):
         results = greedy.score_eval(trajectories, envs_from_table(envs), sandbox, previous)
     return EvalScored(results=results, metrics=metrics)
 
@@ -40,7 +42,7 @@ def score_eval(trajectories: Table[EvalTrajectories], envs: Table[Envs], sandbox
 @task(cache=True, cache_version=CACHE_VERSION, **stage("evaluate"))
 def evaluate(policy: PolicyDir, envs: Table[Envs], cfg: EvalConfig, rollout: RolloutConfig,
              sandbox: SandboxConfig, policy_version: int) -> DataFrame[EvalResults]:
-    """Decode and verify in one task, on the process's live engine."""
-    with engine_lifetime():
+    """Decode and verify in one task, on the process's live engine and live sandbox."""
+    with engine_lifetime(live.shutdown_all, live_sandbox.shutdown):
         return greedy.evaluate_policy(policy.download(), envs_from_table(envs), cfg, rollout, sandbox,
                                       policy_version)

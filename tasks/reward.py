@@ -1,5 +1,7 @@
 """Flyte tasks: verify every completion in sandboxes, concurrently (Scored table + the reward stage's metrics); and
-join a dynamic-sampling refill round to the iteration's rollout so far (``add_round``)."""
+join a dynamic-sampling refill round to the iteration's rollout so far (``add_round``). The sandbox backend is the
+process's live one (``posttrain.sandbox.live``): in a local run every reward stage and eval scoring shares its warm
+slots; in a task pod it is closed with the task."""
 
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ from posttrain.envs.table import envs_from_table
 from posttrain.envs.verifiers.cache import VERDICTS
 from posttrain.memory import peak_memory
 from posttrain.reward import reward_stats, score
-from posttrain.sandbox import make_sandbox
+from posttrain.sandbox import live as live_sandbox
 from posttrain.rollout import settled
 from posttrain.schemas import EnvHistory, Envs, Scored, Trajectories, empty
 from posttrain.timing import timed
 from posttrain.tracking.metrics import combine_rollouts, reward_metrics
 from tasks.resources import CACHE_VERSION, stage
+from tasks.rollout import engine_lifetime
 from tasks.tables import Table
 
 Reward = NamedTuple("Reward", [("scored", Table[Scored]), ("metrics", dict[str, float]),
@@ -34,13 +37,9 @@ def reward(trajectories: Table[Trajectories], envs: Table[Envs], sandbox: Sandbo
     this is), ``history`` out is ``history`` in with these groups written over it, which envs settled
     (``posttrain.rollout.settled``), for the next rollout's pick; else it is empty."""
     clock = timed()
-    with peak_memory() as memory:
-        box = make_sandbox(sandbox)
+    with engine_lifetime(live_sandbox.shutdown), peak_memory() as memory:
         hits_before = VERDICTS.hits
-        try:
-            scored = score(trajectories, envs_from_table(envs), box, sandbox)
-        finally:
-            box.close()
+        scored = score(trajectories, envs_from_table(envs), live_sandbox.acquire(sandbox), sandbox)
     stats = reward_stats(scored, wall_s=clock.seconds, memory_peak_mb=memory.peak_mb, domains=env_domains(envs),
                          cache_hits=VERDICTS.hits - hits_before)
     known = empty(EnvHistory) if iteration is None else settled.record(history, scored, iteration)

@@ -5,8 +5,8 @@ temperature) and rolls out iteration k+1 from v_k (unless v_k is the last versio
 round of it), on one engine: the process's live engine (``posttrain.rollout.live``), swapped to v_k in place. In a
 local ``pyflyte run`` every task runs in one process and the engine serves the whole run (``warm_engine`` starts it
 in the background while admission runs); in a task pod it ends with the task.
-``release_engines`` (the live engine and the live trainer, ``posttrain.training.live``) is the workflows' final step
-and failure handler.
+``release_engines`` (the live engine, the live trainer, ``posttrain.training.live``, and the live sandbox,
+``posttrain.sandbox.live``) is the workflows' final step and failure handler.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from posttrain.memory import peak_memory
 from posttrain.rollout import live, settled
 from posttrain.rollout.collect import RolloutStats, rollout_with
 from posttrain.rollout.context import context_length
+from posttrain.sandbox import live as live_sandbox
 from posttrain.schemas import EnvHistory, Envs, EvalTrajectories, Trajectories, empty
 from posttrain.timing import timed
 from posttrain.tracking.metrics import rollout_metrics, sample_times
@@ -79,32 +80,35 @@ def warm_engine(policy: PolicyDir, cfg: RolloutConfig, suite_digest: str) -> Non
     Cached on (policy, rollout config, suite digest): a rerun, identical or resuming a killed run, finds it in the
     cache and starts no engine -- its admission is cached too, so there is nothing to overlap, and an identical rerun
     would never use the engine."""
-    if _in_process_run():
+    if in_process_run():
         live.prestart(policy.download(), cfg, version=0)
 
 
 @task(**stage("track"))
 def release_engines(cfg: LoopConfig, err: Optional[FlyteError] = None) -> None:
-    """Stop the process's live vLLM engine and trainer: the workflows' last step, and their failure handler
+    """Stop the process's live vLLM engine, trainer and sandbox: the workflows' last step, and their failure handler
     (``err`` set)."""
     live.shutdown_all()
     live_trainer.shutdown()
+    live_sandbox.shutdown()
 
 
 @contextmanager
-def engine_lifetime(release: Callable[[], None] = live.shutdown_all) -> Iterator[None]:
-    """Keep a live engine (vLLM's; DeepSpeed's with ``release=training.live.shutdown``) for the next task when every
-    task runs in this process (local ``pyflyte run``); in a task pod, ``release`` it with the task. A background
-    engine start (``warm_engine``) ends first: its imports must not race this task's (``live.settle``)."""
+def engine_lifetime(*release: Callable[[], None]) -> Iterator[None]:
+    """Keep what a task made live for the next task when every task runs in this process (local ``pyflyte run``):
+    the vLLM engine (the default), DeepSpeed's trainer (``training.live.shutdown``), the sandbox backend
+    (``sandbox.live.shutdown``); in a task pod, ``release`` them with the task. A background engine start
+    (``warm_engine``) ends first: its imports must not race this task's (``live.settle``)."""
     live.settle()
     try:
         yield
     finally:
-        if not _in_process_run():
-            release()
+        if not in_process_run():
+            for stop in release or (live.shutdown_all,):
+                stop()
 
 
-def _in_process_run() -> bool:
+def in_process_run() -> bool:
     """Whether every task of this run executes in this process (a local ``pyflyte run``, or a test)."""
     return FlyteContextManager.current_context().execution_state.is_local_execution()
 

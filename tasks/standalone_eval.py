@@ -21,6 +21,7 @@ from posttrain.evaluation.regression import FLIPS, Flips, flips
 from posttrain.evaluation.strata import EvalStrata, strata, strata_metrics
 from posttrain.locations import is_remote, local_copy
 from posttrain.rollout import live
+from posttrain.sandbox import live as live_sandbox
 from posttrain.schemas import Envs, EvalResults, empty
 from posttrain.tracking import registry
 from posttrain.tracking.run_report import log_report
@@ -92,5 +93,6 @@ def report_evaluation(cfg: EvaluateConfig, results: DataFrame[EvalResults], regi
 
 @task(**stage("track"))
 def release_eval_engine(cfg: EvaluateConfig, err: Optional[FlyteError] = None) -> None:
-    """Stop the process's live vLLM engine: the evaluate workflow's last step and failure handler."""
+    """Stop the process's live vLLM engine and sandbox: the evaluate workflow's last step and failure handler."""
     live.shutdown_all()
+    live_sandbox.shutdown()

@@ -115,7 +115,7 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
     clock = timed()
     rows = with_advantages(scored, cfg)
     reference_dir = reference.download() if cfg.kl_coef or cfg.lora_rank else None
-    with engine_lifetime(release=live_trainer.shutdown), peak_memory() as memory:
+    with engine_lifetime(live_trainer.shutdown), peak_memory() as memory:
         trainer = live_trainer.acquire(policy.download(), cfg, reference_dir=reference_dir)
         try:
             stats = trainer.train_on(train_samples(trainable_rows(rows)))

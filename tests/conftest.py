@@ -49,6 +49,19 @@ def family_policy(tmp_path_factory):
     return get
 
 
+@pytest.fixture
+def flyte_cache(tmp_path, monkeypatch):
+    """Flyte's local cache in a fresh folder for this test (flytekit keeps it in ``~/.flyte/local-cache``): a task
+    called twice runs once, and never comes from an earlier test's cache."""
+    from flytekit.core import local_cache
+
+    monkeypatch.setenv("FLYTE_LOCAL_CACHE_ENABLED", "true")
+    monkeypatch.setattr(local_cache, "CACHE_LOCATION", str(tmp_path / "flyte-local-cache"))
+    monkeypatch.setattr(local_cache.LocalTaskCache, "_cache", getattr(local_cache.LocalTaskCache, "_cache", None),
+                        raising=False)  # restored (or removed) after the test, with _initialized
+    monkeypatch.setattr(local_cache.LocalTaskCache, "_initialized", False)
+
+
 @pytest.fixture(autouse=True)
 def _empty_verdict_cache():
     """Each test starts with no verdict kept by an earlier one (``posttrain.envs.verifiers.cache``): what a test's
@@ -61,11 +74,14 @@ def _empty_verdict_cache():
 @pytest.fixture(scope="session", autouse=True)
 def _shutdown_live_engine():
     """Tests share the process's live vLLM engine (``posttrain.rollout.live``): the first that needs one starts it,
-    later ones swap weights in place; it stops here, before pytest closes the streams its shutdown logs to."""
+    later ones swap weights in place; it stops here, before pytest closes the streams its shutdown logs to. So do
+    they the live sandbox (``posttrain.sandbox.live``), which stops here too."""
     yield
     from posttrain.rollout import live
+    from posttrain.sandbox import live as live_sandbox
 
     live.shutdown_all()
+    live_sandbox.shutdown()
 
 
 KINDS = ("unit", "integration", "e2e")

@@ -5,7 +5,7 @@ success of ``EvalConfig.samples`` completions per env at the rollout's temperatu
 the same seeds for every version (iteration 0's, which no rollout uses), so two versions' curves differ by the
 policy, not by the dice. The two halves run where they belong: ``decode_eval`` on the engine that serves the policy
 (in the RL loop, the same engine lifetime that rolls out from it), ``score_eval`` in sandboxes. ``evaluate_policy``
-does both.
+does both, on the process's live engine and live sandbox (``posttrain.rollout.live``, ``posttrain.sandbox.live``).
 
 Example (real vLLM and bwrap; tests/evaluation/test_greedy.py runs it):
     >>> from posttrain.config import EvalConfig, RolloutConfig, SandboxConfig
@@ -25,7 +25,7 @@ from posttrain.evaluation.results import eval_results
 from posttrain.reward import score
 from posttrain.rollout.collect import collect, iteration_seed
 from posttrain.rollout.engine import RolloutEngine
-from posttrain.sandbox import make_sandbox
+from posttrain.sandbox import live as live_sandbox
 from posttrain.schemas import EvalTrajectories
 
 
@@ -88,14 +88,10 @@ def decode_eval(engine: RolloutEngine, envs: dict[str, EnvSpec], cfg: EvalConfig
 
 def score_eval(trajectories: pd.DataFrame, envs: dict[str, EnvSpec], sandbox: SandboxConfig,
                previous: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The EvalResults table of an eval decode (EvalTrajectories), verified in sandboxes; ``previous`` (the
-    previously evaluated version's EvalResults) judges the ``no_regression`` assertions."""
-    box = make_sandbox(sandbox)
-    try:
-        scored = score(trajectories, envs, box, sandbox)
-    finally:
-        box.close()
-    return eval_results(scored, envs, previous=previous)
+    """The EvalResults table of an eval decode (EvalTrajectories), verified in the process's live sandbox
+    (``posttrain.sandbox.live``, made from ``sandbox``); ``previous`` (the previously evaluated version's
+    EvalResults) judges the ``no_regression`` assertions."""
+    return eval_results(score(trajectories, envs, live_sandbox.acquire(sandbox), sandbox), envs, previous=previous)
 
 
 def evaluate_policy(policy_dir: str, envs: dict[str, EnvSpec], cfg: EvalConfig, rollout: RolloutConfig,

@@ -37,18 +37,6 @@ def agent_view(tiny_policy, tmp_path_factory):
     return with_positions(tiny_policy, tmp_path_factory.mktemp("agent_view") / "policy", CONTEXT)
 
 
-@pytest.fixture
-def flyte_cache(tmp_path, monkeypatch):
-    """Flyte's local cache in a fresh folder for this test (flytekit keeps it in ``~/.flyte/local-cache``)."""
-    from flytekit.core import local_cache
-
-    monkeypatch.setenv("FLYTE_LOCAL_CACHE_ENABLED", "true")
-    monkeypatch.setattr(local_cache, "CACHE_LOCATION", str(tmp_path / "flyte-local-cache"))
-    monkeypatch.setattr(local_cache.LocalTaskCache, "_cache", getattr(local_cache.LocalTaskCache, "_cache", None),
-                        raising=False)  # restored (or removed) after the test, with _initialized
-    monkeypatch.setattr(local_cache.LocalTaskCache, "_initialized", False)
-
-
 def runs(mask: list[int]) -> list[tuple[int, int, int]]:
     """``(bit, start, end)`` of each run of equal bits."""
     out, start = [], 0
