@@ -40,7 +40,7 @@ from posttrain.training.checkpoints import PARENT, prune_train_states
 from posttrain.training.samples import train_samples, with_advantages
 from tasks.policy import PolicyDir
 from tasks.resources import CACHE_VERSION, stage
-from tasks.rollout import engine_lifetime
+from tasks.rollout import engine_lifetime, in_process_run
 from tasks.tables import Table
 
 Update = NamedTuple("Update", [("policy", PolicyDir), ("metrics", dict[str, float]),
@@ -57,6 +57,17 @@ def update(policy: PolicyDir, scored: Table[Scored], cfg: TrainConfig, policy_ve
     continues on (``training.lora``), downloaded only when ``cfg.kl_coef > 0`` or ``cfg.lora_rank > 0``.
     """
     return train_version(policy, scored, cfg, policy_version, reference)
+
+
+@task(cache=True, cache_version=CACHE_VERSION, **stage("track"))
+def warm_trainer(policy: PolicyDir, cfg: TrainConfig) -> None:
+    """Locally, build the first update's trainer on v0 in the background (``training.live.prestart``): its start
+    (DeepSpeed, the model, the optimizer: seconds) overlaps admission and v0's evaluation, as ``warm_engine``'s does.
+    In a task pod, or for a data-parallel update (processes of its own), there is nothing to do. Cached as
+    ``warm_engine`` is: a rerun starts nothing."""
+    if in_process_run() and cfg.nnodes * cfg.nproc_per_node == 1:
+        live_trainer.prestart(policy.download(), cfg, reference_dir=policy.download() if cfg.kl_coef or cfg.lora_rank
+                              else None)
 
 
 # The shape of ``update_parallel`` as registered: a task pod imports this module and starts that many ranks, so set

@@ -8,7 +8,8 @@ Run it locally (embedded Flyte, real vLLM/bwrap/DeepSpeed/MLflow):
 Policy versions: v0 is the starting policy; iteration k rolls out with v_{k-1} and trains v_k. Everything that needs
 one policy version runs in one vLLM engine lifetime (``tasks.rollout.sample``): the evaluation of v_k and the
 rollout of iteration k+1 from it. Locally every task runs in this process and one live engine serves the whole run,
-swapped to each new version in place; ``release_engines`` stops it at the end, or when the run fails. Versions are
+swapped to each new version in place, beside one live trainer (``warm_trainer`` builds the first in the background)
+and one live sandbox backend; ``release_engines`` stops them at the end, or when the run fails. Versions are
 evaluated every ``eval.every`` (v0 and the last always): greedy and sampled pass@1. With ``rollout.dynamic_sampling``
 the scored rollout passes through ``refill`` (DAPO, ``workflows.tiers``): groups without reward variance are dropped
 and refilled by further ``sample`` + ``reward`` rounds from the same version; off, the DAG is the one without it.
@@ -25,7 +26,7 @@ policies (``PolicyDir``) and tables (``tasks.tables.Table``) carry a digest, so 
 every run (an offloaded parquet or directory has a new random URI each time). Running the same command again after
 an interrupted execution takes every finished stage from the cache (with ``FLYTE_SDK_LOGGING_LEVEL=20`` flytekit
 logs ``Cache hit`` for each) and computes only the rest; an identical rerun of a finished one computes no stage and
-starts no engine (``warm_engine`` is cached too). MLflow tracking is not cached but idempotent
+starts no engine (``warm_engine`` is cached too, as is ``warm_trainer``). MLflow tracking is not cached but idempotent
 (``tasks.track``): the rerun resumes the first execution's parent run (found by the run identity of config, suite
 digest, starting policy digest and cache version), skips its finished iterations and registers no policy version
 twice; ``--overwrite-cache`` recomputes every stage into a new parent run.
@@ -44,7 +45,7 @@ from tasks.preflight import check_memory
 from tasks.rollout import release_engines, warm_engine
 from tasks.tables import Table
 from tasks.track import finish_tracking, log_baseline, log_iteration, start_tracking
-from tasks.update import update_node
+from tasks.update import update_node, warm_trainer
 from workflows.tiers import Tiers
 
 
@@ -100,7 +101,8 @@ def rl_loop(cfg: LoopConfig = LoopConfig()) -> PolicyDir:
     policy = prepare_policy(policy=cfg.policy)
     digest = fingerprint_suite(suite=cfg.suite)
     fits = check_memory(policy=policy, cfg=cfg)  # locally: the update must fit beside the engines, checked first
-    fits >> warm_engine(policy=policy, cfg=cfg.rollout, suite_digest=digest)  # vLLM starts while admission runs
+    engine = warm_engine(policy=policy, cfg=cfg.rollout, suite_digest=digest)  # vLLM starts while admission runs
+    fits >> engine >> warm_trainer(policy=policy, cfg=cfg.train)  # then DeepSpeed's first trainer, in the background
     admission = admit_suite(suite=cfg.suite, digest=digest, sandbox=cfg.sandbox, cfg=pin_policies(cfg=cfg.admission),
                             rollout=admission_rollout(rollout=cfg.rollout, cfg=cfg.admission))
     run_id = start_tracking(cfg=cfg, report=admission.report, suite_digest=digest, policy=policy)

@@ -64,3 +64,40 @@ def test_a_discarded_trainer_is_not_reused(tiny_policy, tmp_path):
     v1 = trainer.save(tmp_path / "v1")
     live.discard(trainer)
     assert live.acquire(v1, CFG) is not trainer
+
+
+def test_a_trainer_built_in_the_background_makes_the_update_a_trainer_built_there_would(tiny_policy):
+    live.prestart(tiny_policy, CFG).join()
+    built = live._prestarted[1]
+    torch.rand(7)  # the process draws from torch's global RNG while the build waits for its update
+    prestarted = live.acquire(tiny_policy, CFG)
+    assert prestarted is built and live._prestarted is None  # taken: it serves one update
+    rng_after = torch.get_rng_state()
+    prestarted.train_on(_samples(0))
+    background = prestarted.master_weights()
+
+    built_here = PolicyTrainer(tiny_policy, CFG)
+    try:
+        assert torch.equal(torch.get_rng_state(), rng_after)
+        built_here.train_on(_samples(0))
+        assert all(torch.equal(w, built_here.master_weights()[n]) for n, w in background.items())
+    finally:
+        built_here.close()
+
+
+def test_a_trainer_built_in_the_background_for_another_start_is_closed_not_used(tiny_policy, tmp_path):
+    live.prestart(tiny_policy, CFG)
+    other = live.acquire(tiny_policy, dataclasses.replace(CFG, learning_rate=2e-3))  # waits for the build
+    assert other.cfg.learning_rate == 2e-3
+    v1 = other.save(tmp_path / "v1")
+    live.prestart(v1, CFG)
+    live.shutdown()  # waits for the build, then closes it: nothing is left for a later update
+    assert live.acquire(v1, CFG) is not other
+    assert live._prestarted is None and not live._building.is_alive()
+
+
+def test_a_failed_background_build_leaves_the_update_to_build_and_raise(tmp_path, caplog):
+    live.prestart(tmp_path / "no-such-policy", CFG).join()
+    assert "background trainer build failed" in caplog.text
+    with pytest.raises(OSError):
+        live.acquire(tmp_path / "no-such-policy", CFG)
