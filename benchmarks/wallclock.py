@@ -41,7 +41,7 @@ times both were still training at (``compared_up_to_s``; an area under the curve
 information); and the target, per metric, judged at those times.
 Target (issue 21): in the same wall time, posttrain's eval pass@1 >= TRL's, at every TRL checkpoint.
 
-    python benchmarks/wallclock.py                   # 960 s of TRL, 400 loop iterations: ~45 min on 2 quiet cores
+    python benchmarks/wallclock.py                   # 960 s of TRL, 400 loop iterations: ~30 min on 2 quiet cores
     python benchmarks/wallclock.py --seconds 60 --every 30 --iterations 2 --eval-every 1      # a quick check
     python benchmarks/wallclock.py --mlflow-uri sqlite:////tmp/run/mlflow.db                 # an existing loop run
     python benchmarks/wallclock.py --trl-from /tmp/bench-wallclock-x --cfg '{"train": {"epochs": 2}}'  # a variant
