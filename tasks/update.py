@@ -66,8 +66,7 @@ def warm_trainer(policy: PolicyDir, cfg: TrainConfig) -> None:
     In a task pod, or for a data-parallel update (processes of its own), there is nothing to do. Cached as
     ``warm_engine`` is: a rerun starts nothing."""
     if in_process_run() and cfg.nnodes * cfg.nproc_per_node == 1:
-        live_trainer.prestart(policy.download(), cfg, reference_dir=policy.download() if cfg.kl_coef or cfg.lora_rank
-                              else None)
+        live_trainer.prestart(policy.download(), cfg, reference_dir=reference_dir(policy, cfg))  # v0 is the reference
 
 
 # The shape of ``update_parallel`` as registered: a task pod imports this module and starts that many ranks, so set
@@ -125,9 +124,8 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
     working directory."""
     clock = timed()
     rows = with_advantages(scored, cfg)
-    reference_dir = reference.download() if cfg.kl_coef or cfg.lora_rank else None
     with engine_lifetime(live_trainer.shutdown), peak_memory() as memory:
-        trainer = live_trainer.acquire(policy.download(), cfg, reference_dir=reference_dir)
+        trainer = live_trainer.acquire(policy.download(), cfg, reference_dir=reference_dir(reference, cfg))
         try:
             stats = trainer.train_on(train_samples(trainable_rows(rows)))
             out = Path(current_context().working_directory) / f"policy-v{policy_version}"
@@ -143,6 +141,12 @@ def train_version(policy: PolicyDir, scored: pd.DataFrame, cfg: TrainConfig, pol
     stats = dataclasses.replace(stats, wall_s=clock.seconds, memory_peak_mb=memory.peak_mb)
     metrics = train_metrics(stats, rows, trained_from=policy_version - 1)
     return Update(policy=publish(out), metrics=metrics, train_rows=rows)
+
+
+def reference_dir(reference: PolicyDir, cfg: TrainConfig) -> str | None:
+    """The reference policy's local copy when the update uses one (``cfg.kl_coef > 0``: the KL penalty's frozen policy;
+    ``cfg.lora_rank > 0``: the base a LoRA adapter continues on), else None: nothing downloaded."""
+    return reference.download() if cfg.kl_coef or cfg.lora_rank else None
 
 
 def writes_state(cfg: TrainConfig, policy_version: int, world_size: int) -> bool:
